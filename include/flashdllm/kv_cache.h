@@ -1,0 +1,136 @@
+// flashdllm/kv_cache.h — paged KV cache: a pool of fixed-size blocks and per-sequence block
+// tables (the design vLLM calls PagedAttention, Kwon et al. 2023).
+//
+// Layout: one block holds the K and V vectors of `block_size` consecutive token positions
+// for *all* layers, contiguously, so a block moves between tiers in one transfer:
+//   block bytes = n_layer * 2 (K,V) * block_size * n_kv_head * head_dim * sizeof(float)
+//   element order: [layer][k|v][slot in block][kv_head][head_dim]
+// Units: positions and lengths in tokens; sizes in bytes.
+//
+// Invariants (each has a test):
+//  - appending a token writes only its own slot; existing blocks are never copied or
+//    reallocated (the pool's arena is allocated once);
+//  - truncate frees whole blocks past the new length back to the pool;
+//  - fork shares all blocks by refcount; the first append into a shared tail block copies
+//    that one block (copy-on-write), never the whole cache;
+//  - free + used == capacity at all times.
+//
+// Errors: running out of blocks throws fdl::KvCacheFull (the caller decides to preempt);
+// bad sequence ids or positions throw std::out_of_range / std::invalid_argument.
+// Thread-safety: not thread-safe; one engine thread owns the cache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+namespace fdl {
+
+class KvCacheFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using BlockId = int32_t;
+using SeqId = int32_t;
+
+/// Shape of the per-token KV data, from the model config.
+struct KvShape {
+  int n_layer = 0;
+  int n_kv_head = 0;
+  int head_dim = 0;
+  int block_size = 16;  ///< tokens per block (--block-size)
+  size_t floats_per_token_per_layer() const { return size_t(n_kv_head) * head_dim; }
+  size_t block_bytes() const {
+    return size_t(n_layer) * 2 * block_size * floats_per_token_per_layer() * sizeof(float);
+  }
+};
+
+/// Where a block lives. Tier 0 is the compute memory; the tiered manager adds the others.
+enum class BlockTier : uint8_t { Device = 0, Host = 1, Disk = 2 };
+enum class BlockState : uint8_t { Free, Active, Inactive, PendingEvict, Loading };
+
+/// Per-block metadata record. The tiered KV manager extends placement using these fields.
+struct BlockMeta {
+  BlockTier tier = BlockTier::Device;
+  BlockState state = BlockState::Free;
+  int32_t ref_count = 0;
+  uint32_t n_filled = 0;         ///< token slots written
+  uint64_t access_count = 0;
+  uint64_t last_access_step = 0; ///< engine step counter at last use
+  float predicted_reuse = 0.f;   ///< decayed access frequency (filled by the tier manager)
+  uint64_t prefix_hash = 0;      ///< hash chain value of the tokens it holds (0 = none)
+  uint64_t checksum = 0;         ///< XXH3-64 of the bytes when demoted (0 = none)
+};
+
+/// Fixed-capacity pool of blocks in one arena, with a free list and refcounts.
+class BlockPool {
+ public:
+  BlockPool(const KvShape& shape, size_t n_blocks);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  const KvShape& shape() const { return shape_; }
+  size_t capacity() const { return meta_.size(); }
+  size_t n_free() const { return free_.size(); }
+
+  /// Take a free block (ref_count = 1). Throws KvCacheFull when none is left.
+  BlockId allocate();
+  void retain(BlockId id);   ///< ref_count += 1
+  void release(BlockId id);  ///< ref_count -= 1; returns to the free list at 0
+
+  BlockMeta& meta(BlockId id);
+  const BlockMeta& meta(BlockId id) const;
+
+  /// Base of block `id`'s bytes; K of (layer, slot) at k_ptr, V at v_ptr.
+  float* k_ptr(BlockId id, int layer, int slot);
+  float* v_ptr(BlockId id, int layer, int slot);
+  const float* k_ptr(BlockId id, int layer, int slot) const;
+  const float* v_ptr(BlockId id, int layer, int slot) const;
+  std::span<uint8_t> block_bytes(BlockId id);
+
+ private:
+  size_t layer_stride() const;
+  KvShape shape_;
+  std::vector<float> arena_;        // allocated once; never resized
+  std::vector<BlockMeta> meta_;
+  std::vector<BlockId> free_;
+};
+
+/// Per-sequence block tables over one BlockPool.
+class KvCache {
+ public:
+  explicit KvCache(BlockPool& pool);
+
+  SeqId create_sequence();
+  void free_sequence(SeqId seq);               ///< releases all its blocks
+  SeqId fork_sequence(SeqId parent);           ///< shares blocks by refcount
+  size_t length(SeqId seq) const;              ///< tokens stored
+  /// Reserve slots for `n` more tokens (allocating blocks as needed, copy-on-write for a
+  /// shared tail block) and return the first new position. Throws KvCacheFull, leaving the
+  /// sequence unchanged.
+  size_t append_slots(SeqId seq, size_t n);
+  /// Drop tokens at positions >= new_length (rollback); whole blocks past it are released.
+  void truncate(SeqId seq, size_t new_length);
+  /// Block table: logical block i -> physical block id.
+  std::span<const BlockId> block_table(SeqId seq) const;
+  BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
+  size_t n_sequences() const;
+
+ private:
+  struct Seq {
+    bool live = false;
+    size_t length = 0;
+    std::vector<BlockId> blocks;
+  };
+  Seq& seq_ref(SeqId s);
+  const Seq& seq_ref(SeqId s) const;
+  BlockPool& pool_;
+  std::vector<Seq> seqs_;
+  std::vector<SeqId> free_ids_;
+};
+
+}  // namespace fdl

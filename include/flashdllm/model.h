@@ -1,0 +1,95 @@
+// flashdllm/model.h — Llama-family transformer: config from GGUF metadata, weights, and a
+// batched forward over the paged KV cache.
+//
+// Architecture: GGUF `general.architecture = llama` (Llama 1/2/3, Mistral, TinyLlama,
+// SmolLM, ...): token embedding, pre-norm RMSNorm, RoPE (llama.cpp's "normal" mode: adjacent
+// pairs (2i, 2i+1) rotated — GGUF converters permute Q/K rows for this), GQA/MQA attention,
+// SwiGLU FFN, final RMSNorm, output projection (tied to token_embd when output.weight is
+// absent). Llama-3 rope scaling ("llama3" rope type) when the metadata has it.
+//
+// Weight dtypes: F32, F16, BF16, Q8_0; anything else is rejected with a message listing them.
+//
+// Thread-safety: a Model is immutable after load; forward() is not reentrant (it uses
+// internal scratch) — the engine thread calls it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flashdllm/gguf.h"
+#include "flashdllm/kv_cache.h"
+
+namespace fdl {
+
+class ModelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+  std::string arch = "llama";
+  std::string name;
+  int n_vocab = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;         ///< n_embd / n_head
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  int rope_dim = 0;         ///< rope.dimension_count (defaults to head_dim)
+  float rope_freq_base = 10000.f;
+  float rms_eps = 1e-5f;
+  // Llama-3 rope scaling ("rope.scaling.type" == "llama3" or rope_freqs tensor present)
+  bool rope_llama3 = false;
+  float rope_scale_factor = 1.f;
+  float rope_low_freq_factor = 1.f;
+  float rope_high_freq_factor = 4.f;
+  int rope_orig_ctx = 8192;
+  bool tied_output = false;
+  /// Reads `<arch>.*` keys; throws ModelError naming a missing/invalid key.
+  static ModelConfig from_gguf(const GgufFile& f);
+  uint64_t n_params() const;
+};
+
+/// One forward step: tokens of any number of sequences, each at its own positions.
+/// The KV slots for every token must already be reserved (KvCache::append_slots) — the
+/// forward writes K/V for token i at `positions[i]` of `seqs[i]` and attends causally to
+/// positions [0, positions[i]] of that sequence.
+struct StepBatch {
+  std::vector<int32_t> tokens;      ///< token ids, n_tokens
+  std::vector<int32_t> positions;   ///< absolute positions, n_tokens
+  std::vector<SeqId> seqs;          ///< sequence of each token, n_tokens
+  std::vector<uint8_t> want_logits; ///< 1 where logits are needed, n_tokens
+  size_t size() const { return tokens.size(); }
+  void add(int32_t token, int32_t pos, SeqId seq, bool logits) {
+    tokens.push_back(token); positions.push_back(pos); seqs.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  void clear() { tokens.clear(); positions.clear(); seqs.clear(); want_logits.clear(); }
+};
+
+struct ModelOptions {
+  int n_threads = 0;  ///< 0 = hardware concurrency
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  /// Load a GGUF model (keeps the file mapped). Throws GgufError / ModelError.
+  static std::unique_ptr<Model> load(const std::filesystem::path& path, const ModelOptions& opt = {});
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const GgufFile& gguf() const = 0;
+  virtual KvShape kv_shape(int block_size) const = 0;
+  /// Run one step. Writes n_vocab floats per token with want_logits=1, in batch order, to
+  /// `logits` (resized). A token's logits are bit-identical whatever else is in the batch.
+  virtual void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) = 0;
+  virtual int n_threads() const = 0;
+};
+
+}  // namespace fdl

@@ -1,0 +1,29 @@
+// Shared helpers for the test suites: where the shared test data lives.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace fdl::test {
+
+/// The project's shared data folder: $FLASHDLLM_SHARED, else ../shared beside the checkout.
+inline std::filesystem::path shared_dir() {
+  if (const char* env = std::getenv("FLASHDLLM_SHARED"); env && *env) return env;
+  return std::filesystem::path(FLASHDLLM_SOURCE_DIR) / ".." / "shared";
+}
+inline std::filesystem::path model_path(const std::string& file) {
+  return shared_dir() / "models" / file;
+}
+inline std::filesystem::path reference_path(const std::string& file) {
+  return shared_dir() / "reference" / file;
+}
+/// A scratch directory unique to this test binary run, created on demand.
+inline std::filesystem::path scratch_dir() {
+  auto p = std::filesystem::temp_directory_path() / ("flashdllm-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+}  // namespace fdl::test
