@@ -8,9 +8,21 @@
 // is validated against the file size *before* it is used, so a hostile file can make the
 // reader throw but never crash, hang, or allocate more than O(file size) memory.
 //
+// Validation (all before use): magic; version 2 or 3 (v1 and big-endian files are named as
+// such); counts against GgufLimits and against the bytes left in the file; keys of at most
+// 65535 bytes (gguf.md) and unique; known value types; BOOL bytes 0/1; arrays nested at most
+// 8 deep; general.alignment an integer that is a power of two and a multiple of 8; tensor
+// names unique; n_dims 1..4; dims non-zero; element count and byte size free of overflow
+// (checked multiplication, element count <= INT64_MAX as ggml uses int64); known ggml type
+// with ne[0] a multiple of its block size; data offset a multiple of the alignment; data
+// inside the file; no two tensors' data overlapping.
+//
 // Errors: every failure throws fdl::GgufError whose what() names the file, the byte offset
 // and the field, e.g.
-//   "model.gguf: offset 24: metadata key #3 string length 18446744073709551615 runs past end of file (size 1024)".
+//   "model.gguf: offset 530: metadata key #3 'general.name': string value length 5000 runs
+//    past end of file (120 bytes left, file size 1024)"
+// Getter errors name the key: "model.gguf: metadata key 'llama.block_count' has type STRING,
+// expected an unsigned integer".
 //
 // Thread-safety: a constructed GgufFile is immutable; concurrent const access is safe.
 #pragma once
@@ -76,13 +88,14 @@ struct GgufTensorInfo {
   uint64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
-/// Sanity limits. Counts above these are rejected as absurd before any allocation.
+/// Sanity limits. Counts above these are rejected as absurd before any allocation (counts
+/// that cannot fit in the rest of the file are rejected as well, whatever the limits).
 struct GgufLimits {
   uint64_t max_tensors = 1u << 20;
   uint64_t max_kv = 1u << 20;
-  uint64_t max_string_bytes = 1ull << 30;
+  uint64_t max_string_bytes = 1ull << 30;  ///< string values, array strings, tensor names
   uint64_t max_array_elems = 1ull << 32;
-  uint32_t max_dims = 4;
+  uint32_t max_dims = 4;  ///< values above 4 are treated as 4 (ggml's GGML_MAX_DIMS)
 };
 
 class GgufFile {
@@ -98,7 +111,9 @@ class GgufFile {
   ~GgufFile();
 
   uint32_t version() const;
-  uint64_t alignment() const;           ///< general.alignment or 32
+  /// general.alignment or 32. Files whose general.alignment is not a power of two and a
+  /// multiple of 8 (gguf.md) are rejected, so tensor data is at least 8-byte aligned.
+  uint64_t alignment() const;
   uint64_t data_offset() const;         ///< file offset of the tensor data section
   uint64_t file_size() const;
   const std::string& path() const;
@@ -138,8 +153,11 @@ class GgufFile {
 /// Writes GGUF v3 files: metadata in insertion order, tensors aligned to `alignment`.
 /// Tensor data is streamed to the file; memory use is O(metadata + largest tensor).
 /// Throws GgufError on I/O errors (full disk included) and removes the partial file.
+/// Keys must be 1..65535 bytes. Copies of a GgufWriter share their state.
+/// Thread-safety: none; use one writer from one thread.
 class GgufWriter {
  public:
+  /// `alignment` must be a power of two and a multiple of 8 (GgufError otherwise).
   explicit GgufWriter(uint64_t alignment = 32);
 
   void set_uint8(std::string key, uint8_t v);
@@ -157,13 +175,29 @@ class GgufWriter {
   void set_array_strings(std::string key, std::vector<std::string> v);
   void set_array_f32(std::string key, std::vector<float> v);
   void set_array_i32(std::string key, std::vector<int32_t> v);
+  /// Copy any value (scalar, string, or array of any element type, nested arrays included)
+  /// read by a GgufFile — e.g. to carry tokenizer.ggml.* keys into a new file. `v` must come
+  /// from a GgufFile that is still alive (arrays are copied from its mapping right here).
+  void set_value(std::string key, const GgufValue& v);
+  /// True if `key` has been set (setting it again replaces the value in place).
+  bool has_key(std::string_view key) const;
 
   /// Declare a tensor of ggml type `type` with dims `ne` (ggml order). `fill` is called once
-  /// at write time with a buffer of exactly the tensor's byte size to fill.
+  /// at write time with a buffer of exactly the tensor's byte size to fill; it must write
+  /// every byte (the buffer is reused between tensors, so its initial contents are
+  /// unspecified). Tensors are written in declaration order.
+  /// Throws GgufError for an empty or duplicate name, a name of 64+ bytes (ggml's limit),
+  /// 0 or more than 4 dims, a zero dim, an unknown type, ne[0] not a multiple of the type's
+  /// block size, or a byte size that overflows.
   using Filler = std::function<void(std::span<uint8_t>)>;
   void add_tensor(std::string name, GgmlType type, std::vector<uint64_t> ne, Filler fill);
 
-  /// Write everything to `path` (atomically: temp file + rename).
+  /// Write everything to `path` atomically: a temporary file in the same directory is
+  /// written, fsync'ed and renamed over `path`. On any failure (open, write — full disk
+  /// included —, fsync, rename) throws GgufError naming the path, the byte offset reached and
+  /// the OS error, and removes the temporary file; `path` is then left untouched. An
+  /// exception thrown by a Filler is propagated after the same cleanup.
+  /// When the writer's alignment is not 32, `general.alignment` is added automatically.
   void write(const std::filesystem::path& path) const;
 
  private:

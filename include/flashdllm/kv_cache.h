@@ -103,6 +103,10 @@ class BlockPool {
 class KvCache {
  public:
   explicit KvCache(BlockPool& pool);
+  /// Releases the blocks of every live sequence back to the pool (which must outlive it).
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   SeqId create_sequence();
   void free_sequence(SeqId seq);               ///< releases all its blocks
@@ -119,6 +123,14 @@ class KvCache {
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   size_t n_sequences() const;
+  /// Blocks copied by copy-on-write since construction (one per append into a shared,
+  /// partially filled tail block). A metric, and how the tests prove "never the whole cache".
+  uint64_t blocks_copied() const { return blocks_copied_; }
+
+  /// K (or V) vector of `seq` at `pos` in `layer`: n_kv_head * head_dim floats, laid out
+  /// [kv_head][head_dim]. `pos` must be < length(seq) (std::out_of_range otherwise).
+  float* k_slot(SeqId seq, int layer, size_t pos);
+  float* v_slot(SeqId seq, int layer, size_t pos);
 
  private:
   struct Seq {
@@ -131,6 +143,7 @@ class KvCache {
   BlockPool& pool_;
   std::vector<Seq> seqs_;
   std::vector<SeqId> free_ids_;
+  uint64_t blocks_copied_ = 0;
 };
 
 }  // namespace fdl

@@ -43,15 +43,21 @@ struct ModelConfig {
   int n_ctx_train = 0;
   int rope_dim = 0;         ///< rope.dimension_count (defaults to head_dim)
   float rope_freq_base = 10000.f;
+  float rope_freq_scale = 1.f;  ///< linear rope scaling ("linear" type): 1 / factor
   float rms_eps = 1e-5f;
-  // Llama-3 rope scaling ("rope.scaling.type" == "llama3" or rope_freqs tensor present)
+  // Llama-3 rope scaling ("rope.scaling.type" == "llama3" or rope_freqs tensor present; the
+  // tensor's per-pair factors win over the four values below when both exist)
   bool rope_llama3 = false;
   float rope_scale_factor = 1.f;
   float rope_low_freq_factor = 1.f;
   float rope_high_freq_factor = 4.f;
   int rope_orig_ctx = 8192;
   bool tied_output = false;
-  /// Reads `<arch>.*` keys; throws ModelError naming a missing/invalid key.
+  /// Reads `general.architecture` and the `<arch>.*` keys (only `llama` is supported).
+  /// Required: embedding_length, block_count, feed_forward_length, attention.head_count,
+  /// context_length, attention.layer_norm_rms_epsilon. n_vocab comes from `<arch>.vocab_size`,
+  /// else the `tokenizer.ggml.tokens` count, else token_embd.weight's row count.
+  /// Throws ModelError naming the file and the missing/invalid key or the unknown architecture.
   static ModelConfig from_gguf(const GgufFile& f);
   uint64_t n_params() const;
 };
@@ -74,7 +80,7 @@ struct StepBatch {
 };
 
 struct ModelOptions {
-  int n_threads = 0;  ///< 0 = hardware concurrency
+  int n_threads = 0;  ///< 0 = hardware concurrency (ModelError if negative)
 };
 
 class Model {
@@ -87,7 +93,15 @@ class Model {
   virtual const GgufFile& gguf() const = 0;
   virtual KvShape kv_shape(int block_size) const = 0;
   /// Run one step. Writes n_vocab floats per token with want_logits=1, in batch order, to
-  /// `logits` (resized). A token's logits are bit-identical whatever else is in the batch.
+  /// `logits` (resized; row-major [n_wanted][n_vocab]). A token's logits are bit-identical
+  /// whatever else is in the batch and whatever the thread count. K/V of every token are
+  /// written (fp32) into its reserved slot before any token attends, so a prompt may be fed
+  /// in one step. An empty batch clears `logits`.
+  /// Throws, before anything is written: std::invalid_argument for ragged StepBatch vectors,
+  /// a KV cache whose shape differs from kv_shape(), or a slot in a block shared with another
+  /// sequence; std::out_of_range for a token id outside [0, n_vocab), a dead sequence, or a
+  /// position not reserved by append_slots.
+  /// Allocates nothing once scratch has grown to the largest batch / context seen.
   virtual void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) = 0;
   virtual int n_threads() const = 0;
 };

@@ -1,0 +1,126 @@
+// flashdllm/sampling.h — turning one row of logits into the next token.
+//
+// Pipeline (the order llama.cpp's default sampler chain uses for these stages):
+//   1. penalties over the last `repeat_last_n` accepted tokens (prompt included):
+//      - repetition penalty (Keskar et al. 2019, CTRL, as implemented by llama.cpp): for every
+//        distinct token seen, a positive logit is divided by `repeat_penalty`, a negative one
+//        multiplied by it;
+//      - frequency / presence penalties (OpenAI API semantics):
+//        logit -= frequency_penalty * count + presence_penalty * (count > 0);
+//   2. top-k: keep the k highest logits (ties: lower id first);
+//   3. top-p / nucleus (Holtzman et al. 2019): softmax over the survivors, keep the smallest
+//      prefix (by descending probability) whose cumulative probability is >= top_p, >= 1 token;
+//   4. min-p (Nguyen et al. 2024): keep tokens whose probability is >= min_p * p_max;
+//   5. temperature: logits / temperature, softmax over the survivors;
+//   6. draw one token with the sampler's own RNG (std::mt19937_64 seeded with `seed`).
+// temperature == 0 is greedy decoding: the argmax of the penalized logits, lowest id on ties
+// (stages 2-4 always keep the argmax, so they cannot change it and are skipped).
+//
+// Degenerate settings stay well defined: a tiny temperature (down to the smallest denormal)
+// or top_p puts all the probability on the argmax, never NaN/Inf. -Inf logits are masked
+// tokens and are never drawn.
+// Cost per token: linear passes over the vocabulary (vectorized max/exp), no full sort —
+// top-k keeps a k-entry heap, top-p sorts only the probability bucket where the cut falls.
+//
+// Units: logits are raw fp32 model outputs, n_vocab per row; probabilities are in [0, 1].
+// Errors: bad parameters throw std::invalid_argument naming the parameter; a logits row of
+// the wrong size, containing NaN or +Inf, or entirely -Inf throws std::invalid_argument.
+// Thread-safety: a Sampler is not thread-safe (it owns an RNG and scratch buffers); use one
+// per sequence. SamplingParams::validate() is pure.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace fdl {
+
+struct SamplingParams {
+  float temperature = 1.0f;       ///< 0 = greedy; must be finite and >= 0
+  int32_t top_k = 0;              ///< 0 = off; must be >= 0
+  float top_p = 1.0f;             ///< 1 = off; must be in (0, 1]
+  float min_p = 0.0f;             ///< 0 = off; must be in [0, 1]
+  float repeat_penalty = 1.0f;    ///< 1 = off; must be finite and > 0
+  int32_t repeat_last_n = 64;     ///< penalty window in tokens; -1 = whole context, 0 = off
+  float frequency_penalty = 0.0f; ///< finite; 0 = off
+  float presence_penalty = 0.0f;  ///< finite; 0 = off
+  uint64_t seed = 0;              ///< RNG seed: same seed + same logits -> same tokens
+
+  bool is_greedy() const { return temperature == 0.0f; }
+  bool has_penalties() const {
+    return repeat_last_n != 0 &&
+           (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
+  }
+  /// Throws std::invalid_argument naming the first invalid parameter and its value.
+  void validate() const;
+};
+
+/// A token with its (possibly transformed) logit.
+struct TokenLogit {
+  int32_t id = 0;
+  float logit = 0.0f;
+};
+
+/// One candidate token of the final distribution.
+struct TokenProb {
+  int32_t id = 0;
+  float prob = 0.0f;
+};
+
+/// Per-sequence sampler: holds the parameters, the penalty history and the RNG.
+class Sampler {
+ public:
+  /// Validates `params` (std::invalid_argument) and `n_vocab` > 0.
+  Sampler(const SamplingParams& params, int32_t n_vocab);
+
+  const SamplingParams& params() const { return params_; }
+  int32_t n_vocab() const { return n_vocab_; }
+
+  /// Record a token of the context (prompt tokens and every generated token) for the
+  /// penalties. sample() does not call it: the caller accepts what it keeps.
+  /// Throws std::out_of_range for an id outside [0, n_vocab).
+  void accept(int32_t token);
+
+  /// Draw the next token from one row of `n_vocab` logits (advances the RNG unless greedy).
+  int32_t sample(std::span<const float> logits);
+
+  /// The final distribution sample() would draw from, sorted by descending probability
+  /// (ties: lower id first); probabilities sum to 1. Greedy gives one token with prob 1.
+  /// Does not advance the RNG. Meant for tests and log-probabilities; allocates.
+  std::vector<TokenProb> distribution(std::span<const float> logits);
+
+  /// Stage 1 only: the logits after the penalties for the current history. Allocates.
+  std::vector<float> penalized_logits(std::span<const float> logits);
+
+ private:
+  /// Validates a row (size, no NaN/+Inf, not all -Inf) and returns its argmax (lowest id
+  /// on ties) in the same pass.
+  size_t scan(std::span<const float> logits) const;
+  /// Copies `logits` into scratch and applies the penalties there.
+  std::span<const float> penalized(std::span<const float> logits);
+  /// The row after penalties (the input itself when there are none) and its argmax.
+  std::span<const float> prepared(std::span<const float> logits, size_t& argmax);
+  /// Runs stages 2-5; leaves the unnormalized weights of the survivors in weights_ (the
+  /// i-th belongs to candidate_id(i)) and returns their sum.
+  double build_candidates(std::span<const float> logits, float max_logit);
+  int32_t candidate_id(size_t i) const;
+
+  SamplingParams params_;
+  int32_t n_vocab_;
+  std::mt19937_64 rng_;
+  // penalty history: the window of accepted tokens and per-token counts inside it
+  std::deque<int32_t> window_;
+  std::vector<int32_t> counts_;
+  std::vector<uint32_t> applied_stamp_;
+  uint32_t stamp_ = 0;
+  // scratch, reused across calls (no per-token allocation)
+  std::vector<float> penalized_;
+  std::vector<TokenLogit> candidates_;
+  bool all_tokens_ = false;  ///< no truncation: weight i is token i's, candidates_ unused
+  std::vector<float> weights_;
+  std::vector<double> top_p_scratch_;
+};
+
+}  // namespace fdl

@@ -1,0 +1,109 @@
+// Paged causal attention on the CPU: argument checks, scratch sizing, the split across
+// threads, and the portable build of the loop (attention_impl.h).
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "backend/cpu/attention_impl.h"
+#include "backend/cpu/cpu_features.h"
+
+namespace fdl::cpu {
+
+void AttentionScratch::reserve(int n_threads, int64_t floats) {
+  if (buffers_.size() < size_t(n_threads)) buffers_.resize(size_t(n_threads));
+  for (auto& b : buffers_)
+    if (b.size() < size_t(floats)) b.resize(size_t(floats));
+}
+
+namespace detail {
+namespace {
+
+struct VecPortable {
+  // Eight lanes (k mod 8) combined in the canonical order, like the AVX2 build.
+  static float dot(const float* a, const float* b, int64_t n) {
+    float acc[8] = {};
+    for (int64_t i = 0; i < n; ++i) acc[i % 8] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  }
+  static double exp_sum(float* s, int64_t n, float max) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      s[j] = std::exp(s[j] - max);
+      sum += double(s[j]);
+    }
+    return sum;
+  }
+  static void weighted_v_sum(const float* p, int64_t n_pos, const VRows& v, float* out) {
+    std::fill(out, out + v.head_dim, 0.f);
+    for (int64_t j = 0; j < n_pos; ++j) {
+      const float* vj = v.row(j);
+      for (int64_t i = 0; i < v.head_dim; ++i) out[i] += p[j] * vj[i];
+    }
+  }
+};
+
+}  // namespace
+
+void attention_items_portable(const PagedAttentionArgs& a, int64_t begin, int64_t end, float* buf) {
+  for (int64_t i = begin; i < end; ++i)
+    attend_group<VecPortable>(a, i / a.n_head_kv, int(i % a.n_head_kv), buf);
+}
+
+}  // namespace detail
+
+namespace {
+
+// Below this many multiply-adds a call runs on the calling thread: waking workers costs more
+// than the work (a decode step of a small model at short context).
+constexpr int64_t kMinParallelWork = 1 << 15;
+
+void check_args(const PagedAttentionArgs& a) {
+  if (a.kv.k_base == nullptr || a.kv.v_base == nullptr || a.q == nullptr || a.out == nullptr ||
+      a.block_tables == nullptr || a.positions == nullptr)
+    throw std::invalid_argument("paged_attention: null argument");
+  if (a.n_head <= 0 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0)
+    throw std::invalid_argument("paged_attention: n_head " + std::to_string(a.n_head) +
+                                " is not a positive multiple of n_head_kv " +
+                                std::to_string(a.n_head_kv));
+  if (a.head_dim <= 0 || a.kv.block_size <= 0 || a.kv.block_stride <= 0)
+    throw std::invalid_argument("paged_attention: head_dim, block_size and block_stride must be positive");
+}
+
+}  // namespace
+
+void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, AttentionScratch& scratch) {
+  check_args(args);
+  int64_t max_positions = 0, total_positions = 0;
+  for (int64_t t = 0; t < args.n_tokens; ++t) {
+    if (args.positions[t] < 0)
+      throw std::invalid_argument("paged_attention: negative position " +
+                                  std::to_string(args.positions[t]));
+    max_positions = std::max<int64_t>(max_positions, int64_t(args.positions[t]) + 1);
+    total_positions += int64_t(args.positions[t]) + 1;
+  }
+  const int group = args.n_head / args.n_head_kv;
+  scratch.reserve(threads.size(), int64_t(group) * (max_positions + 1));
+  // The kernel set is chosen once per call; one pointer is captured so std::function keeps
+  // the closure inline (no allocation).
+  struct Job {
+    const PagedAttentionArgs* a;
+    AttentionScratch* scratch;
+    void (*items)(const PagedAttentionArgs&, int64_t, int64_t, float*);
+  } job{&args, &scratch,
+        use_avx2_kernels() ? detail::attention_items_avx2 : detail::attention_items_portable};
+  const auto body = [&job](int64_t begin, int64_t end, int thread) {
+    job.items(*job.a, begin, end, job.scratch->thread_buffer(thread));
+  };
+  const int64_t n_items = args.n_tokens * args.n_head_kv;
+  const int64_t work = total_positions * args.n_head * args.head_dim * 2;  // QK and PV
+  if (work < kMinParallelWork || threads.size() == 1) {
+    body(0, n_items, 0);
+  } else {
+    threads.parallel_for(n_items, body);
+  }
+}
+
+}  // namespace fdl::cpu

@@ -1,0 +1,66 @@
+// attention.h — causal multi-head attention over the paged KV cache (PagedAttention,
+// Kwon et al. 2023), fp32, on the CPU.
+//
+// For each query token t and head h (GQA: kv head = h / (n_head / n_head_kv)):
+//   s_j  = dot(q[t][h], K[j]) * scale                 for positions j = 0 .. positions[t]
+//   p_j  = exp(s_j - max_j s_j) / sum_j exp(s_j - max)  (fp32, max subtraction, sum in double)
+//   out[t][h] = sum_j p_j * V[j]                       (positions in increasing order)
+// K[j]/V[j] are read from block block_tables[t][j / block_size], slot j % block_size, of the
+// KV arena (layout in flashdllm/kv_cache.h), described by plain pointers and strides so the
+// kernel does not depend on the KV module. The order of every reduction depends only on the
+// token's own position, so a token's output is bit-identical whatever else is in the batch
+// and whatever the thread count.
+//
+// Thread-safety: not reentrant per AttentionScratch; the KV arena is only read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+
+namespace fdl::cpu {
+
+/// One layer of the paged KV arena: K of (block b, slot s, kv head g) is at
+/// k_base + b * block_stride + s * n_head_kv * head_dim + g * head_dim, V likewise from v_base.
+struct PagedKvLayer {
+  const float* k_base = nullptr;  ///< K of block 0, slot 0 of this layer
+  const float* v_base = nullptr;  ///< V of block 0, slot 0 of this layer
+  int64_t block_stride = 0;       ///< floats from one block to the next
+  int block_size = 0;             ///< token slots per block
+};
+
+struct PagedAttentionArgs {
+  PagedKvLayer kv;
+  int64_t n_tokens = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 1.f;                         ///< usually 1/sqrt(head_dim)
+  const float* q = nullptr;                  ///< [n_tokens][n_head][head_dim]
+  const int32_t* const* block_tables = nullptr;  ///< per token: its sequence's block ids
+  const int32_t* positions = nullptr;        ///< per token: attends to [0, positions[t]]
+  float* out = nullptr;                      ///< [n_tokens][n_head][head_dim]
+};
+
+/// Per-thread score buffers, grown on demand and reused across calls (no allocation per
+/// step once the longest context has been seen).
+class AttentionScratch {
+ public:
+  /// Make room for `n_threads` threads, each holding `floats` floats.
+  void reserve(int n_threads, int64_t floats);
+  float* thread_buffer(int thread) { return buffers_[size_t(thread)].data(); }
+
+ private:
+  std::vector<std::vector<float>> buffers_;
+};
+
+/// Runs attention for every (token, head) pair. Work items are (token, kv head): the query
+/// heads sharing a KV head are processed together so each K/V vector is read once per group.
+/// Items are split across `threads` when there is enough work to pay for the hand-off.
+/// Throws std::invalid_argument for a null pointer, n_head not a positive multiple of
+/// n_head_kv, a non-positive head_dim/block_size, or a negative position. Block ids are
+/// trusted (the caller takes them from a KvCache block table covering each position).
+void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, AttentionScratch& scratch);
+
+}  // namespace fdl::cpu

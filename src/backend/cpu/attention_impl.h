@@ -1,0 +1,74 @@
+// attention_impl.h — internal: the per-(token, KV head) attention loop shared by the portable
+// and AVX2 builds. `Vec` supplies the vector primitives as static inline functions,
+//   float  Vec::dot(const float* a, const float* b, int64_t n);
+//   double Vec::exp_sum(float* s, int64_t n, float max);  // s[j] = exp(s[j] - max); returns
+//                                                          // the sum, added in j order in double
+//   void   Vec::weighted_v_sum(const float* p, int64_t n_pos, const VRows& v, float* out);
+//                                                          // out = sum_j p[j] * V[j], j ascending
+// so each translation unit (compiled with its own ISA flags) inlines its own version.
+// Reduction order per output is fixed: positions in increasing order, whatever the batch.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cpu/attention.h"
+
+namespace fdl::cpu::detail {
+
+/// The V vectors of one KV head for one token's positions, addressed through its block table.
+struct VRows {
+  const float* base;     ///< V of block 0, slot 0, this KV head
+  const int32_t* table;  ///< block ids
+  int64_t block_stride;  ///< floats between blocks
+  int64_t slot_stride;   ///< floats between slots of a block
+  int block_size;
+  int64_t head_dim;
+  const float* row(int64_t j) const {
+    return base + table[j / block_size] * block_stride + (j % block_size) * slot_stride;
+  }
+};
+
+/// Query heads [kvh*group, (kvh+1)*group) of token t against KV head kvh. `buf` must hold
+/// group * (positions[t] + 2) floats: the scores, then the per-head maxima.
+template <class Vec>
+void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
+  const PagedKvLayer& kv = a.kv;
+  const int group = a.n_head / a.n_head_kv;
+  const int64_t hd = a.head_dim;
+  const int64_t slot_stride = int64_t(a.n_head_kv) * hd;  // floats between token slots
+  const int64_t n_pos = int64_t(a.positions[t]) + 1;
+  const int32_t* table = a.block_tables[t];
+  const float* q = a.q + (t * a.n_head + int64_t(kvh) * group) * hd;
+  float* out = a.out + (t * a.n_head + int64_t(kvh) * group) * hd;
+  float* scores = buf;                     // [group][n_pos]
+  float* max_score = buf + group * n_pos;  // [group]
+
+  std::fill(max_score, max_score + group, -INFINITY);
+  for (int64_t j0 = 0; j0 < n_pos; j0 += kv.block_size) {
+    const int64_t n_in_block = std::min<int64_t>(kv.block_size, n_pos - j0);
+    const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + kvh * hd;
+    for (int64_t s = 0; s < n_in_block; ++s)
+      for (int g = 0; g < group; ++g) {
+        const float score = Vec::dot(q + g * hd, kb + s * slot_stride, hd) * a.scale;
+        scores[g * n_pos + j0 + s] = score;
+        max_score[g] = std::max(max_score[g], score);
+      }
+  }
+  // Softmax per head (fp32 exponentials, double sum); the normalizer is folded into the
+  // weights before the V sum.
+  for (int g = 0; g < group; ++g) {
+    float* sg = scores + g * n_pos;
+    const float inv_sum = float(1.0 / Vec::exp_sum(sg, n_pos, max_score[g]));
+    for (int64_t j = 0; j < n_pos; ++j) sg[j] *= inv_sum;
+  }
+  const VRows v{kv.v_base + kvh * hd, table, kv.block_stride, slot_stride, kv.block_size, hd};
+  for (int g = 0; g < group; ++g) Vec::weighted_v_sum(scores + g * n_pos, n_pos, v, out + g * hd);
+}
+
+/// Runs work items [begin, end) — item i is (token i / n_head_kv, KV head i % n_head_kv).
+void attention_items_portable(const PagedAttentionArgs& a, int64_t begin, int64_t end, float* buf);
+void attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end, float* buf);
+
+}  // namespace fdl::cpu::detail

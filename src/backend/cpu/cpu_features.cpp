@@ -1,0 +1,54 @@
+// Runtime CPU feature detection and the process-wide kernel-set switch.
+#include "backend/cpu/cpu_features.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace fdl::cpu {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+#endif
+  return f;
+}
+
+bool env_disables_avx2() {
+  const char* v = std::getenv("FLASHDLLM_NO_AVX2");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// Whether AVX2 kernels could be used at all (hardware + environment), decided once.
+bool avx2_allowed() {
+  static const bool allowed = [] {
+    const CpuFeatures& f = cpu_features();
+    return f.avx2 && f.fma && f.f16c && !env_disables_avx2();
+  }();
+  return allowed;
+}
+
+std::atomic<bool> g_force_portable{false};
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+bool use_avx2_kernels() {
+  return avx2_allowed() && !g_force_portable.load(std::memory_order_relaxed);
+}
+
+void force_portable_kernels(bool force) { g_force_portable.store(force, std::memory_order_relaxed); }
+
+const char* kernel_set_name() { return use_avx2_kernels() ? "avx2" : "portable"; }
+
+}  // namespace fdl::cpu

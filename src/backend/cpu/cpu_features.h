@@ -1,0 +1,35 @@
+// cpu_features.h — which SIMD kernels this machine can run, decided once at startup.
+//
+// The AVX2 kernels (files *_avx2.cpp) need AVX2 + FMA + F16C. They are used when the CPU has
+// all three, unless the environment variable FLASHDLLM_NO_AVX2 is set to a non-empty value
+// other than "0", or force_portable_kernels(true) was called (tests use this to cover the
+// portable path on any machine).
+//
+// Thread-safety: all functions are thread-safe. Changing force_portable_kernels while a
+// kernel runs on another thread is allowed; that call may use either path.
+#pragma once
+
+namespace fdl::cpu {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;  ///< reported for diagnostics; no AVX-512 kernels yet
+};
+
+/// What the CPU supports (detected once, cached).
+const CpuFeatures& cpu_features();
+
+/// True if the AVX2/FMA/F16C kernels are in use: the CPU supports them, FLASHDLLM_NO_AVX2
+/// is not set, and force_portable_kernels(true) is not in effect.
+bool use_avx2_kernels();
+
+/// Forces (true) or releases (false) the portable kernels process-wide. Releasing never
+/// enables AVX2 on a CPU without it or when FLASHDLLM_NO_AVX2 is set.
+void force_portable_kernels(bool force);
+
+/// Name of the kernel set in use, "avx2" or "portable", for logs and benchmark labels.
+const char* kernel_set_name();
+
+}  // namespace fdl::cpu

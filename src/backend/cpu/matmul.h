@@ -1,0 +1,52 @@
+// matmul.h — Y = X · Wᵀ for the weight types the engine runs (F32, F16, BF16, Q8_0).
+//
+// Batch invariance (a hard guarantee, tested): every output Y[t][r] is bit-identical whatever
+// n_tokens is, whatever the other rows of X hold, and whatever the pool's thread count is.
+// Each output is reduced in one fixed order, identical in the single-token (GEMV) and
+// multi-token (GEMM) kernels:
+//   - weights are widened to fp32 exactly (F16/BF16 conversions are exact; a Q8_0 value is
+//     d * q, whose 19 significant bits fit an fp32 mantissa, so it is exact too);
+//   - eight lane accumulators, lane l summing the products w[k]*x[k] for k ≡ l (mod 8) in
+//     increasing k (the last partial group of 8 is zero-padded);
+//   - the lanes are combined as ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+// The AVX2 kernels use fused multiply-add for each product; the portable kernels multiply
+// then add. The two kernel sets therefore differ in the last bits, but each is batch
+// invariant on its own (see cpu_features.h for how the set is chosen).
+//
+// Thread-safety: matmul may run concurrently from several threads on different pools; on
+// one pool, calls are serialized by the pool.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/thread_pool.h"
+#include "backend/cpu/vec_ops.h"
+#include "flashdllm/dtype.h"
+
+namespace fdl::cpu {
+
+/// A row-major weight matrix as stored in GGUF: `rows` rows of `cols` elements of ggml type
+/// `type` (ggml tensor ne = {cols, rows}); rows are contiguous, no padding between them.
+/// The data is only read and must outlive the call.
+struct WeightMatrix {
+  GgmlType type;
+  const void* data;
+  int64_t rows;
+  int64_t cols;
+};
+
+/// Bytes of one weight row of `cols` elements of `type` (Q8_0: cols/32 blocks of 34 bytes).
+/// Throws std::invalid_argument for unsupported types or a Q8_0 width not a multiple of 32.
+size_t weight_row_bytes(GgmlType type, int64_t cols);
+
+/// Y[t*W.rows + r] = sum_k X[t*W.cols + k] * W[r][k] for t < n_tokens, r < W.rows.
+/// X: fp32, n_tokens x W.cols, row-major. Y: fp32, n_tokens x W.rows, row-major; must not
+/// overlap X or the weights. Work is split across the pool by weight rows (each thread
+/// streams its own slice of the weights). Allocates nothing per call once per-thread scratch
+/// has grown to the largest shape seen.
+/// Throws std::invalid_argument if the type is not F32/F16/BF16/Q8_0, a dimension is
+/// negative, Q8_0 cols is not a multiple of 32, or a pointer is null while its size is > 0.
+void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);
+
+}  // namespace fdl::cpu

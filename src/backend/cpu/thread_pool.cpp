@@ -1,0 +1,136 @@
+// Spin-then-sleep thread pool with chunk claiming; see thread_pool.h for the rationale.
+#include "backend/cpu/thread_pool.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace fdl::cpu {
+namespace {
+
+// Polls a worker makes for the next job before sleeping: ~100 µs on a 3 GHz core, enough to
+// bridge the serial gaps between the kernels of one decode step, short enough that an idle
+// pool stops burning cores almost at once.
+constexpr int kWorkerSpins = 20000;
+// Polls the caller makes for a chunk still running elsewhere before it starts yielding the
+// core (that thread may be preempted, e.g. when the machine is oversubscribed).
+constexpr int kCallerSpins = 4000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+constexpr uint64_t kChunkMask = 0xffffffffu;
+
+// The pool whose job the current thread is running (workers: always their own pool), to
+// reject nested parallel_for calls that would otherwise deadlock.
+thread_local const ThreadPool* tl_active_pool = nullptr;
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) {
+  if (n_threads < 0) throw std::invalid_argument("ThreadPool: n_threads must be >= 0");
+  if (n_threads == 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
+  n_threads_ = n_threads > 0 ? n_threads : 1;
+  errors_.resize(static_cast<size_t>(n_threads_));
+  workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+  // Workers start from job 0 rather than whatever they read once running: a pool destroyed
+  // before a worker got scheduled must still wake it.
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(0); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_seq_cst);
+  job_id_.fetch_add(1, std::memory_order_seq_cst);
+  job_id_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_claimed_chunks(uint32_t job_id) {
+  const auto n_chunks = static_cast<uint64_t>(n_threads_);
+  uint64_t w = work_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((w >> 32) != job_id || (w & kChunkMask) >= n_chunks) return;
+    if (!work_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    const auto chunk = static_cast<int64_t>(w & kChunkMask);
+    const int64_t q = job_n_ / n_threads_, m = job_n_ % n_threads_;
+    const int64_t begin = chunk * q + std::min(chunk, m);
+    const int64_t end = begin + q + (chunk < m ? 1 : 0);
+    if (begin < end) {
+      try {
+        (*job_fn_)(begin, end, static_cast<int>(chunk));
+      } catch (...) {
+        errors_[static_cast<size_t>(chunk)] = std::current_exception();
+      }
+    }
+    unfinished_.fetch_sub(1, std::memory_order_acq_rel);
+    w = work_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_loop(uint32_t seen) {
+  tl_active_pool = this;
+  for (;;) {
+    uint32_t now = seen;
+    for (int spin = 0; spin < kWorkerSpins; ++spin) {
+      now = job_id_.load(std::memory_order_acquire);
+      if (now != seen) break;
+      cpu_relax();
+    }
+    if (now == seen) {
+      // Announce the sleep before re-checking, so a caller that publishes a job either sees
+      // us in sleepers_ (and notifies) or we see its job (seq_cst on both sides).
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      while ((now = job_id_.load(std::memory_order_seq_cst)) == seen) job_id_.wait(seen);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    seen = now;
+    if (stop_.load(std::memory_order_acquire)) return;
+    run_claimed_chunks(now);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
+  if (n <= 0) return;
+  if (tl_active_pool == this)
+    throw std::logic_error("ThreadPool::parallel_for called from inside a parallel_for body");
+  std::lock_guard lock(call_mutex_);
+  struct ActiveGuard {
+    const ThreadPool* saved = tl_active_pool;
+    explicit ActiveGuard(const ThreadPool* p) { tl_active_pool = p; }
+    ~ActiveGuard() { tl_active_pool = saved; }
+  } active(this);
+
+  // One thread, or one index (which lands in chunk 0), needs no hand-off.
+  if (n_threads_ == 1 || n == 1) {
+    fn(0, n, 0);
+    return;
+  }
+  const uint32_t id = job_id_.load(std::memory_order_relaxed) + 1;
+  job_fn_ = &fn;
+  job_n_ = n;
+  for (auto& e : errors_) e = nullptr;
+  unfinished_.store(n_threads_, std::memory_order_relaxed);
+  work_.store(static_cast<uint64_t>(id) << 32, std::memory_order_release);
+  job_id_.store(id, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) job_id_.notify_all();
+
+  run_claimed_chunks(id);
+  for (int spin = 0; unfinished_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kCallerSpins) cpu_relax();
+    else std::this_thread::yield();
+  }
+  job_fn_ = nullptr;
+  for (auto& e : errors_)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace fdl::cpu

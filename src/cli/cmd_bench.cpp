@@ -1,0 +1,224 @@
+// `flashdllm bench` — prefill and decode throughput in the spirit of llama-bench.
+//
+// Method (docs/BENCHMARKS.md): the prompt is `-p` token ids drawn uniformly from the vocab
+// with std::mt19937_64(--seed, default 42), identical in every repetition. One warm-up run
+// (full prefill + one decode step: pages the weights in, sizes scratch buffers) is not
+// recorded. Each of `-r` repetitions then uses a fresh sequence in the paged KV cache:
+//   pp: one forward over all prompt tokens (logits for the last one only) + greedy sample;
+//   tg: `-n` single-token forwards, each fed the previous greedy token (EOS ignored).
+// pp tok/s = p / prefill time; tg tok/s = n / total decode time; TTFT = prefill time
+// (prompt in, first token out); inter-token latency = each decode step's wall time.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/bench_stats.h"
+#include "cli/cli_error.h"
+#include "cli/commands.h"
+#include "cli/json_output.h"
+#include "cli/model_path.h"
+#include "cli/option_checks.h"
+#include "flashdllm/kv_cache.h"
+#include "flashdllm/model.h"
+#include "flashdllm/sampling.h"
+
+namespace fdl::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string model;
+  int n_prompt = 128;
+  int n_gen = 128;
+  int repetitions = 5;
+  int threads = 0;
+  int block_size = 16;
+  uint64_t seed = 42;
+  bool json = false;
+};
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct RunTimings {
+  double prefill_ms = 0;
+  std::vector<double> step_ms;  // one per decode step
+};
+
+class BenchRunner {
+ public:
+  BenchRunner(Model& model, const BenchOptions& opt)
+      : model_(model),
+        pool_(model.kv_shape(opt.block_size),
+              static_cast<size_t>((opt.n_prompt + opt.n_gen + opt.block_size) / opt.block_size)),
+        kv_(pool_),
+        sampler_(SamplingParams{.temperature = 0.0f}, model.config().n_vocab) {}
+
+  /// Prefill `prompt`, then `n_gen` greedy decode steps, in a fresh sequence.
+  RunTimings run(const std::vector<int32_t>& prompt, int n_gen) {
+    RunTimings t;
+    const SeqId seq = kv_.create_sequence();
+    StepBatch batch;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.add(prompt[i], static_cast<int32_t>(i), seq, i + 1 == prompt.size());
+    }
+    auto t0 = Clock::now();
+    kv_.append_slots(seq, prompt.size());
+    model_.forward(batch, kv_, logits_);
+    int32_t token = sampler_.sample(logits_);
+    t.prefill_ms = ms_since(t0);
+
+    for (int step = 0; step < n_gen; ++step) {
+      const auto pos = static_cast<int32_t>(prompt.size()) + step;
+      batch.clear();
+      batch.add(token, pos, seq, true);
+      t0 = Clock::now();
+      kv_.append_slots(seq, 1);
+      model_.forward(batch, kv_, logits_);
+      token = sampler_.sample(logits_);
+      t.step_ms.push_back(ms_since(t0));
+    }
+    kv_.free_sequence(seq);
+    return t;
+  }
+
+ private:
+  Model& model_;
+  BlockPool pool_;
+  KvCache kv_;
+  Sampler sampler_;
+  std::vector<float> logits_;
+};
+
+std::vector<int32_t> random_prompt(int n, int n_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, n_vocab - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = pick(rng);
+  return ids;
+}
+
+nlohmann::json summary_json(const SampleSummary& s) {
+  return {{"mean", s.mean}, {"stddev", s.stddev}, {"median", s.median},
+          {"p95", s.p95},   {"min", s.min},       {"max", s.max}};
+}
+
+void print_table(const nlohmann::json& j) {
+  const auto row = [&](const char* test, const nlohmann::json& tps) {
+    std::printf("| %-24s | %9.2f M | %7d | %-6s | %10.2f ± %-8.2f |\n",
+                j["model_name"].get<std::string>().c_str(), j["n_params"].get<double>() / 1e6,
+                j["n_threads"].get<int>(), test, tps["mean"].get<double>(),
+                tps["stddev"].get<double>());
+  };
+  std::printf("| %-24s | %11s | %7s | %-6s | %21s |\n", "model", "params", "threads", "test", "t/s");
+  std::printf("|%s|%s|%s|%s|%s|\n", std::string(26, '-').c_str(), std::string(13, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(8, '-').c_str(), std::string(23, '-').c_str());
+  row(("pp" + std::to_string(j["n_prompt"].get<int>())).c_str(), j["pp_tok_s"]);
+  if (j.contains("tg_tok_s")) row(("tg" + std::to_string(j["n_gen"].get<int>())).c_str(), j["tg_tok_s"]);
+  std::printf("\nload %.1f ms; TTFT %.2f ± %.2f ms", j["load_ms"].get<double>(),
+              j["ttft_ms"]["mean"].get<double>(), j["ttft_ms"]["stddev"].get<double>());
+  if (j.contains("itl_ms")) {
+    const auto& itl = j["itl_ms"];
+    std::printf("; inter-token latency p50 %.3f ms, p95 %.3f ms, stddev %.3f ms",
+                itl["median"].get<double>(), itl["p95"].get<double>(), itl["stddev"].get<double>());
+  }
+  std::printf(" (%d repetitions after 1 warm-up)\n", j["repetitions"].get<int>());
+}
+
+void check_options(const BenchOptions& opt) {
+  // the upper bounds keep sizes far from int overflow; the model context is checked later
+  check_int_in("-p/--n-prompt", opt.n_prompt, 1, 1 << 20);
+  check_int_in("-n/--n-gen", opt.n_gen, 0, 1 << 20);
+  check_int_in("-r/--repetitions", opt.repetitions, 1, 100000);
+  check_int_in("-t/--threads", opt.threads, 0, kMaxThreads);
+  check_int_in("--block-size", opt.block_size, 1, kMaxBlockSize);
+}
+
+void run_bench(const BenchOptions& opt) {
+  check_options(opt);
+  const auto path = resolve_model_path(opt.model);
+  const auto t_load = Clock::now();
+  const auto model = Model::load(path, ModelOptions{.n_threads = opt.threads});
+  const double load_ms = ms_since(t_load);
+  const ModelConfig& cfg = model->config();
+  const int n_ctx = opt.n_prompt + opt.n_gen;
+  if (cfg.n_ctx_train > 0 && n_ctx > cfg.n_ctx_train) {
+    throw CliError("-p + -n = " + std::to_string(n_ctx) + " tokens exceeds the model's context of " +
+                   std::to_string(cfg.n_ctx_train));
+  }
+
+  const std::vector<int32_t> prompt = random_prompt(opt.n_prompt, cfg.n_vocab, opt.seed);
+  BenchRunner runner(*model, opt);
+  runner.run(prompt, opt.n_gen > 0 ? 1 : 0);  // warm-up, not recorded
+
+  std::vector<double> pp_tps, tg_tps, ttft, itl;
+  for (int r = 0; r < opt.repetitions; ++r) {
+    const RunTimings t = runner.run(prompt, opt.n_gen);
+    pp_tps.push_back(opt.n_prompt / (t.prefill_ms / 1e3));
+    ttft.push_back(t.prefill_ms);
+    if (opt.n_gen > 0) {
+      double decode_ms = 0;
+      for (const double s : t.step_ms) decode_ms += s;
+      tg_tps.push_back(opt.n_gen / (decode_ms / 1e3));
+      itl.insert(itl.end(), t.step_ms.begin(), t.step_ms.end());
+    }
+  }
+
+  uint64_t n_params = 0;
+  for (const GgufTensorInfo& ti : model->gguf().tensors()) n_params += ti.n_elements();
+  nlohmann::json j = {
+      {"model", path.string()},
+      {"model_name", cfg.name.empty() ? path.filename().string() : cfg.name},
+      {"n_params", n_params},
+      {"n_threads", model->n_threads()},
+      {"n_prompt", opt.n_prompt},
+      {"n_gen", opt.n_gen},
+      {"repetitions", opt.repetitions},
+      {"seed", opt.seed},
+      {"block_size", opt.block_size},
+      {"load_ms", load_ms},
+      {"pp_tok_s", summary_json(summarize(pp_tps))},
+      {"pp_tok_s_samples", pp_tps},
+      {"ttft_ms", summary_json(summarize(ttft))},
+      {"ttft_ms_samples", ttft},
+      {"prompt_token_ids", prompt},
+  };
+  if (opt.n_gen > 0) {
+    j["tg_tok_s"] = summary_json(summarize(tg_tps));
+    j["tg_tok_s_samples"] = tg_tps;
+    j["itl_ms"] = summary_json(summarize(itl));
+    j["itl_ms_samples"] = itl;  // every decode step of every repetition, in order
+  }
+  if (opt.json) {
+    print_json_line(j);
+  } else {
+    print_table(j);
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill (pp) and decode (tg) throughput");
+  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt tokens to prefill")->capture_default_str();
+  cmd->add_option("-n,--n-gen", opt->n_gen, "Tokens to decode one at a time")->capture_default_str();
+  cmd->add_option("-r,--repetitions", opt->repetitions, "Measured repetitions (after one warm-up)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", opt->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--block-size", opt->block_size, "KV cache block size in tokens")->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Seed of the random prompt token ids")->capture_default_str();
+  cmd->add_flag("--json", opt->json, "Print one JSON object with all statistics");
+  cmd->callback([opt] { run_bench(*opt); });
+}
+
+}  // namespace fdl::cli

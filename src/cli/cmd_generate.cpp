@@ -1,0 +1,217 @@
+// `flashdllm generate` — complete one prompt, streaming the text to stdout as it is made.
+//
+// Flags follow llama.cpp's llama-cli where they overlap. stdout carries only generated text
+// (or, with --json, one JSON object), so the output can be piped; the timing summary goes to
+// stderr.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/cli_error.h"
+#include "cli/commands.h"
+#include "cli/json_output.h"
+#include "cli/model_path.h"
+#include "cli/option_checks.h"
+#include "flashdllm/generator.h"
+
+namespace fdl::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  int n_predict = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  bool no_bos = false;
+  bool parse_special = false;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;
+  int threads = 0;
+  int block_size = 16;
+  int ctx_size = 0;
+  bool json = false;
+};
+
+void check_options(const GenerateOptions& opt) {
+  check_at_least("-n/--n-predict", opt.n_predict, -1);
+  check_finite_in("--temp", opt.temperature, 0.0, 1e6);
+  check_at_least("--top-k", opt.top_k, 0);
+  check_finite_in("--top-p", opt.top_p, 0.0, 1.0);
+  if (opt.top_p == 0.0f) throw CliError("--top-p must be > 0 (use 1 to turn it off), got 0");
+  check_finite_in("--min-p", opt.min_p, 0.0, 1.0);
+  check_finite_in("--repeat-penalty", opt.repeat_penalty, 0.0, 1e6);
+  if (opt.repeat_penalty == 0.0f) throw CliError("--repeat-penalty must be > 0 (1 = off), got 0");
+  check_at_least("--repeat-last-n", opt.repeat_last_n, -1);
+  check_finite("--presence-penalty", opt.presence_penalty);
+  check_finite("--frequency-penalty", opt.frequency_penalty);
+  check_int_in("-t/--threads", opt.threads, 0, kMaxThreads);
+  check_int_in("--block-size", opt.block_size, 1, kMaxBlockSize);
+  check_at_least("-c/--ctx-size", opt.ctx_size, 0);
+  for (const auto& s : opt.stop) {
+    if (s.empty()) throw CliError("--stop needs a non-empty string");
+  }
+}
+
+SamplingParams sampling_from(const GenerateOptions& opt, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = opt.temperature;
+  p.top_k = opt.top_k;
+  p.top_p = opt.top_p;
+  p.min_p = opt.min_p;
+  p.repeat_penalty = opt.repeat_penalty;
+  p.repeat_last_n = opt.repeat_last_n;
+  p.presence_penalty = opt.presence_penalty;
+  p.frequency_penalty = opt.frequency_penalty;
+  p.seed = seed;
+  p.validate();
+  return p;
+}
+
+std::string prompt_text(const GenerateOptions& opt) {
+  if (opt.prompt_file.empty()) return opt.prompt;
+  std::ifstream in(opt.prompt_file, std::ios::binary);
+  if (!in) throw CliError("cannot open prompt file '" + opt.prompt_file + "'");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<int32_t> prompt_ids(const Tokenizer& tok, const std::string& text,
+                                const GenerateOptions& opt) {
+  if (!opt.no_bos) return encode_prompt(tok, text, opt.parse_special);  // "" -> [BOS]
+  auto ids = tok.encode(text, /*add_special=*/false, opt.parse_special);
+  if (ids.empty()) {
+    throw CliError("the prompt is empty and --no-bos leaves no token to start from");
+  }
+  return ids;
+}
+
+nlohmann::json timings_json(const GenerationTimings& t, double load_ms) {
+  return {{"load_ms", load_ms},
+          {"prompt_tokens", t.prompt_tokens},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_tok_s", t.prompt_tokens_per_s()},
+          {"ttft_ms", t.ttft_ms},
+          {"gen_tokens", t.gen_tokens},
+          {"decode_ms", t.decode_ms},
+          {"decode_tok_s", t.decode_tokens_per_s()}};
+}
+
+void print_summary(const GenerationResult& r, double load_ms, uint64_t seed) {
+  const GenerationTimings& t = r.timings;
+  std::fprintf(stderr,
+               "flashdllm: load %.1f ms | prompt %d tokens in %.2f ms (%.1f tok/s) | "
+               "TTFT %.2f ms | generated %d tokens in %.2f ms (%.1f tok/s) | finish: %s | seed %llu\n",
+               load_ms, t.prompt_tokens, t.prompt_ms, t.prompt_tokens_per_s(), t.ttft_ms,
+               t.gen_tokens, t.decode_ms, t.decode_tokens_per_s(), r.finish_reason.c_str(),
+               static_cast<unsigned long long>(seed));
+}
+
+void run_generate(const GenerateOptions& opt) {
+  check_options(opt);
+  const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
+  GenerationRequest request;
+  request.sampling = sampling_from(opt, seed);
+  request.max_new_tokens = opt.n_predict;
+  request.stop = opt.stop;
+  request.ignore_eos = opt.ignore_eos;
+  const std::string text = prompt_text(opt);
+
+  const auto path = resolve_model_path(opt.model);
+  const auto t_load = Clock::now();
+  LoadedModel loaded = load_model(path, ModelOptions{.n_threads = opt.threads});
+  const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
+
+  request.prompt_ids = prompt_ids(*loaded.tokenizer, text, opt);
+  Generator generator(*loaded.model, *loaded.tokenizer,
+                      GeneratorOptions{.block_size = opt.block_size,
+                                       .n_ctx = opt.ctx_size,
+                                       .max_sequences = 1});
+
+  TextCallback stream;
+  if (!opt.json) {
+    stream = [](size_t, std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);  // show each piece as soon as it exists
+    };
+  }
+  const GenerationResult result = generator.generate({request}, stream).at(0);
+
+  if (opt.json) {
+    print_json_line({{"prompt_token_ids", result.prompt_ids},
+                     {"token_ids", result.generated_ids},
+                     {"text", result.text},
+                     {"finish_reason", result.finish_reason},
+                     {"matched_stop", result.matched_stop},
+                     {"seed", seed},
+                     {"timings", timings_json(result.timings, load_ms)}});
+  } else if (::isatty(STDOUT_FILENO) && !result.text.empty() && result.text.back() != '\n') {
+    std::fputc('\n', stdout);  // keep the shell prompt off the last line; pipes get exact text
+  }
+  print_summary(result, load_ms, seed);
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto opt = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Complete a prompt, streaming the text");
+  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  auto* prompt = cmd->add_option("-p,--prompt", opt->prompt, "Prompt text (\"\" = start from BOS)");
+  auto* file = cmd->add_option("-f,--file", opt->prompt_file, "Read the prompt from this file");
+  prompt->excludes(file);
+  cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate (-1 = until EOS or context full)")
+      ->capture_default_str();
+  cmd->add_option("--temp", opt->temperature, "Temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", opt->top_k, "Top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", opt->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", opt->min_p, "Min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", opt->repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", opt->repeat_last_n, "Penalty window (-1 = whole context, 0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", opt->presence_penalty, "Presence penalty (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", opt->frequency_penalty, "Frequency penalty (0 = off)")
+      ->capture_default_str();
+  auto* seed = cmd->add_option("-s,--seed", opt->seed, "RNG seed (default: random, printed on stderr)");
+  cmd->add_flag("--no-bos", opt->no_bos, "Do not add BOS (or EOS) to the prompt");
+  cmd->add_flag("--parse-special", opt->parse_special, "Turn text such as <s> into special tokens");
+  cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_option("--stop", opt->stop, "Stop before this string (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("-t,--threads", opt->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--block-size", opt->block_size, "KV cache block size in tokens")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", opt->ctx_size, "Context size (0 = min(model context, 4096))")
+      ->capture_default_str();
+  cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
+  cmd->callback([opt, prompt, file, seed] {
+    if (prompt->count() == 0 && file->count() == 0) {
+      throw CliError("generate needs -p PROMPT (use -p \"\" to start from BOS) or -f FILE");
+    }
+    opt->seed_given = seed->count() > 0;
+    run_generate(*opt);
+  });
+}
+
+}  // namespace fdl::cli

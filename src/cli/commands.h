@@ -1,0 +1,22 @@
+// commands.h — each subcommand of the `flashdllm` tool lives in its own cmd_*.cpp and
+// registers itself on the top-level CLI11 app through one of these functions.
+//
+// A command parses into an options struct owned by its callback and throws (CliError or a
+// library exception) on failure; main() turns every exception into one line on stderr and
+// a non-zero exit status.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace fdl::cli {
+
+void add_info_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+/// `tools` groups developer utilities; today only `tools make-model`.
+void add_tools_command(CLI::App& app);
+
+}  // namespace fdl::cli

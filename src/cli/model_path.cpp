@@ -1,0 +1,45 @@
+#include "cli/model_path.h"
+
+#include <cstdlib>
+#include <system_error>
+
+#include "cli/cli_error.h"
+
+namespace fdl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Fail early with a message naming the path: the GGUF reader would also reject a missing
+// file, but "no such file" with the source of the path (flag or environment) is clearer.
+fs::path checked(const fs::path& p, const char* source) {
+  std::error_code ec;
+  const auto status = fs::status(p, ec);
+  if (ec || !fs::exists(status)) {
+    throw CliError("model file '" + p.string() + "' (" + source + ") does not exist");
+  }
+  if (!fs::is_regular_file(status)) {
+    throw CliError("model path '" + p.string() + "' (" + source + ") is not a regular file");
+  }
+  return p;
+}
+
+}  // namespace
+
+fs::path resolve_model_path(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return checked(explicit_path, "from -m");
+  if (const char* env = std::getenv("FLASHDLLM_MODEL"); env != nullptr && *env != '\0') {
+    return checked(env, "from $FLASHDLLM_MODEL");
+  }
+  for (const fs::path& candidate :
+       {fs::path("models/stories260K.gguf"), fs::path("../shared/models/stories260K.gguf")}) {
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec)) return candidate;
+  }
+  throw CliError(
+      "no model given: pass -m FILE.gguf or set FLASHDLLM_MODEL (for a quick test, download "
+      "stories260K.gguf from huggingface.co/ggml-org/models (tinyllamas) into models/, or "
+      "create one with `flashdllm tools make-model --preset tiny -o models/tiny.gguf`)");
+}
+
+}  // namespace fdl::cli

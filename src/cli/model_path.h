@@ -1,0 +1,15 @@
+// model_path.h — which model file a command uses when -m is not given.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace fdl::cli {
+
+/// The model to open: `explicit_path` when non-empty, else $FLASHDLLM_MODEL, else
+/// models/stories260K.gguf, else ../shared/models/stories260K.gguf (both relative to the
+/// current directory). Throws CliError explaining how to get a model when none exists, or
+/// when the chosen path is not a readable regular file.
+std::filesystem::path resolve_model_path(const std::string& explicit_path);
+
+}  // namespace fdl::cli

@@ -1,0 +1,121 @@
+// Sampler: greedy argmax or the truncate-temper-draw pipeline (see flashdllm/sampling.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "decode/candidate_filters.h"
+#include "decode/row_ops.h"
+#include "flashdllm/sampling.h"
+
+namespace fdl {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
+    : params_(params), n_vocab_(n_vocab), rng_(params.seed) {
+  params_.validate();
+  if (n_vocab <= 0)
+    throw std::invalid_argument("Sampler: n_vocab must be > 0, got " + std::to_string(n_vocab));
+}
+
+size_t Sampler::scan(std::span<const float> logits) const {
+  if (logits.size() != size_t(n_vocab_))
+    throw std::invalid_argument("Sampler: logits row has " + std::to_string(logits.size()) +
+                                " values, expected n_vocab = " + std::to_string(n_vocab_));
+  const detail::RowScan scan = detail::scan_row(logits);
+  // -Inf is a legitimate mask; NaN or +Inf would poison the softmax.
+  if (scan.has_nan_or_pos_inf) {
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (std::isnan(logits[i]) || logits[i] == kInf)
+        throw std::invalid_argument("Sampler: logit of token " + std::to_string(i) + " is " +
+                                    (std::isnan(logits[i]) ? "NaN" : "+Inf"));
+  }
+  if (scan.max == -kInf) throw std::invalid_argument("Sampler: every logit is -Inf");
+  return scan.argmax;
+}
+
+std::span<const float> Sampler::prepared(std::span<const float> logits, size_t& argmax) {
+  argmax = scan(logits);
+  if (!params_.has_penalties() || window_.empty()) return logits;
+  const auto row = penalized(logits);
+  argmax = detail::scan_row(row).argmax;  // penalties may move the maximum either way
+  return row;
+}
+
+double Sampler::build_candidates(std::span<const float> logits, float max_logit) {
+  const bool truncates = (params_.top_k > 0 && size_t(params_.top_k) < logits.size()) ||
+                         params_.top_p < 1.0f || params_.min_p > 0.0f;
+  if (!truncates) {
+    // The whole vocabulary survives: weight i belongs to token i, so skip building a
+    // candidate list (masked -Inf logits get weight 0 and can never be drawn).
+    all_tokens_ = true;
+    weights_.assign(logits.begin(), logits.end());
+    detail::exp_shifted_in_place(weights_, max_logit, params_.temperature);
+    return detail::sum_in_double(weights_);
+  }
+  all_tokens_ = false;
+  bool sorted = false;
+  if (params_.top_k > 0 && size_t(params_.top_k) < logits.size()) {
+    detail::select_top_k(logits, size_t(params_.top_k), candidates_);
+    sorted = true;
+  } else {
+    // Without top-p, min-p only depends on the maximum, so it can filter while copying;
+    // with top-p it must wait (top-p's probabilities are over the unfiltered set).
+    double threshold = -std::numeric_limits<double>::infinity();
+    if (params_.min_p > 0.0f && params_.top_p >= 1.0f)
+      threshold = double(max_logit) + std::log(double(params_.min_p));
+    detail::select_at_least(logits, threshold, candidates_);
+  }
+  if (params_.top_p < 1.0f)
+    detail::keep_top_p(candidates_, params_.top_p, sorted, weights_, top_p_scratch_);
+  detail::keep_min_p(candidates_, params_.min_p);
+  return detail::tempered_weights(candidates_, params_.temperature, weights_);
+}
+
+int32_t Sampler::candidate_id(size_t i) const {
+  return all_tokens_ ? static_cast<int32_t>(i) : candidates_[i].id;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  size_t argmax = 0;
+  const auto row = prepared(logits, argmax);
+  if (params_.is_greedy()) return static_cast<int32_t>(argmax);
+
+  const double total = build_candidates(row, row[argmax]);
+  // 53 random bits -> a double uniform in [0, 1); the same on every platform, unlike
+  // std::uniform_real_distribution whose algorithm is implementation-defined.
+  const double u = double(rng_() >> 11) * 0x1.0p-53;
+  const double target = u * total;
+  double cumulative = 0.0;
+  size_t last_positive = 0;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    if (weights_[i] <= 0.0f) continue;
+    cumulative += weights_[i];
+    last_positive = i;
+    if (target < cumulative) return candidate_id(i);
+  }
+  return candidate_id(last_positive);  // only reached through rounding at u ~ 1
+}
+
+std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) {
+  size_t argmax = 0;
+  const auto row = prepared(logits, argmax);
+  if (params_.is_greedy()) return {TokenProb{static_cast<int32_t>(argmax), 1.0f}};
+
+  const double total = build_candidates(row, row[argmax]);
+  std::vector<TokenProb> out;
+  for (size_t i = 0; i < weights_.size(); ++i)
+    if (weights_[i] > 0.0f)
+      out.push_back(TokenProb{candidate_id(i), static_cast<float>(weights_[i] / total)});
+  std::sort(out.begin(), out.end(), [](const TokenProb& a, const TokenProb& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+  });
+  return out;
+}
+
+}  // namespace fdl

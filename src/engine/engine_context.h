@@ -1,0 +1,23 @@
+// Internal: the long-lived pieces a generate() call works with, owned by Generator::Impl and
+// reused across calls so that the decode loop never reallocates its batch or logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flashdllm/generator.h"
+
+namespace fdl::engine {
+
+struct EngineContext {
+  Model& model;
+  const Tokenizer& tokenizer;
+  KvCache& kv;
+  const GeneratorOptions& options;  ///< resolved (n_ctx set)
+  int32_t n_vocab;                  ///< the model's: the width of a logits row
+  StepBatch& batch;                 ///< scratch, cleared per forward
+  std::vector<float>& logits;       ///< scratch, written by Model::forward
+  GeneratorStats& stats;
+};
+
+}  // namespace fdl::engine

@@ -1,0 +1,118 @@
+// BlockPool: one arena of fixed-size KV blocks, a LIFO free list and per-block metadata.
+//
+// The arena is sized once in the constructor and never resized, so pointers returned by
+// k_ptr/v_ptr stay valid for the pool's lifetime (the forward pass and the tier manager rely
+// on that: appending a token never moves existing KV data).
+#include "flashdllm/kv_cache.h"
+
+#include <limits>
+#include <string>
+
+namespace fdl {
+namespace {
+
+void check_shape(const KvShape& s) {
+  if (s.n_layer <= 0 || s.n_kv_head <= 0 || s.head_dim <= 0 || s.block_size <= 0)
+    throw std::invalid_argument("BlockPool: KvShape needs positive n_layer, n_kv_head, head_dim "
+                                "and block_size (got " + std::to_string(s.n_layer) + ", " +
+                                std::to_string(s.n_kv_head) + ", " + std::to_string(s.head_dim) +
+                                ", " + std::to_string(s.block_size) + ")");
+}
+
+size_t checked_arena_floats(const KvShape& s, size_t n_blocks) {
+  const size_t per_block = s.block_bytes() / sizeof(float);
+  if (n_blocks > std::numeric_limits<size_t>::max() / sizeof(float) / per_block)
+    throw std::invalid_argument("BlockPool: " + std::to_string(n_blocks) + " blocks of " +
+                                std::to_string(s.block_bytes()) + " bytes overflow size_t");
+  if (n_blocks > size_t(std::numeric_limits<BlockId>::max()))
+    throw std::invalid_argument("BlockPool: too many blocks for a 32-bit BlockId: " +
+                                std::to_string(n_blocks));
+  return per_block * n_blocks;
+}
+
+}  // namespace
+
+BlockPool::BlockPool(const KvShape& shape, size_t n_blocks) : shape_(shape) {
+  check_shape(shape_);
+  arena_.assign(checked_arena_floats(shape_, n_blocks), 0.f);
+  meta_.resize(n_blocks);
+  free_.reserve(n_blocks);
+  // Pushed in reverse so that a fresh pool hands out blocks 0, 1, 2, ... (deterministic,
+  // and keeps early blocks at the front of the arena).
+  for (size_t i = n_blocks; i-- > 0;) free_.push_back(static_cast<BlockId>(i));
+}
+
+BlockId BlockPool::allocate() {
+  if (free_.empty())
+    throw KvCacheFull("KV cache full: all " + std::to_string(capacity()) + " blocks of " +
+                      std::to_string(shape_.block_size) + " tokens are in use");
+  const BlockId id = free_.back();
+  free_.pop_back();
+  BlockMeta& m = meta_[size_t(id)];
+  m = BlockMeta{};
+  m.state = BlockState::Active;
+  m.ref_count = 1;
+  return id;
+}
+
+void BlockPool::retain(BlockId id) {
+  BlockMeta& m = meta(id);
+  if (m.ref_count <= 0)
+    throw std::invalid_argument("BlockPool::retain: block " + std::to_string(id) + " is free");
+  ++m.ref_count;
+}
+
+void BlockPool::release(BlockId id) {
+  BlockMeta& m = meta(id);
+  if (m.ref_count <= 0)
+    throw std::invalid_argument("BlockPool::release: block " + std::to_string(id) +
+                                " is already free");
+  if (--m.ref_count == 0) {
+    m = BlockMeta{};  // state Free, counters cleared
+    free_.push_back(id);
+  }
+}
+
+BlockMeta& BlockPool::meta(BlockId id) {
+  if (id < 0 || size_t(id) >= meta_.size())
+    throw std::out_of_range("BlockPool: block id " + std::to_string(id) + " out of range [0, " +
+                            std::to_string(meta_.size()) + ")");
+  return meta_[size_t(id)];
+}
+
+const BlockMeta& BlockPool::meta(BlockId id) const {
+  return const_cast<BlockPool*>(this)->meta(id);
+}
+
+size_t BlockPool::layer_stride() const {
+  return 2 * size_t(shape_.block_size) * shape_.floats_per_token_per_layer();
+}
+
+float* BlockPool::k_ptr(BlockId id, int layer, int slot) {
+  meta(id);  // range check of the id
+  if (layer < 0 || layer >= shape_.n_layer || slot < 0 || slot >= shape_.block_size)
+    throw std::out_of_range("BlockPool: layer " + std::to_string(layer) + " / slot " +
+                            std::to_string(slot) + " out of range");
+  const size_t block_floats = size_t(shape_.n_layer) * layer_stride();
+  return arena_.data() + size_t(id) * block_floats + size_t(layer) * layer_stride() +
+         size_t(slot) * shape_.floats_per_token_per_layer();
+}
+
+float* BlockPool::v_ptr(BlockId id, int layer, int slot) {
+  // V follows the block_size K vectors of the same layer.
+  return k_ptr(id, layer, slot) + size_t(shape_.block_size) * shape_.floats_per_token_per_layer();
+}
+
+const float* BlockPool::k_ptr(BlockId id, int layer, int slot) const {
+  return const_cast<BlockPool*>(this)->k_ptr(id, layer, slot);
+}
+
+const float* BlockPool::v_ptr(BlockId id, int layer, int slot) const {
+  return const_cast<BlockPool*>(this)->v_ptr(id, layer, slot);
+}
+
+std::span<uint8_t> BlockPool::block_bytes(BlockId id) {
+  return {reinterpret_cast<uint8_t*>(k_ptr(id, 0, 0)), shape_.block_bytes()};
+}
+
+}  // namespace fdl

@@ -1,0 +1,50 @@
+// forward_scratch.h — activation buffers of one forward step, sized by the largest batch seen.
+//
+// Buffers only grow (ensure()), so after the first step of the largest batch size a forward
+// allocates nothing. Shapes are row-major, one row per batch token.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "flashdllm/model.h"
+
+namespace fdl {
+
+struct ForwardScratch {
+  std::vector<float> x;         ///< residual stream [n][n_embd]
+  std::vector<float> xn;        ///< normed input of a sub-block [n][n_embd]
+  std::vector<float> q;         ///< [n][n_head*head_dim]
+  std::vector<float> k;         ///< [n][n_head_kv*head_dim]
+  std::vector<float> v;         ///< [n][n_head_kv*head_dim]
+  std::vector<float> attn;      ///< attention output [n][n_head*head_dim]
+  std::vector<float> proj;      ///< output of wo / w_down before the residual add [n][n_embd]
+  std::vector<float> gate;      ///< [n][n_ff], then silu(gate)*up
+  std::vector<float> up;        ///< [n][n_ff]
+  std::vector<float> rope_cs;   ///< cos/sin per token [n][rope_dim]
+  std::vector<float> out_rows;  ///< final-normed rows of tokens that want logits [m][n_embd]
+  std::vector<const int32_t*> block_tables;  ///< per token: its sequence's block table
+  cpu::AttentionScratch attention;
+
+  void ensure(const ModelConfig& c, int64_t n_tokens) {
+    const auto grow = [](auto& v, int64_t size) {
+      if (v.size() < size_t(size)) v.resize(size_t(size));
+    };
+    const int64_t q_dim = int64_t(c.n_head) * c.head_dim, kv_dim = int64_t(c.n_head_kv) * c.head_dim;
+    grow(x, n_tokens * c.n_embd);
+    grow(xn, n_tokens * c.n_embd);
+    grow(q, n_tokens * q_dim);
+    grow(k, n_tokens * kv_dim);
+    grow(v, n_tokens * kv_dim);
+    grow(attn, n_tokens * q_dim);
+    grow(proj, n_tokens * c.n_embd);
+    grow(gate, n_tokens * c.n_ff);
+    grow(up, n_tokens * c.n_ff);
+    grow(rope_cs, n_tokens * c.rope_dim);
+    grow(out_rows, n_tokens * c.n_embd);
+    grow(block_tables, n_tokens);
+  }
+};
+
+}  // namespace fdl

@@ -1,0 +1,135 @@
+// The Llama forward pass over a batch of tokens from any number of sequences.
+//
+// Orchestration only: every numeric step is one of a small set of backend ops (embedding
+// gather, rms_norm, matmul, rope, paged attention, silu_mul, add), so another backend can
+// implement the same sequence. Batch invariance follows from each op being per row with a
+// fixed reduction order (matmul.h, ops.h, attention.h): nothing here mixes rows.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "model/llama_model.h"
+
+namespace fdl {
+
+void LlamaModel::validate(const StepBatch& b, const KvCache& kv) const {
+  const size_t n = b.tokens.size();
+  if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
+    throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " +
+                                std::to_string(n) + ", positions " + std::to_string(b.positions.size()) +
+                                ", seqs " + std::to_string(b.seqs.size()) + ", want_logits " +
+                                std::to_string(b.want_logits.size()) + ")");
+  const KvShape& s = kv.pool().shape();
+  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim)
+    throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) +
+                                ", kv heads " + std::to_string(s.n_kv_head) + ", head dim " +
+                                std::to_string(s.head_dim) + ") does not match the model");
+  for (size_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
+      throw std::out_of_range("forward: token " + std::to_string(i) + " has id " +
+                              std::to_string(b.tokens[i]) + " outside [0, " +
+                              std::to_string(config_.n_vocab) + ")");
+    const size_t len = kv.length(b.seqs[i]);  // throws std::out_of_range for a dead sequence
+    if (b.positions[i] < 0 || size_t(b.positions[i]) >= len)
+      throw std::out_of_range("forward: token " + std::to_string(i) + " position " +
+                              std::to_string(b.positions[i]) + " is not a reserved slot of sequence " +
+                              std::to_string(b.seqs[i]) + " (length " + std::to_string(len) +
+                              "; call append_slots first)");
+    // Writing K/V into a block another sequence shares would change that sequence too.
+    const BlockId block = kv.block_table(b.seqs[i])[size_t(b.positions[i]) / size_t(s.block_size)];
+    if (kv.pool().meta(block).ref_count != 1)
+      throw std::invalid_argument("forward: token " + std::to_string(i) + " position " +
+                                  std::to_string(b.positions[i]) + " of sequence " +
+                                  std::to_string(b.seqs[i]) + " lies in block " + std::to_string(block) +
+                                  " shared with another sequence (forked); truncate and "
+                                  "append_slots to get a private slot");
+  }
+}
+
+void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache& kv) {
+  const ModelConfig& c = config_;
+  const LlamaLayerWeights& w = weights_.layers[size_t(layer)];
+  ForwardScratch& s = scratch_;
+  const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim;
+  const int64_t q_dim = int64_t(c.n_head) * c.head_dim;
+
+  // Attention block: x += wo · attention(rope(wq·norm(x)), rope(wk·norm(x)), wv·norm(x)).
+  cpu::rms_norm_rows(s.x.data(), w.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
+  cpu::matmul(threads_, w.wq, s.xn.data(), n, s.q.data());
+  cpu::matmul(threads_, w.wk, s.xn.data(), n, s.k.data());
+  cpu::matmul(threads_, w.wv, s.xn.data(), n, s.v.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* cs = s.rope_cs.data() + t * c.rope_dim;
+    cpu::rope_apply(rope_, cs, s.q.data() + t * q_dim, c.n_head);
+    cpu::rope_apply(rope_, cs, s.k.data() + t * kv_dim, c.n_head_kv);
+    // Store this token's K/V in its reserved slot (in place; the slot is private to the
+    // sequence because append_slots copied a shared tail block).
+    const SeqId seq = batch.seqs[size_t(t)];
+    const size_t pos = size_t(batch.positions[size_t(t)]);
+    std::copy_n(s.k.data() + t * kv_dim, kv_dim, kv.k_slot(seq, layer, pos));
+    std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv.v_slot(seq, layer, pos));
+  }
+  BlockPool& pool = kv.pool();
+  cpu::PagedAttentionArgs args;
+  args.kv.k_base = pool.k_ptr(0, layer, 0);
+  args.kv.v_base = pool.v_ptr(0, layer, 0);
+  args.kv.block_stride = int64_t(pool.shape().block_bytes() / sizeof(float));
+  args.kv.block_size = pool.shape().block_size;
+  args.n_tokens = n;
+  args.n_head = c.n_head;
+  args.n_head_kv = c.n_head_kv;
+  args.head_dim = c.head_dim;
+  args.scale = 1.0f / std::sqrt(float(c.head_dim));
+  args.q = s.q.data();
+  args.block_tables = s.block_tables.data();
+  args.positions = batch.positions.data();
+  args.out = s.attn.data();
+  cpu::paged_attention(threads_, args, s.attention);
+  cpu::matmul(threads_, w.wo, s.attn.data(), n, s.proj.data());
+  cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);
+
+  // FFN block (SwiGLU): x += w_down · (silu(w_gate·norm(x)) * (w_up·norm(x))).
+  cpu::rms_norm_rows(s.x.data(), w.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
+  cpu::matmul(threads_, w.w_gate, s.xn.data(), n, s.gate.data());
+  cpu::matmul(threads_, w.w_up, s.xn.data(), n, s.up.data());
+  cpu::silu_mul(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
+  cpu::matmul(threads_, w.w_down, s.gate.data(), n, s.proj.data());
+  cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);
+}
+
+void LlamaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {
+  validate(batch, kv);
+  const ModelConfig& c = config_;
+  const int64_t n = int64_t(batch.size());
+  if (n == 0) {
+    logits.clear();
+    return;
+  }
+  ForwardScratch& s = scratch_;
+  s.ensure(c, n);
+
+  for (int64_t t = 0; t < n; ++t) {
+    s.block_tables[size_t(t)] = kv.block_table(batch.seqs[size_t(t)]).data();
+    cpu::rope_cos_sin(rope_, batch.positions[size_t(t)], s.rope_cs.data() + t * c.rope_dim);
+  }
+  const cpu::WeightMatrix& embd = weights_.token_embd;
+  cpu::gather_rows_f32(embd.type, embd.data, embd.rows, embd.cols, batch.tokens.data(), n, s.x.data());
+
+  for (int l = 0; l < c.n_layer; ++l) run_layer(l, n, batch, kv);
+
+  // Only the rows that want logits go through the final norm and the output projection.
+  int64_t m = 0;
+  for (int64_t t = 0; t < n; ++t)
+    if (batch.want_logits[size_t(t)]) {
+      cpu::rms_norm_rows(s.x.data() + t * c.n_embd, weights_.output_norm,
+                         s.out_rows.data() + m * c.n_embd, 1, c.n_embd, c.rms_eps);
+      ++m;
+    }
+  logits.resize(size_t(m) * size_t(c.n_vocab));
+  cpu::matmul(threads_, weights_.output, s.out_rows.data(), m, logits.data());
+}
+
+}  // namespace fdl

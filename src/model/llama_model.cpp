@@ -1,0 +1,36 @@
+// Model::load and the LlamaModel constructor: map the file, read the config, bind weights.
+#include "model/llama_model.h"
+
+#include <string>
+
+namespace fdl {
+
+LlamaModel::LlamaModel(GgufFile file, const ModelOptions& opt)
+    : file_(std::move(file)),
+      config_(ModelConfig::from_gguf(file_)),
+      weights_(bind_llama_weights(file_, config_)),
+      threads_(opt.n_threads) {
+  rope_.head_dim = config_.head_dim;
+  rope_.rope_dim = config_.rope_dim;
+  rope_.freq_base = config_.rope_freq_base;
+  rope_.freq_scale = config_.rope_freq_scale;
+  rope_.freq_factors = weights_.rope_freq_factors;
+}
+
+KvShape LlamaModel::kv_shape(int block_size) const {
+  if (block_size <= 0)
+    throw std::invalid_argument("kv_shape: block size must be positive, got " + std::to_string(block_size));
+  return KvShape{.n_layer = config_.n_layer,
+                 .n_kv_head = config_.n_head_kv,
+                 .head_dim = config_.head_dim,
+                 .block_size = block_size};
+}
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& opt) {
+  if (opt.n_threads < 0)
+    throw ModelError("Model::load: n_threads must be >= 0 (0 = all cores), got " +
+                     std::to_string(opt.n_threads));
+  return std::make_unique<LlamaModel>(GgufFile::open(path), opt);
+}
+
+}  // namespace fdl

@@ -1,0 +1,177 @@
+// ModelConfig::from_gguf: hyperparameters of a Llama-family model from GGUF metadata, with
+// the defaults llama.cpp applies and a ModelError naming the key for anything missing or
+// inconsistent.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "flashdllm/model.h"
+
+namespace fdl {
+namespace {
+
+// Reads `<arch>.*` keys, turning every failure into a ModelError that names file and key.
+class MetaReader {
+ public:
+  MetaReader(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ModelError(f_.path() + ": " + what);
+  }
+  std::string key(std::string_view suffix) const { return arch_ + "." + std::string(suffix); }
+  bool has(std::string_view suffix) const { return f_.find(key(suffix)) != nullptr; }
+
+  int positive_int(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    if (!f_.find(k)) fail("missing required metadata key '" + k + "'");
+    return to_positive_int(k, read_uint(k));
+  }
+  int positive_int_or(std::string_view suffix, int def) const {
+    const std::string k = key(suffix);
+    return f_.find(k) ? to_positive_int(k, read_uint(k)) : def;
+  }
+  float positive_float(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    if (!f_.find(k)) fail("missing required metadata key '" + k + "'");
+    return to_positive_float(k, read_float(k));
+  }
+  float positive_float_or(std::string_view suffix, float def) const {
+    const std::string k = key(suffix);
+    return f_.find(k) ? to_positive_float(k, read_float(k)) : def;
+  }
+  std::string string_or(std::string_view full_key, std::string def) const {
+    try {
+      return f_.get_string_or(full_key, std::move(def));
+    } catch (const GgufError& e) {
+      fail("metadata key '" + std::string(full_key) + "': " + e.what());
+    }
+  }
+
+ private:
+  uint64_t read_uint(const std::string& k) const {
+    try {
+      return f_.get_uint(k);
+    } catch (const GgufError& e) {
+      fail("metadata key '" + k + "' must be a non-negative integer: " + e.what());
+    }
+  }
+  double read_float(const std::string& k) const {
+    try {
+      return f_.get_float(k);
+    } catch (const GgufError& e) {
+      fail("metadata key '" + k + "' must be a number: " + e.what());
+    }
+  }
+  int to_positive_int(const std::string& k, uint64_t v) const {
+    if (v == 0 || v > uint64_t(std::numeric_limits<int>::max()))
+      fail("metadata key '" + k + "' = " + std::to_string(v) + " is out of range (1 .. 2^31-1)");
+    return int(v);
+  }
+  float to_positive_float(const std::string& k, double v) const {
+    if (!(v > 0) || !std::isfinite(v))
+      fail("metadata key '" + k + "' = " + std::to_string(v) + " must be a positive finite number");
+    return float(v);
+  }
+
+  const GgufFile& f_;
+  std::string arch_;
+};
+
+int vocab_size(const GgufFile& f, const MetaReader& m) {
+  if (m.has("vocab_size")) return m.positive_int("vocab_size");
+  if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->count > 0 &&
+                                                                 tokens->count < (1u << 31))
+    return int(tokens->count);
+  if (const GgufTensorInfo* embd = f.find_tensor("token_embd.weight"); embd && embd->n_dims == 2 &&
+                                                                       embd->ne[1] < (1u << 31))
+    return int(embd->ne[1]);
+  m.fail("cannot determine the vocabulary size: no '" + m.key("vocab_size") +
+         "', no tokenizer.ggml.tokens and no 2-D token_embd.weight");
+}
+
+void read_rope_scaling(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
+  const std::string type = m.string_or(m.key("rope.scaling.type"), "none");
+  if (type == "linear") {
+    c.rope_freq_scale = 1.f / m.positive_float("rope.scaling.factor");
+  } else if (type == "llama3") {
+    c.rope_llama3 = true;
+  } else if (type != "none") {
+    m.fail("unsupported rope scaling type '" + type + "' in '" + m.key("rope.scaling.type") +
+           "' (supported: none, linear, llama3)");
+  }
+  // Older converters wrote linear scaling as a bare factor.
+  if (type == "none" && m.has("rope.scale_linear"))
+    c.rope_freq_scale = 1.f / m.positive_float("rope.scale_linear");
+  // llama.cpp's converters store Llama-3 scaling as per-pair factors in this tensor.
+  if (f.find_tensor("rope_freqs.weight")) c.rope_llama3 = true;
+  if (c.rope_llama3) {
+    c.rope_scale_factor = m.positive_float_or("rope.scaling.factor", c.rope_scale_factor);
+    c.rope_low_freq_factor = m.positive_float_or("rope.scaling.low_freq_factor", c.rope_low_freq_factor);
+    c.rope_high_freq_factor = m.positive_float_or("rope.scaling.high_freq_factor", c.rope_high_freq_factor);
+    c.rope_orig_ctx = m.positive_int_or("rope.scaling.original_context_length", c.rope_orig_ctx);
+    if (!(c.rope_high_freq_factor > c.rope_low_freq_factor))
+      m.fail("llama3 rope scaling needs high_freq_factor > low_freq_factor (got " +
+             std::to_string(c.rope_high_freq_factor) + " <= " + std::to_string(c.rope_low_freq_factor) + ")");
+  }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
+  const GgufValue* arch = f.find("general.architecture");
+  if (!arch) throw ModelError(f.path() + ": missing required metadata key 'general.architecture'");
+  if (arch->type != GgufType::STRING)
+    throw ModelError(f.path() + ": metadata key 'general.architecture' must be a string");
+  if (arch->str != "llama")
+    throw ModelError(f.path() + ": unsupported architecture '" + std::string(arch->str) +
+                     "' (supported: llama)");
+
+  ModelConfig c;
+  c.arch = std::string(arch->str);
+  MetaReader m(f, c.arch);
+  c.name = m.string_or("general.name", "");
+  c.n_embd = m.positive_int("embedding_length");
+  c.n_layer = m.positive_int("block_count");
+  c.n_ff = m.positive_int("feed_forward_length");
+  c.n_head = m.positive_int("attention.head_count");
+  c.n_head_kv = m.positive_int_or("attention.head_count_kv", c.n_head);
+  c.n_ctx_train = m.positive_int("context_length");
+  c.rms_eps = m.positive_float("attention.layer_norm_rms_epsilon");
+  c.rope_freq_base = m.positive_float_or("rope.freq_base", 10000.f);
+  c.n_vocab = vocab_size(f, m);
+
+  if (m.has("attention.key_length")) {
+    c.head_dim = m.positive_int("attention.key_length");
+    const int v_len = m.positive_int_or("attention.value_length", c.head_dim);
+    if (v_len != c.head_dim)
+      m.fail("attention.value_length " + std::to_string(v_len) + " differs from key_length " +
+             std::to_string(c.head_dim) + " (not supported)");
+  } else {
+    if (c.n_embd % c.n_head != 0)
+      m.fail("embedding_length " + std::to_string(c.n_embd) + " is not a multiple of head_count " +
+             std::to_string(c.n_head) + " (and no attention.key_length is given)");
+    c.head_dim = c.n_embd / c.n_head;
+  }
+  if (c.n_head % c.n_head_kv != 0)
+    m.fail("attention.head_count " + std::to_string(c.n_head) +
+           " is not a multiple of attention.head_count_kv " + std::to_string(c.n_head_kv));
+  c.rope_dim = m.positive_int_or("rope.dimension_count", c.head_dim);
+  if (c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim)
+    m.fail("rope.dimension_count " + std::to_string(c.rope_dim) +
+           " must be even and at most the head dimension " + std::to_string(c.head_dim));
+  read_rope_scaling(f, m, c);
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+uint64_t ModelConfig::n_params() const {
+  const uint64_t d = uint64_t(n_embd), q = uint64_t(n_head) * head_dim,
+                 kv = uint64_t(n_head_kv) * head_dim;
+  const uint64_t per_layer = 2 * d             // attention and FFN norms
+                             + d * q + 2 * d * kv + q * d  // Q, K, V, output
+                             + 3 * d * uint64_t(n_ff);     // gate, up, down
+  const uint64_t embeddings = uint64_t(n_vocab) * d * (tied_output ? 1 : 2);
+  return embeddings + uint64_t(n_layer) * per_layer + d;  // + final norm
+}
+
+}  // namespace fdl

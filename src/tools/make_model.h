@@ -1,0 +1,106 @@
+// tools/make_model.h — writes random-weight Llama GGUF files of any shape and weight type, for
+// benchmarks and tests that need big models without downloading any.
+//
+// The file follows llama.cpp's Llama conventions so both llama.cpp and flashdllm load it:
+//  - metadata: general.architecture = "llama", general.name, general.file_type (llama.cpp's
+//    LLAMA_FTYPE numbering: ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32),
+//    general.quantization_version = 2 for Q8_0, and llama.{context_length, embedding_length,
+//    block_count, feed_forward_length, attention.head_count, attention.head_count_kv,
+//    rope.dimension_count, rope.freq_base, attention.layer_norm_rms_epsilon, vocab_size};
+//  - tensors (ggml dims, ne[0] innermost): token_embd.weight {dim, vocab},
+//    output_norm.weight {dim}, output.weight {dim, vocab} (absent when tied), and per layer N
+//    blk.N.{attn_norm {dim}, attn_q {dim, dim}, attn_k {dim, kv_dim}, attn_v {dim, kv_dim},
+//    attn_output {dim, dim}, ffn_norm {dim}, ffn_gate {dim, ffn}, ffn_up {dim, ffn},
+//    ffn_down {ffn, dim}}.weight, with kv_dim = n_kv_heads * dim / n_heads;
+//  - norm weights are F32 near 1 (1 + uniform noise of std 0.02); matrices are in the chosen
+//    type with uniform random values of std `weight_std` (0.02 keeps activations sane);
+//  - a `llama` (SentencePiece-style) tokenizer: copied from `vocab_from` (every
+//    tokenizer.ggml.* key; the vocab size then follows that file), or synthesized:
+//    <unk> (UNKNOWN), <s> (CONTROL), </s> (CONTROL), the 256 byte pieces <0x00>..<0xFF> (BYTE),
+//    then unique filler pieces ("▁", letters, "▁"-prefixed letter strings ...) of type NORMAL
+//    with decreasing scores, exactly n_vocab entries.
+//
+// Values are a pure function of (seed, tensor, position): the same options always give the
+// same bytes, whatever the thread count. Tensors are filled in parallel in fixed-size chunks
+// and streamed through GgufWriter (atomic temp file + rename), so memory stays at about one
+// tensor and a llama3-8b F16 file (16 GB) is written at disk speed.
+//
+// Errors: invalid options throw std::invalid_argument naming the option (e.g. "make_model:
+// dim 100 is not divisible by n_heads 3"); I/O failures and a bad vocab_from file throw
+// fdl::GgufError.
+// Thread-safety: make_model may run concurrently for different outputs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashdllm/dtype.h"
+
+namespace fdl::tools {
+
+/// Options for make_model. Every shape field left unset takes the preset's value.
+struct MakeModelOptions {
+  std::filesystem::path output;  ///< GGUF file to write (required)
+  std::string preset = "tiny";   ///< one of model_presets()
+  /// Type of the 2-D weight matrices (embeddings and output included): F32, F16, BF16 or
+  /// Q8_0. Q8_0 needs dim and ffn_dim to be multiples of 32.
+  GgmlType dtype = GgmlType::F16;
+  uint64_t seed = 42;  ///< PRNG seed; same seed + options = identical file
+  /// Copy the tokenizer (all tokenizer.ggml.* keys) from this GGUF file, e.g. a llama.cpp
+  /// vocab file; n_vocab is then that vocab's size (setting `vocab` to another value is an
+  /// error). Unset: synthesize a SentencePiece-style vocab of `vocab` entries.
+  std::optional<std::filesystem::path> vocab_from;
+
+  // Shape overrides (unset = preset value).
+  std::optional<uint32_t> dim;         ///< embedding length (n_embd)
+  std::optional<uint32_t> n_layers;    ///< block count
+  std::optional<uint32_t> n_heads;     ///< attention heads; must divide dim
+  std::optional<uint32_t> n_kv_heads;  ///< KV heads (GQA); must divide n_heads
+  std::optional<uint32_t> ffn_dim;     ///< feed-forward hidden size
+  std::optional<uint32_t> vocab;       ///< vocab size; synthesized vocabs need >= 260
+  std::optional<uint32_t> context;     ///< llama.context_length (tokens)
+  std::optional<float> rope_theta;     ///< llama.rope.freq_base
+  std::optional<float> rms_eps;        ///< llama.attention.layer_norm_rms_epsilon
+
+  float weight_std = 0.02f;     ///< standard deviation of matrix values
+  bool tied_embeddings = false;  ///< omit output.weight (the model reuses token_embd)
+  std::string name;              ///< general.name; empty = "flashdllm-random-<preset>"
+  unsigned threads = 0;          ///< fill threads; 0 = std::thread::hardware_concurrency()
+};
+
+/// A fully resolved model shape (preset + overrides), as written to the file.
+struct ModelShape {
+  uint32_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_dim = 0, vocab = 0,
+           context = 0;
+  float rope_theta = 10000.f;
+  float rms_eps = 1e-5f;
+  uint32_t head_dim() const { return dim / n_heads; }
+  uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
+};
+
+/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b".
+std::vector<std::string> model_presets();
+
+/// The shape `make_model(opt)` would write, validated (throws std::invalid_argument naming the
+/// bad option, e.g. an unknown preset or a dim not divisible by n_heads). With `vocab_from`
+/// set, `vocab` is that file's vocab size (the file is opened to read it).
+ModelShape resolve_model_shape(const MakeModelOptions& opt);
+
+/// Total bytes of tensor data make_model(opt) writes (excluding metadata).
+uint64_t model_tensor_bytes(const MakeModelOptions& opt);
+
+/// Write the model described by `opt` to `opt.output`. See the file comment for the layout.
+void make_model(const MakeModelOptions& opt);
+
+/// Parse a weight type name as typed on a command line: "f32", "f16", "bf16", "q8_0"
+/// (case-insensitive). Throws std::invalid_argument listing the accepted names.
+GgmlType parse_weight_dtype(std::string_view name);
+
+/// llama.cpp's general.file_type (LLAMA_FTYPE) for a weight type: F32 0, F16 1, Q8_0 7, BF16 32.
+uint32_t llama_file_type(GgmlType dtype);
+
+}  // namespace fdl::tools

@@ -1,0 +1,162 @@
+// matmul: accuracy against a double reference and the batch-invariance guarantee, for every
+// weight type and for both kernel sets (AVX2 when the CPU has it, and forced portable).
+#include "backend/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <tuple>
+
+#include "cpu_test_util.h"
+
+namespace fdl::cpu {
+namespace {
+
+using test::KernelSetGuard;
+using test::make_weights;
+using test::random_floats;
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+// Odd shapes: rows not a multiple of any tile, cols not a multiple of 8 (Q8_0 needs 32).
+Shape odd_shape(GgmlType t, int variant) {
+  if (t == GgmlType::Q8_0) return variant == 0 ? Shape{37, 160} : Shape{133, 544};
+  return variant == 0 ? Shape{37, 203} : Shape{133, 517};
+}
+
+class MatmulTest : public ::testing::TestWithParam<std::tuple<GgmlType, bool>> {
+ protected:
+  GgmlType type() const { return std::get<0>(GetParam()); }
+  bool portable() const { return std::get<1>(GetParam()); }
+  void SetUp() override {
+    if (!portable() && !use_avx2_kernels()) GTEST_SKIP() << "AVX2 kernels unavailable here";
+  }
+};
+
+std::vector<float> run(ThreadPool& pool, const test::TestWeights& w, const float* x, int64_t n) {
+  std::vector<float> y(static_cast<size_t>(n * w.rows), std::numeric_limits<float>::quiet_NaN());
+  matmul(pool, w.view(), x, n, y.data());
+  return y;
+}
+
+bool same_bits(const float* a, const float* b, int64_t n) {
+  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
+}
+
+TEST_P(MatmulTest, MatchesDoubleReference) {
+  KernelSetGuard guard(portable());
+  ThreadPool pool(2);
+  for (int variant : {0, 1}) {
+    const Shape s = odd_shape(type(), variant);
+    const auto w = make_weights(type(), s.rows, s.cols, 11 + variant);
+    for (int64_t n : {1, 5, 64}) {
+      const auto x = random_floats(static_cast<size_t>(n * s.cols), 99 + n);
+      const auto y = run(pool, w, x.data(), n);
+      std::vector<double> ref, abs_sum;
+      test::reference_matmul(w, x, n, ref, abs_sum);
+      // fp32 accumulation: each lane adds cols/8 products, then 3 tree levels.
+      const double steps = static_cast<double>(s.cols) / 8 + 4;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double bound = steps * std::numeric_limits<float>::epsilon() * abs_sum[i] + 1e-30;
+        ASSERT_NEAR(y[i], ref[i], bound) << "output " << i << " n_tokens " << n;
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, BitIdenticalAcrossBatchSizesThreadsAndNeighbours) {
+  KernelSetGuard guard(portable());
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  for (int variant : {0, 1}) {
+    const Shape s = odd_shape(type(), variant);
+    const auto w = make_weights(type(), s.rows, s.cols, 21 + variant);
+    // 130 tokens cross the GEMM's token blocks (see matmul_avx2.cpp) for the wider shape.
+    constexpr int64_t kBig = 130;
+    const auto x = random_floats(static_cast<size_t>(kBig * s.cols), 7 + variant);
+    const auto y64 = run(pool1, w, x.data(), kBig);
+    auto expect_rows = [&](const std::vector<float>& y, int64_t first_token, int64_t n, const char* what) {
+      for (int64_t t = 0; t < n; ++t)
+        ASSERT_TRUE(same_bits(y.data() + t * s.rows, y64.data() + (first_token + t) * s.rows, s.rows))
+            << what << ": token " << t << " rows " << s.rows << " cols " << s.cols;
+    };
+    // Thread count.
+    expect_rows(run(pool2, w, x.data(), kBig), 0, kBig, "2 threads");
+    expect_rows(run(pool3, w, x.data(), kBig), 0, kBig, "3 threads");
+    // Single tokens (the GEMV path) and a batch of 7 at several offsets.
+    for (int64_t t = 0; t < kBig; t += 5) expect_rows(run(pool2, w, x.data() + t * s.cols, 1), t, 1, "n=1");
+    for (int64_t t : {0, 3, 57}) expect_rows(run(pool3, w, x.data() + t * s.cols, 7), t, 7, "n=7");
+    for (int64_t t : {1, 60}) expect_rows(run(pool2, w, x.data() + t * s.cols, 2), t, 2, "n=2");
+    for (int64_t t : {4, 99}) expect_rows(run(pool2, w, x.data() + t * s.cols, 3), t, 3, "n=3");
+    for (int64_t t : {0, 66}) expect_rows(run(pool3, w, x.data() + t * s.cols, 64), t, 64, "n=64");
+    // The same token among random neighbours, at every position of a batch of 7.
+    for (int64_t pos = 0; pos < 7; ++pos) {
+      auto mixed = random_floats(static_cast<size_t>(7 * s.cols), 1000 + pos, 3.f);
+      std::memcpy(mixed.data() + pos * s.cols, x.data() + 10 * s.cols, s.cols * sizeof(float));
+      const auto y = run(pool2, w, mixed.data(), 7);
+      ASSERT_TRUE(same_bits(y.data() + pos * s.rows, y64.data() + 10 * s.rows, s.rows)) << "position " << pos;
+    }
+  }
+}
+
+TEST_P(MatmulTest, RowResultsDoNotDependOnTilePosition) {
+  // Dropping the first d weight rows shifts every row to a different place in the 4-row
+  // tiles (and to the matrix-edge tiles of 1..3 rows); each output must keep its bits.
+  KernelSetGuard guard(portable());
+  ThreadPool pool(2);
+  const Shape s = odd_shape(type(), 1);
+  const auto w = make_weights(type(), s.rows, s.cols, 31);
+  const size_t row_bytes = weight_row_bytes(type(), s.cols);
+  for (int64_t n : {1, 3, 20}) {
+    const auto x = random_floats(static_cast<size_t>(n * s.cols), 5 + n);
+    const auto full = run(pool, w, x.data(), n);
+    for (int64_t d : {1, 2, 3, 5}) {
+      const WeightMatrix sub{type(), w.bytes.data() + d * row_bytes, s.rows - d, s.cols};
+      std::vector<float> y(static_cast<size_t>(n * sub.rows));
+      matmul(pool, sub, x.data(), n, y.data());
+      for (int64_t t = 0; t < n; ++t)
+        ASSERT_TRUE(same_bits(y.data() + t * sub.rows, full.data() + t * s.rows + d, sub.rows))
+            << "n " << n << " dropped " << d << " token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
+                         ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16,
+                                                              GgmlType::BF16, GgmlType::Q8_0),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return test::type_label(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_portable" : "_avx2");
+                         });
+
+TEST(Matmul, RejectsBadArguments) {
+  ThreadPool pool(1);
+  float x[32] = {}, y[4] = {};
+  uint16_t wdata[64] = {};
+  EXPECT_THROW(matmul(pool, {GgmlType::Q4_0, wdata, 1, 32}, x, 1, y), std::invalid_argument);
+  EXPECT_THROW(matmul(pool, {GgmlType::Q8_0, wdata, 1, 31}, x, 1, y), std::invalid_argument);
+  EXPECT_THROW(matmul(pool, {GgmlType::F16, wdata, -1, 8}, x, 1, y), std::invalid_argument);
+  EXPECT_THROW(matmul(pool, {GgmlType::F16, nullptr, 1, 8}, x, 1, y), std::invalid_argument);
+  EXPECT_THROW(matmul(pool, {GgmlType::F16, wdata, 1, 8}, nullptr, 1, y), std::invalid_argument);
+  EXPECT_NO_THROW(matmul(pool, {GgmlType::F16, wdata, 1, 8}, x, 0, nullptr));
+}
+
+TEST(Matmul, ZeroColumnsGiveZeros) {
+  ThreadPool pool(2);
+  float y[6] = {1, 2, 3, 4, 5, 6};
+  matmul(pool, {GgmlType::F32, nullptr, 3, 0}, nullptr, 2, y);
+  for (float v : y) EXPECT_EQ(v, 0.f);
+}
+
+TEST(Matmul, WeightRowBytes) {
+  EXPECT_EQ(weight_row_bytes(GgmlType::F32, 10), 40u);
+  EXPECT_EQ(weight_row_bytes(GgmlType::BF16, 10), 20u);
+  EXPECT_EQ(weight_row_bytes(GgmlType::Q8_0, 64), 68u);
+  EXPECT_THROW(weight_row_bytes(GgmlType::Q8_0, 40), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fdl::cpu

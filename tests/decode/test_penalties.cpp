@@ -1,0 +1,95 @@
+// Stage 1 of the sampler: repetition (llama.cpp), frequency and presence (OpenAI) penalties.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "flashdllm/sampling.h"
+
+namespace fdl {
+namespace {
+
+std::vector<float> penalize(const SamplingParams& p, const std::vector<float>& logits,
+                            const std::vector<int32_t>& history) {
+  Sampler s(p, static_cast<int32_t>(logits.size()));
+  for (int32_t t : history) s.accept(t);
+  return s.penalized_logits(logits);
+}
+
+TEST(Penalties, RepetitionDividesPositiveMultipliesNegative) {
+  SamplingParams p;
+  p.repeat_penalty = 1.5f;
+  const auto out = penalize(p, {2.f, -2.f, 0.5f, -0.5f}, {0, 1});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_NEAR(out[0], 1.3333333f, 1e-6);
+  EXPECT_NEAR(out[1], -3.f, 1e-6);
+  EXPECT_FLOAT_EQ(out[2], 0.5f);
+  EXPECT_FLOAT_EQ(out[3], -0.5f);
+}
+
+TEST(Penalties, RepetitionAppliesOncePerDistinctToken) {
+  SamplingParams p;
+  p.repeat_penalty = 2.f;
+  const auto out = penalize(p, {4.f, 4.f}, {0, 0, 0});
+  EXPECT_FLOAT_EQ(out[0], 2.f);  // not 4 / 2^3
+  EXPECT_FLOAT_EQ(out[1], 4.f);
+}
+
+TEST(Penalties, FrequencyAndPresenceFollowOpenAi) {
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  // token 0 seen 3x, token 2 once, token 1 never
+  const auto out = penalize(p, {1.f, 1.f, 1.f}, {0, 2, 0, 0});
+  EXPECT_FLOAT_EQ(out[0], 1.f - 3 * 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(out[1], 1.f);
+  EXPECT_FLOAT_EQ(out[2], 1.f - 0.5f - 0.25f);
+}
+
+TEST(Penalties, WindowOnlyCountsLastNTokens) {
+  SamplingParams p;
+  p.frequency_penalty = 1.f;
+  p.repeat_last_n = 2;
+  const auto out = penalize(p, {0.f, 0.f, 0.f}, {0, 0, 1, 2});  // window = {1, 2}
+  EXPECT_FLOAT_EQ(out[0], 0.f);
+  EXPECT_FLOAT_EQ(out[1], -1.f);
+  EXPECT_FLOAT_EQ(out[2], -1.f);
+}
+
+TEST(Penalties, MinusOneIsWholeContextAndZeroIsOff) {
+  SamplingParams p;
+  p.frequency_penalty = 1.f;
+  p.repeat_last_n = -1;
+  std::vector<int32_t> history(500, 1);
+  history[0] = 0;
+  auto out = penalize(p, {0.f, 0.f}, history);
+  EXPECT_FLOAT_EQ(out[0], -1.f);
+  EXPECT_FLOAT_EQ(out[1], -499.f);
+
+  p.repeat_last_n = 0;
+  out = penalize(p, {0.f, 0.f}, history);
+  EXPECT_FLOAT_EQ(out[0], 0.f);
+  EXPECT_FLOAT_EQ(out[1], 0.f);
+}
+
+TEST(Penalties, ChangeTheGreedyChoice) {
+  SamplingParams p;
+  p.temperature = 0.f;
+  p.repeat_penalty = 2.f;
+  Sampler s(p, 3);
+  const std::vector<float> logits{3.f, 2.f, 1.f};
+  EXPECT_EQ(s.sample(logits), 0);
+  s.accept(0);  // 3 / 2 = 1.5 < 2
+  EXPECT_EQ(s.sample(logits), 1);
+}
+
+TEST(Penalties, AcceptRejectsOutOfRangeIds) {
+  SamplingParams p;
+  p.repeat_penalty = 1.1f;
+  Sampler s(p, 4);
+  EXPECT_THROW(s.accept(4), std::out_of_range);
+  EXPECT_THROW(s.accept(-1), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace fdl

@@ -1,0 +1,114 @@
+// Drawing tokens: greedy, determinism by seed, frequencies, degenerate settings, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "flashdllm/sampling.h"
+
+namespace fdl {
+namespace {
+
+const std::vector<float> kLogits{std::log(4.f), std::log(3.f), std::log(2.f), std::log(1.f)};
+
+TEST(SamplerDraw, GreedyIsArgmaxWithLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0.f;
+  Sampler s(p, 5);
+  EXPECT_EQ(s.sample(std::vector<float>{0.f, 3.f, 1.f, 3.f, -2.f}), 1);
+  EXPECT_EQ(s.sample(std::vector<float>{-5.f, -1.f, -1.f, -3.f, -2.f}), 1);
+  const auto d = s.distribution(std::vector<float>{0.f, 3.f, 1.f, 3.f, -2.f});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].id, 1);
+  EXPECT_EQ(d[0].prob, 1.f);
+}
+
+TEST(SamplerDraw, FrequenciesMatchProbabilities) {
+  SamplingParams p;
+  p.seed = 1234;
+  Sampler s(p, 4);
+  const int n = 40000;
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < n; ++i) ++counts[size_t(s.sample(kLogits))];
+  const double want[] = {0.4, 0.3, 0.2, 0.1};
+  // std of a frequency is sqrt(p(1-p)/n) <= 0.0025; 0.012 is ~5 sigma.
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(counts[i] / double(n), want[i], 0.012) << i;
+}
+
+TEST(SamplerDraw, FrequenciesRespectTopK) {
+  SamplingParams p;
+  p.seed = 99;
+  p.top_k = 2;
+  Sampler s(p, 4);
+  const int n = 20000;
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < n; ++i) ++counts[size_t(s.sample(kLogits))];
+  EXPECT_EQ(counts[2] + counts[3], 0);
+  EXPECT_NEAR(counts[0] / double(n), 4 / 7., 0.015);
+}
+
+std::vector<int32_t> draw_sequence(uint64_t seed, int n) {
+  SamplingParams p;
+  p.seed = seed;
+  Sampler s(p, 4);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(s.sample(kLogits));
+  return out;
+}
+
+TEST(SamplerDraw, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  EXPECT_EQ(draw_sequence(42, 64), draw_sequence(42, 64));
+  EXPECT_NE(draw_sequence(42, 64), draw_sequence(43, 64));
+}
+
+TEST(SamplerDraw, DistributionDoesNotAdvanceTheRng) {
+  SamplingParams p;
+  p.seed = 5;
+  Sampler a(p, 4), b(p, 4);
+  for (int i = 0; i < 10; ++i) {
+    (void)b.distribution(kLogits);
+    EXPECT_EQ(a.sample(kLogits), b.sample(kLogits));
+  }
+}
+
+TEST(SamplerDraw, TinyTemperatureDegradesToGreedyWithoutNaN) {
+  for (float t : {1e-8f, 1e-30f, std::numeric_limits<float>::denorm_min()}) {
+    SamplingParams p;
+    p.temperature = t;
+    p.seed = 3;
+    Sampler s(p, 4);
+    const std::vector<float> logits{0.5f, 0.9f, 0.89999f, -1.f};
+    const auto d = s.distribution(logits);
+    ASSERT_EQ(d.size(), 1u) << t;
+    EXPECT_EQ(d[0].id, 1);
+    EXPECT_EQ(d[0].prob, 1.f);
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(s.sample(logits), 1) << t;
+  }
+}
+
+TEST(SamplerDraw, TinyTopPDegradesToGreedy) {
+  SamplingParams p;
+  p.top_p = 1e-4f;
+  p.seed = 11;
+  Sampler s(p, 4);
+  const auto d = s.distribution(kLogits);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].id, 0);
+  EXPECT_FALSE(std::isnan(d[0].prob));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.sample(kLogits), 0);
+}
+
+TEST(SamplerDraw, RejectsBadLogitRows) {
+  Sampler s(SamplingParams{}, 4);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(s.sample(std::vector<float>{1.f, 2.f}), std::invalid_argument);
+  EXPECT_THROW(s.sample(std::vector<float>{1.f, nan, 0.f, 0.f}), std::invalid_argument);
+  EXPECT_THROW(s.sample(std::vector<float>{1.f, inf, 0.f, 0.f}), std::invalid_argument);
+  EXPECT_THROW(s.sample(std::vector<float>{-inf, -inf, -inf, -inf}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fdl

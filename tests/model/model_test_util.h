@@ -1,0 +1,92 @@
+// Helpers for the model tests: cached model loading, reference JSON, a minimal greedy loop
+// written directly against Model::forward and KvCache (no tokenizer, no decode module).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "flashdllm/kv_cache.h"
+#include "flashdllm/model.h"
+#include "test_support.h"
+
+namespace fdl::test {
+
+/// Loads (once per process) a model from the shared folder with `n_threads` threads.
+inline Model& shared_model(const std::string& file, int n_threads = 1) {
+  static std::map<std::pair<std::string, int>, std::unique_ptr<Model>> cache;
+  auto& slot = cache[{file, n_threads}];
+  if (!slot) slot = Model::load(model_path(file), ModelOptions{.n_threads = n_threads});
+  return *slot;
+}
+
+inline nlohmann::json load_reference(const std::string& file) {
+  std::ifstream in(reference_path(file));
+  if (!in) throw std::runtime_error("cannot open reference " + reference_path(file).string());
+  return nlohmann::json::parse(in);
+}
+
+/// Greedy choice: the largest logit, the lowest id on ties (as the references do).
+inline int32_t argmax(const float* logits, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+/// A pool big enough for `n_tokens` tokens in blocks of 16.
+inline std::unique_ptr<BlockPool> make_pool(const Model& m, size_t n_tokens, int block_size = 16) {
+  return std::make_unique<BlockPool>(m.kv_shape(block_size), (n_tokens + block_size - 1) / block_size);
+}
+
+/// Feeds `prompt` to a fresh sequence — in one forward, or one token per forward when
+/// `token_by_token` — then `n_predict` greedy tokens, one forward each. Returns the ids;
+/// if `step_logits` is given, also the logits behind each chosen id.
+inline std::vector<int32_t> greedy_decode(Model& m, KvCache& kv, const std::vector<int32_t>& prompt,
+                                          int n_predict, bool token_by_token = false,
+                                          std::vector<std::vector<float>>* step_logits = nullptr) {
+  const SeqId seq = kv.create_sequence();
+  StepBatch batch;
+  std::vector<float> logits;
+  const int n_vocab = m.config().n_vocab;
+  if (token_by_token) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.clear();
+      batch.add(prompt[i], int32_t(kv.append_slots(seq, 1)), seq, i + 1 == prompt.size());
+      m.forward(batch, kv, logits);
+    }
+  } else {
+    const size_t first = kv.append_slots(seq, prompt.size());
+    for (size_t i = 0; i < prompt.size(); ++i)
+      batch.add(prompt[i], int32_t(first + i), seq, i + 1 == prompt.size());
+    m.forward(batch, kv, logits);
+  }
+  std::vector<int32_t> out;
+  for (int step = 0; step < n_predict; ++step) {
+    if (step_logits) step_logits->push_back(logits);
+    out.push_back(argmax(logits.data(), n_vocab));
+    if (step + 1 == n_predict) break;
+    batch.clear();
+    batch.add(out.back(), int32_t(kv.append_slots(seq, 1)), seq, true);
+    m.forward(batch, kv, logits);
+  }
+  kv.free_sequence(seq);
+  return out;
+}
+
+/// How many leading output ids of a reference case are binding: all of them, unless the
+/// reference's smallest top-1/top-2 margin is below 1e-3 — then a last-bit difference could
+/// flip that step legitimately, so only the ids before `argmin_margin_step` count.
+inline size_t binding_prefix(const nlohmann::json& ref_case) {
+  const size_t n = ref_case["output_token_ids"].size();
+  if (ref_case["min_top1_top2_logit_margin"].get<double>() < 1e-3)
+    return std::min(n, ref_case["argmin_margin_step"].get<size_t>());
+  return n;
+}
+
+}  // namespace fdl::test
