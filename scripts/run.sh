@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh >/dev/null
-if [ $# -eq 0 ]; then set -- -p "Once upon a time" -n 128; fi
+log=$(mktemp); scripts/build.sh >"$log" 2>&1 || { cat "$log" >&2; exit 1; }; rm -f "$log"
+has_prompt=0
+for a in "$@"; do case "$a" in -p|--prompt|-f|--file) has_prompt=1 ;; esac; done
+[ "$has_prompt" = 1 ] || set -- -p "Once upon a time" "$@"
 exec build/bin/flashdllm generate "$@"

@@ -63,16 +63,16 @@ std::vector<unsigned char> make_weight_bytes(GgmlType type, int64_t rows, int64_
   return bytes;
 }
 
-// Args: {ggml type id, rows, cols, n_tokens}.
+// Args: {ggml type id, rows, cols, n_tokens, cold}. cold = 1 cycles through 256 MiB of weight
+// copies so every call reads its weights from DRAM, as in a model much larger than the L3
+// cache; cold = 0 re-reads one cache-resident matrix.
 void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
-  // Several copies of the weights so GEMV reads from DRAM, as in a real model whose weights
-  // far exceed the last-level cache, instead of re-reading an L3-resident matrix.
+  const bool cold = state.range(4) != 0;
   const size_t one = fdl::cpu::weight_row_bytes(type, cols) * static_cast<size_t>(rows);
-  const int copies = n == 1 ? static_cast<int>(std::max<size_t>(1, (256u << 20) / one)) : 1;
-  std::vector<std::vector<unsigned char>> weights;
-  for (int c = 0; c < copies; ++c) weights.push_back(make_weight_bytes(type, rows, cols));
+  const int copies = cold ? static_cast<int>(std::max<size_t>(1, (256u << 20) / one)) : 1;
+  std::vector<std::vector<unsigned char>> weights(static_cast<size_t>(copies), make_weight_bytes(type, rows, cols));
   std::vector<float> x(static_cast<size_t>(n * cols), 0.01f), y(static_cast<size_t>(n * rows));
   int c = 0;
   for (auto _ : state) {
@@ -89,11 +89,14 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"type", "rows", "cols", "tok"});
-  for (int type : {0, 1, 30, 8})
+  b->ArgNames({"type", "rows", "cols", "tok", "cold"});
+  for (int type : {0, 1, 30, 8}) {
     for (int n : {1, 128})
       for (auto [rows, cols] : {std::pair{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}})
-        b->Args({type, rows, cols, n});
+        b->Args({type, rows, cols, n, n == 1 ? 1 : 0});  // decode streams from DRAM
+    b->Args({type, 768, 768, 1, 0});                      // decode from cache (small models)
+    for (int n : {4, 16}) b->Args({type, 2048, 768, n, 1});  // small batches (drafts, sequences)
+  }
   b->UseRealTime();
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs);

@@ -38,6 +38,7 @@
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/model.h"
 #include "flashdllm/sampling.h"
+#include "flashdllm/speculative.h"
 #include "flashdllm/tokenizer.h"
 
 namespace fdl {
@@ -50,6 +51,9 @@ struct GenerationRequest {
   int32_t max_new_tokens = 128;
   std::vector<std::string> stop;  ///< stop strings (non-empty)
   bool ignore_eos = false;        ///< keep going past end-of-generation tokens
+  /// Speculation window of this request: -1 = GeneratorOptions::spec.window, 0 = never
+  /// speculate (plain decoding), 1..64 = at most this many draft tokens per step.
+  int32_t spec_window = -1;
 };
 
 struct GenerationTimings {
@@ -98,6 +102,10 @@ struct GeneratorOptions {
   int n_ctx = 0;
   int max_sequences = 8;    ///< live sequences at once; the KV pool holds n_ctx for each
   int prefill_chunk = 512;  ///< prompt tokens per prefill forward, >= 1
+  /// Self-verifying speculative decoding (flashdllm/speculative.h); off by default. With it
+  /// on, outputs stay exactly those of plain decoding (greedy: the same ids; sampling: the
+  /// same distribution), only faster when drafts are accepted.
+  SpecOptions spec{};
 };
 
 /// Called with (request index, text piece) for every non-empty piece of generated text.
@@ -121,6 +129,14 @@ class Generator {
   const GeneratorOptions& options() const;
   const GeneratorStats& last_stats() const;
   const BlockPool& block_pool() const;
+
+  /// Speculation totals since construction (see SpecMetrics), breaker state included.
+  const SpecMetrics& spec_metrics() const;
+  /// Manual reset of the speculation breaker (closes it; speculation resumes next step).
+  void reset_spec_breaker();
+  /// Test hook: the next `n` audit comparisons count as mismatches, as if the speculative
+  /// and the shadow ids had differed. Needs spec.audit_fraction > 0 to have any effect.
+  void force_audit_mismatches(int n);
 
  private:
   struct Impl;

@@ -86,6 +86,20 @@ class Sampler {
   /// Draw the next token from one row of `n_vocab` logits (advances the RNG unless greedy).
   int32_t sample(std::span<const float> logits);
 
+  /// Verification of one draft token against this row (speculative decoding): returns
+  /// the token to emit; it equals `draft` iff the draft is accepted.
+  ///  - greedy: the argmax of the penalized logits (the same token sample() returns), so a
+  ///    draft is accepted exactly when plain greedy decoding would have produced it;
+  ///  - sampling: speculative sampling for a point-mass draft (Leviathan et al. 2023,
+  ///    "Fast Inference from Transformers via Speculative Decoding", Algorithm 1 with
+  ///    q = delta_draft): accept with probability p(draft) under the final distribution
+  ///    (the one distribution() returns); otherwise draw from p with the draft removed and
+  ///    renormalized. The result is distributed exactly as sample()'s. Uses up to two RNG
+  ///    draws, so the stream differs from sample()'s; the penalties use the history given
+  ///    to accept(), which must already hold the drafts accepted before this position.
+  /// `draft` outside [0, n_vocab) is never accepted (then this is sample()).
+  int32_t sample_against_draft(std::span<const float> logits, int32_t draft);
+
   /// The final distribution sample() would draw from, sorted by descending probability
   /// (ties: lower id first); probabilities sum to 1. Greedy gives one token with prob 1.
   /// Does not advance the RNG. Meant for tests and log-probabilities; allocates.
@@ -106,6 +120,8 @@ class Sampler {
   /// i-th belongs to candidate_id(i)) and returns their sum.
   double build_candidates(std::span<const float> logits, float max_logit);
   int32_t candidate_id(size_t i) const;
+  /// Uniform double in [0, 1) from 53 bits of the RNG.
+  double uniform01();
 
   SamplingParams params_;
   int32_t n_vocab_;

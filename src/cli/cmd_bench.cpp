@@ -24,6 +24,7 @@
 #include "cli/json_output.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "flashdllm/generator.h"
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/model.h"
 #include "flashdllm/sampling.h"
@@ -42,6 +43,8 @@ struct BenchOptions {
   int block_size = 16;
   uint64_t seed = 42;
   bool json = false;
+  std::string spec = "off";  // --spec: also measure generator decode with speculation
+  int spec_window = 5;
 };
 
 double ms_since(Clock::time_point t0) {
@@ -140,6 +143,54 @@ void check_options(const BenchOptions& opt) {
   check_int_in("-r/--repetitions", opt.repetitions, 1, 100000);
   check_int_in("-t/--threads", opt.threads, 0, kMaxThreads);
   check_int_in("--block-size", opt.block_size, 1, kMaxBlockSize);
+  check_int_in("--spec-window", opt.spec_window, 0, 64);
+}
+
+// --spec: decode through the Generator (the engine's loop, where speculation lives), plain
+// and speculative runs interleaved per repetition; tg tok/s = tokens after the first over
+// the decode time, as GenerationTimings reports it.
+void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prompt,
+                       nlohmann::json& j) {
+  SpecOptions spec;
+  try {
+    spec.mode = parse_spec_mode(opt.spec);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(std::string("--spec: ") + e.what());
+  }
+  spec.window = opt.spec_window;
+  LoadedModel loaded = load_model(resolve_model_path(opt.model), ModelOptions{.n_threads = opt.threads});
+  const int n_ctx = opt.n_prompt + opt.n_gen + 1;
+  Generator plain(*loaded.model, *loaded.tokenizer,
+                  GeneratorOptions{.block_size = opt.block_size, .n_ctx = n_ctx, .max_sequences = 1});
+  Generator fast(*loaded.model, *loaded.tokenizer,
+                 GeneratorOptions{.block_size = opt.block_size, .n_ctx = n_ctx, .max_sequences = 1,
+                                  .spec = spec});
+  GenerationRequest r;
+  r.prompt_ids = prompt;
+  r.sampling.temperature = 0.0f;
+  r.max_new_tokens = opt.n_gen;
+  r.ignore_eos = true;
+  std::vector<double> plain_tps, spec_tps;
+  for (int rep = 0; rep <= opt.repetitions; ++rep) {  // rep 0 is the warm-up
+    const auto a = plain.generate({r}).at(0);
+    const auto b = fast.generate({r}).at(0);
+    if (a.generated_ids != b.generated_ids)
+      throw std::logic_error("speculative decoding changed the greedy output");
+    if (rep == 0) continue;
+    plain_tps.push_back(a.timings.decode_tokens_per_s());
+    spec_tps.push_back(b.timings.decode_tokens_per_s());
+  }
+  const SpecMetrics& m = fast.spec_metrics();
+  j["spec"] = {{"mode", opt.spec},
+               {"window", opt.spec_window},
+               {"plain_tg_tok_s", summary_json(summarize(plain_tps))},
+               {"spec_tg_tok_s", summary_json(summarize(spec_tps))},
+               {"tokens_per_forward", m.tokens_per_forward()},
+               {"mean_accepted_length", m.mean_accepted_length()},
+               {"drafted", m.drafted},
+               {"accepted", m.accepted},
+               {"rejected", m.rejected},
+               {"breaker_open", m.breaker_open}};
 }
 
 void run_bench(const BenchOptions& opt) {
@@ -197,10 +248,19 @@ void run_bench(const BenchOptions& opt) {
     j["itl_ms"] = summary_json(summarize(itl));
     j["itl_ms_samples"] = itl;  // every decode step of every repetition, in order
   }
+  if (opt.spec != "off" && opt.n_gen > 0) bench_speculation(opt, prompt, j);
   if (opt.json) {
     print_json_line(j);
   } else {
     print_table(j);
+    if (j.contains("spec")) {
+      const auto& sp = j["spec"];
+      std::printf("generator decode, plain %.2f tok/s vs --spec %s %.2f tok/s (medians); "
+                  "tokens/forward %.2f, mean accepted length %.2f\n",
+                  sp["plain_tg_tok_s"]["median"].get<double>(), opt.spec.c_str(),
+                  sp["spec_tg_tok_s"]["median"].get<double>(), sp["tokens_per_forward"].get<double>(),
+                  sp["mean_accepted_length"].get<double>());
+    }
   }
 }
 
@@ -218,6 +278,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--block-size", opt->block_size, "KV cache block size in tokens")->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the random prompt token ids")->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object with all statistics");
+  cmd->add_option("--spec", opt->spec,
+                  "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto")
+      ->capture_default_str();
+  cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens per step with --spec")
+      ->capture_default_str();
   cmd->callback([opt] { run_bench(*opt); });
 }
 

@@ -51,6 +51,8 @@ struct GenerateOptions {
   int block_size = 16;
   int ctx_size = 0;
   bool json = false;
+  std::string spec = "off";  // --spec off|lookup|lookahead|auto
+  int spec_window = 5;
 };
 
 void check_options(const GenerateOptions& opt) {
@@ -68,6 +70,7 @@ void check_options(const GenerateOptions& opt) {
   check_int_in("-t/--threads", opt.threads, 0, kMaxThreads);
   check_int_in("--block-size", opt.block_size, 1, kMaxBlockSize);
   check_at_least("-c/--ctx-size", opt.ctx_size, 0);
+  check_int_in("--spec-window", opt.spec_window, 0, 64);
   for (const auto& s : opt.stop) {
     if (s.empty()) throw CliError("--stop needs a non-empty string");
   }
@@ -105,6 +108,18 @@ std::vector<int32_t> prompt_ids(const Tokenizer& tok, const std::string& text,
   return ids;
 }
 
+nlohmann::json spec_json(const SpecMetrics& m) {
+  return {{"drafted", m.drafted},
+          {"accepted", m.accepted},
+          {"rejected", m.rejected},
+          {"mean_accepted_length", m.mean_accepted_length()},
+          {"tokens_per_forward", m.tokens_per_forward()},
+          {"audited_steps", m.audited_steps},
+          {"audit_mismatches", m.audit_mismatches},
+          {"breaker_open", m.breaker_open},
+          {"breaker_trips", m.breaker_trips}};
+}
+
 nlohmann::json timings_json(const GenerationTimings& t, double load_ms) {
   return {{"load_ms", load_ms},
           {"prompt_tokens", t.prompt_tokens},
@@ -126,6 +141,17 @@ void print_summary(const GenerationResult& r, double load_ms, uint64_t seed) {
                static_cast<unsigned long long>(seed));
 }
 
+void print_spec_summary(const SpecMetrics& m, const std::string& mode) {
+  std::fprintf(stderr,
+               "flashdllm: spec %s | drafted %lld accepted %lld rejected %lld | "
+               "mean accepted length %.2f | tokens/forward %.2f | audit mismatches %lld/%lld | "
+               "breaker %s\n",
+               mode.c_str(), static_cast<long long>(m.drafted), static_cast<long long>(m.accepted),
+               static_cast<long long>(m.rejected), m.mean_accepted_length(), m.tokens_per_forward(),
+               static_cast<long long>(m.audit_mismatches), static_cast<long long>(m.audited_steps),
+               m.breaker_open ? "open" : "closed");
+}
+
 void run_generate(const GenerateOptions& opt) {
   check_options(opt);
   const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
@@ -142,10 +168,18 @@ void run_generate(const GenerateOptions& opt) {
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
 
   request.prompt_ids = prompt_ids(*loaded.tokenizer, text, opt);
+  SpecOptions spec;
+  try {
+    spec.mode = parse_spec_mode(opt.spec);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(std::string("--spec: ") + e.what());
+  }
+  spec.window = opt.spec_window;
   Generator generator(*loaded.model, *loaded.tokenizer,
                       GeneratorOptions{.block_size = opt.block_size,
                                        .n_ctx = opt.ctx_size,
-                                       .max_sequences = 1});
+                                       .max_sequences = 1,
+                                       .spec = spec});
 
   TextCallback stream;
   if (!opt.json) {
@@ -163,11 +197,13 @@ void run_generate(const GenerateOptions& opt) {
                      {"finish_reason", result.finish_reason},
                      {"matched_stop", result.matched_stop},
                      {"seed", seed},
-                     {"timings", timings_json(result.timings, load_ms)}});
+                     {"timings", timings_json(result.timings, load_ms)},
+                     {"spec", spec_json(generator.spec_metrics())}});
   } else if (::isatty(STDOUT_FILENO) && !result.text.empty() && result.text.back() != '\n') {
     std::fputc('\n', stdout);  // keep the shell prompt off the last line; pipes get exact text
   }
   print_summary(result, load_ms, seed);
+  if (spec.mode != SpecMode::Off) print_spec_summary(generator.spec_metrics(), opt.spec);
 }
 
 }  // namespace
@@ -205,6 +241,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", opt->ctx_size, "Context size (0 = min(model context, 4096))")
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
+  cmd->add_option("--spec", opt->spec, "Speculative decoding: off, lookup, lookahead or auto")
+      ->capture_default_str();
+  cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
+      ->capture_default_str();
   cmd->callback([opt, prompt, file, seed] {
     if (prompt->count() == 0 && file->count() == 0) {
       throw CliError("generate needs -p PROMPT (use -p \"\" to start from BOS) or -f FILE");

@@ -16,6 +16,8 @@ void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+/// `profile`: the storage profile behind KV tier placement (src/kv/storage_profile.h).
+void add_profile_command(CLI::App& app);
 /// `tools` groups developer utilities; today only `tools make-model`.
 void add_tools_command(CLI::App& app);
 

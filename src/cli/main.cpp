@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "flashdllm 0.1.0");
   fdl::cli::add_generate_command(app);
   fdl::cli::add_bench_command(app);
+  fdl::cli::add_profile_command(app);
   fdl::cli::add_tokenize_command(app);
   fdl::cli::add_info_command(app);
   fdl::cli::add_tools_command(app);

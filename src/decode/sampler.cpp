@@ -81,6 +81,8 @@ int32_t Sampler::candidate_id(size_t i) const {
   return all_tokens_ ? static_cast<int32_t>(i) : candidates_[i].id;
 }
 
+double Sampler::uniform01() { return double(rng_() >> 11) * 0x1.0p-53; }
+
 int32_t Sampler::sample(std::span<const float> logits) {
   size_t argmax = 0;
   const auto row = prepared(logits, argmax);
@@ -89,7 +91,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
   const double total = build_candidates(row, row[argmax]);
   // 53 random bits -> a double uniform in [0, 1); the same on every platform, unlike
   // std::uniform_real_distribution whose algorithm is implementation-defined.
-  const double u = double(rng_() >> 11) * 0x1.0p-53;
+  const double u = uniform01();
   const double target = u * total;
   double cumulative = 0.0;
   size_t last_positive = 0;

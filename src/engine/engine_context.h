@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/spec_state.h"
 #include "flashdllm/generator.h"
 
 namespace fdl::engine {
@@ -18,6 +19,7 @@ struct EngineContext {
   StepBatch& batch;                 ///< scratch, cleared per forward
   std::vector<float>& logits;       ///< scratch, written by Model::forward
   GeneratorStats& stats;
+  SpecState& spec;                  ///< speculation state across calls
 };
 
 }  // namespace fdl::engine

@@ -10,7 +10,7 @@ namespace fdl::engine {
 GenerationRun::GenerationRun(EngineContext& ctx, const std::vector<GenerationRequest>& requests,
                              const TextCallback& on_text)
     : ctx_(ctx), requests_(requests), on_text_(on_text), results_(requests.size()),
-      start_(Clock::now()) {
+      start_(Clock::now()), policy_(ctx.spec.options, ctx.spec.cache) {
   for (size_t i = 0; i < requests.size(); ++i) {
     results_[i].prompt_ids = requests[i].prompt_ids;
     results_[i].timings.prompt_tokens = static_cast<int32_t>(requests[i].prompt_ids.size());
@@ -19,8 +19,10 @@ GenerationRun::GenerationRun(EngineContext& ctx, const std::vector<GenerationReq
 }
 
 GenerationRun::~GenerationRun() {
-  for (auto& s : live_)
+  for (auto& s : live_) {
     if (s->seq >= 0) ctx_.kv.free_sequence(s->seq);
+    end_shadow(*s);
+  }
 }
 
 std::vector<GenerationResult> GenerationRun::run() {
@@ -56,6 +58,12 @@ std::vector<LiveSequence*> GenerationRun::admit() {
                                 ? std::min(room, size_t(request.max_new_tokens)) : room;
     s->result.generated_ids.reserve(expected);
     s->result.timings.token_latencies_ms.reserve(expected);
+    s->spec_window = ctx_.spec.enabled()
+                         ? (request.spec_window >= 0 ? request.spec_window
+                                                     : ctx_.spec.options.window)
+                         : 0;
+    if (s->spec_window > 0 && ctx_.spec.options.mode != SpecMode::Lookup)
+      s->lookahead.feed_history(s->context, 1);  // the pool starts from the prompt
     s->seq = ctx_.kv.create_sequence();
     fresh.push_back(s.get());
     live_.push_back(std::move(s));
@@ -107,28 +115,21 @@ void GenerationRun::prefill(const std::vector<LiveSequence*>& fresh) {
     ctx_.stats.n_prefill_tokens += static_cast<int64_t>(ctx_.batch.size());
     forward(completing.size());
     const auto batch_end = Clock::now();
+    // A prefill forward is a free calibration point for the speculation cost model: many
+    // tokens in one forward show what one more token costs before any draft is tried.
+    if (ctx_.spec.enabled())
+      ctx_.spec.cost.observe(double(ctx_.batch.size()), ms_between(batch_start, batch_end));
     // Logit rows come in batch order, which is `completing` order.
     for (size_t row = 0; row < completing.size(); ++row) {
       LiveSequence& s = *completing[row];
       s.result.timings.prompt_ms = ms_between(s.prefill_start, batch_end);
       on_token(s, s.sampler.sample(logits_row(row)));
+      if (!s.finished) start_shadow(s);
     }
     while (first_pending < fresh.size() &&
            fresh[first_pending]->n_prefilled == fresh[first_pending]->request.prompt_ids.size())
       ++first_pending;
   }
-}
-
-void GenerationRun::decode_step() {
-  ctx_.batch.clear();
-  for (auto& s : live_) {
-    const size_t pos = ctx_.kv.append_slots(s->seq, 1);
-    ctx_.batch.add(s->last_token, static_cast<int32_t>(pos), s->seq, true);
-  }
-  ctx_.stats.n_decode_tokens += static_cast<int64_t>(ctx_.batch.size());
-  forward(live_.size());
-  for (size_t row = 0; row < live_.size(); ++row)
-    on_token(*live_[row], live_[row]->sampler.sample(logits_row(row)));
 }
 
 std::string GenerationRun::detokenize(LiveSequence& s, int32_t token) {
@@ -148,6 +149,8 @@ void GenerationRun::on_token(LiveSequence& s, int32_t token) {
   }
   s.last_token_at = now;
   ++timings.gen_tokens;
+  ++s.n_sampled;
+  emitted_.push_back(token);  // the speculative step's fingerprint covers what was sampled
 
   const bool end_of_generation =
       token < ctx_.tokenizer.n_vocab() && ctx_.tokenizer.is_eog(token);
@@ -156,6 +159,7 @@ void GenerationRun::on_token(LiveSequence& s, int32_t token) {
     return;
   }
   s.result.generated_ids.push_back(token);
+  s.context.push_back(token);
   s.sampler.accept(token);
   emit(s, s.stop.push(detokenize(s, token)));
   if (s.stop.stopped()) {
@@ -192,6 +196,7 @@ void GenerationRun::finish(LiveSequence& s, const char* reason) {
   s.finished = true;
   ctx_.kv.free_sequence(s.seq);
   s.seq = -1;
+  end_shadow(s);
 }
 
 void GenerationRun::emit(LiveSequence& s, std::string_view piece) {

@@ -37,6 +37,7 @@ GeneratorOptions resolve_options(const Model& model, GeneratorOptions o) {
     throw std::invalid_argument("Generator: n_ctx = " + std::to_string(o.n_ctx) +
                                 " exceeds the model's training context of " +
                                 std::to_string(n_ctx_train) + " tokens");
+  o.spec.validate();
   if (o.n_ctx < 2)
     throw std::invalid_argument("Generator: n_ctx must be >= 2 (a prompt token and a new one)");
   return o;
@@ -44,7 +45,9 @@ GeneratorOptions resolve_options(const Model& model, GeneratorOptions o) {
 
 size_t pool_blocks(const GeneratorOptions& o) {
   const size_t per_sequence = (size_t(o.n_ctx) + size_t(o.block_size) - 1) / size_t(o.block_size);
-  return per_sequence * size_t(o.max_sequences);
+  // An audited sequence runs a shadow copy beside it: room for both.
+  const size_t copies = o.spec.mode != SpecMode::Off && o.spec.audit_fraction > 0 ? 2 : 1;
+  return per_sequence * size_t(o.max_sequences) * copies;
 }
 
 }  // namespace
@@ -52,7 +55,7 @@ size_t pool_blocks(const GeneratorOptions& o) {
 struct Generator::Impl {
   Impl(Model& m, const Tokenizer& t, const GeneratorOptions& o)
       : model(m), tokenizer(t), options(resolve_options(m, o)), n_vocab(m.config().n_vocab),
-        pool(m.kv_shape(options.block_size), pool_blocks(options)), kv(pool) {
+        pool(m.kv_shape(options.block_size), pool_blocks(options)), kv(pool), spec(options.spec) {
     if (tokenizer.n_vocab() > n_vocab)
       throw std::invalid_argument("Generator: tokenizer has " +
                                   std::to_string(tokenizer.n_vocab()) +
@@ -74,6 +77,7 @@ struct Generator::Impl {
   StepBatch batch;
   std::vector<float> logits;
   GeneratorStats stats;
+  engine::SpecState spec;
 };
 
 Generator::Generator(Model& model, const Tokenizer& tokenizer, const GeneratorOptions& options)
@@ -88,8 +92,8 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
   for (size_t i = 0; i < requests.size(); ++i)
     engine::validate_request(requests[i], i, im.n_vocab, im.options.n_ctx);
   im.stats = {};
-  engine::EngineContext ctx{im.model, im.tokenizer, im.kv,    im.options,
-                            im.n_vocab, im.batch,   im.logits, im.stats};
+  engine::EngineContext ctx{im.model,  im.tokenizer, im.kv,    im.options, im.n_vocab,
+                            im.batch,  im.logits,    im.stats, im.spec};
   engine::GenerationRun run(ctx, requests, on_text);
   return run.run();
 }
@@ -97,5 +101,15 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
 const GeneratorOptions& Generator::options() const { return impl_->options; }
 const GeneratorStats& Generator::last_stats() const { return impl_->stats; }
 const BlockPool& Generator::block_pool() const { return impl_->pool; }
+
+const SpecMetrics& Generator::spec_metrics() const {
+  auto& st = impl_->spec;
+  st.metrics.breaker_open = st.breaker.open();
+  st.metrics.breaker_trips = st.breaker.trips();
+  st.metrics.breaker_reason = st.breaker.reason();
+  return st.metrics;
+}
+void Generator::reset_spec_breaker() { impl_->spec.breaker.reset(); }
+void Generator::force_audit_mismatches(int n) { impl_->spec.forced_mismatches += n; }
 
 }  // namespace fdl

@@ -26,6 +26,9 @@ void validate_request(const GenerationRequest& request, size_t index, int32_t n_
     throw std::invalid_argument(where + "max_new_tokens = " +
                                 std::to_string(request.max_new_tokens) +
                                 " is invalid (-1 = unlimited, 0 = none)");
+  if (request.spec_window < -1 || request.spec_window > 64)
+    throw std::invalid_argument(where + "spec_window = " + std::to_string(request.spec_window) +
+                                " is invalid (-1 = generator default, 0 = off, up to 64)");
   try {
     request.sampling.validate();
   } catch (const std::invalid_argument& e) {

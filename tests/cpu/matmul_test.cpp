@@ -22,9 +22,16 @@ struct Shape {
 };
 
 // Odd shapes: rows not a multiple of any tile, cols not a multiple of 8 (Q8_0 needs 32).
+// Variant 2 is wide enough that the AVX2 GEMM splits k into chunks and 130 tokens into
+// several cache blocks (see matmul_avx2.cpp).
+constexpr int kShapeVariants = 3;
 Shape odd_shape(GgmlType t, int variant) {
-  if (t == GgmlType::Q8_0) return variant == 0 ? Shape{37, 160} : Shape{133, 544};
-  return variant == 0 ? Shape{37, 203} : Shape{133, 517};
+  const bool q8 = t == GgmlType::Q8_0;
+  switch (variant) {
+    case 0: return q8 ? Shape{37, 160} : Shape{37, 203};
+    case 1: return q8 ? Shape{133, 544} : Shape{133, 517};
+    default: return q8 ? Shape{21, 2080} : Shape{21, 2085};
+  }
 }
 
 class MatmulTest : public ::testing::TestWithParam<std::tuple<GgmlType, bool>> {
@@ -49,7 +56,7 @@ bool same_bits(const float* a, const float* b, int64_t n) {
 TEST_P(MatmulTest, MatchesDoubleReference) {
   KernelSetGuard guard(portable());
   ThreadPool pool(2);
-  for (int variant : {0, 1}) {
+  for (int variant = 0; variant < kShapeVariants; ++variant) {
     const Shape s = odd_shape(type(), variant);
     const auto w = make_weights(type(), s.rows, s.cols, 11 + variant);
     for (int64_t n : {1, 5, 64}) {
@@ -70,10 +77,9 @@ TEST_P(MatmulTest, MatchesDoubleReference) {
 TEST_P(MatmulTest, BitIdenticalAcrossBatchSizesThreadsAndNeighbours) {
   KernelSetGuard guard(portable());
   ThreadPool pool1(1), pool2(2), pool3(3);
-  for (int variant : {0, 1}) {
+  for (int variant = 0; variant < kShapeVariants; ++variant) {
     const Shape s = odd_shape(type(), variant);
     const auto w = make_weights(type(), s.rows, s.cols, 21 + variant);
-    // 130 tokens cross the GEMM's token blocks (see matmul_avx2.cpp) for the wider shape.
     constexpr int64_t kBig = 130;
     const auto x = random_floats(static_cast<size_t>(kBig * s.cols), 7 + variant);
     const auto y64 = run(pool1, w, x.data(), kBig);

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Self-verifying speculative decoding vs plain decoding (issue 4), on CPU.
+
+For each model and prompt, `flashdllm generate --json --temp 0 --ignore-eos -n N -t T` runs
+with --spec off, lookup, lookahead and auto, interleaved round by round (so slow drift of a
+shared machine hits every mode alike). Reported per (model, workload, mode): median decode
+tok/s over prompts x rounds, the median per-prompt speedup over --spec off (same prompt, same
+round), tokens per forward and mean accepted length. Every speculative run must reproduce the
+plain greedy ids exactly; the script fails otherwise.
+
+Workloads:
+  grounded - the prompt holds a story or code passage and starts repeating it (continue /
+             repeat / edit a given text): what prompt lookup is made for;
+  free     - open-ended generation from a short opening.
+
+With --llamacpp, llama.cpp's own prompt-lookup decoding (llama-cpp-python's
+LlamaPromptLookupDecoding through the high-level API) runs on the same prompts, with and
+without the draft, after the flashdllm rounds (not interleaved: one llama.cpp model load per
+model). Its decode tok/s = (N - 1) / (time(N tokens) - time(1 token)), so prefill is excluded.
+
+Usage (repository root, after building build-spec/bin/flashdllm or build/bin/flashdllm):
+  python3 bench/bench_spec.py --rounds 5 --json bench/out/spec.json --markdown /tmp/spec.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+MODES = ["off", "lookup", "lookahead", "auto"]
+
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+         "the park. One day, she saw a big, red ball. She wanted to play with it, but it was too "
+         "high.\n")
+STORY2 = ("Once upon a time, there was a kind old man named Sam. Sam had a big garden with many "
+          "flowers and a tall tree. Every morning, he would water the flowers and sing a happy "
+          "song.\n")
+CODE = ('def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n\n\n'
+        'def mul(a, b):\n    """Return the product of a and b."""\n    return a * b\n\n\n'
+        'def sub(a, b):\n    """Return the difference of a and b."""\n    return a - b\n\n\n')
+CLASS = ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+         "    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n\n"
+         "    def __repr__(self):\n        return f\"Point({self.x}, {self.y})\"\n\n\n")
+
+MODELS = {
+    "stories260K": {
+        "path": SHARED / "models" / "stories260K.gguf",
+        "n": 512,  # ~15 ms per run: shorter runs drown in scheduler noise on a shared box
+        "grounded": [STORY + STORY[:60], STORY2 + STORY2[:70],
+                     "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had"],
+        "free": ["Once upon a time", "One day, a little boy"],
+    },
+    "codelm-16m": {
+        "path": SHARED / "models" / "codelm-16m-f16.gguf",
+        "n": 128,
+        "grounded": [CODE + "def add(a, b):\n", CLASS + "class Point3:\n    def __init__(self, x, y, z):\n",
+                     CODE + CODE[:40]],
+        "free": ["import numpy as np\n", "def fibonacci(n):\n"],
+    },
+}
+
+
+def find_cli(explicit: str | None) -> Path:
+    for p in ([Path(explicit)] if explicit else []) + [REPO / "build-spec" / "bin" / "flashdllm",
+                                                        REPO / "build" / "bin" / "flashdllm"]:
+        if p.exists():
+            return p
+    sys.exit("flashdllm binary not found; build it or pass --cli")
+
+
+def run_flashdllm(cli: Path, model: Path, prompt: str, n: int, mode: str, threads: int,
+                  window: int) -> dict:
+    cmd = [str(cli), "generate", "-m", str(model), "-p", prompt, "-n", str(n), "--temp", "0",
+           "--ignore-eos", "-t", str(threads), "--spec", mode, "--spec-window", str(window), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def llamacpp_rates(model: Path, prompts: list[str], n: int, threads: int, rounds: int) -> dict:
+    """Median decode tok/s of llama.cpp, plain and with LlamaPromptLookupDecoding."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    out = {}
+    for label, draft in (("plain", None), ("lookup", LlamaPromptLookupDecoding(num_pred_tokens=5))):
+        llm = Llama(str(model), n_threads=threads, n_ctx=0, verbose=False, draft_model=draft)  # 0 = the model's context
+        rates = []
+        for _ in range(rounds):
+            for p in prompts:
+                t0 = time.perf_counter()
+                llm.create_completion(p, max_tokens=1, temperature=0.0)
+                t1 = time.perf_counter()
+                res = llm.create_completion(p, max_tokens=n, temperature=0.0)
+                t2 = time.perf_counter()
+                # The high-level API has no ignore-eos: count what it really generated.
+                made = res["usage"]["completion_tokens"]
+                decode = (t2 - t1) - (t1 - t0)
+                if decode > 0 and made > 1:
+                    rates.append((made - 1) / decode)
+        out[label] = statistics.median(rates) if rates else None
+        del llm
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cli")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--llamacpp", action="store_true", help="also run llama.cpp prompt lookup")
+    ap.add_argument("--json")
+    ap.add_argument("--markdown")
+    args = ap.parse_args()
+    cli = find_cli(args.cli)
+
+    runs = []  # one record per flashdllm run
+    for rnd in range(args.rounds):
+        for name in args.models.split(","):
+            cfg = MODELS[name]
+            for workload in ("grounded", "free"):
+                for pi, prompt in enumerate(cfg[workload]):
+                    plain_ids = None
+                    for mode in MODES:
+                        j = run_flashdllm(cli, cfg["path"], prompt, cfg["n"], mode, args.threads, args.window)
+                        if mode == "off":
+                            plain_ids = j["token_ids"]
+                        elif j["token_ids"] != plain_ids:
+                            sys.exit(f"{name} {workload} #{pi} --spec {mode}: ids differ from plain")
+                        runs.append({"round": rnd, "model": name, "workload": workload, "prompt": pi,
+                                     "mode": mode, "tok_s": j["timings"]["decode_tok_s"],
+                                     "tokens_per_forward": j["spec"]["tokens_per_forward"],
+                                     "mean_accepted_length": j["spec"]["mean_accepted_length"],
+                                     "breaker_open": j["spec"]["breaker_open"]})
+        print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+
+    rows = []
+    for name in args.models.split(","):
+        for workload in ("grounded", "free"):
+            sel = [r for r in runs if r["model"] == name and r["workload"] == workload]
+            base = {(r["round"], r["prompt"]): r["tok_s"] for r in sel if r["mode"] == "off"}
+            for mode in MODES:
+                mine = [r for r in sel if r["mode"] == mode]
+                speedups = [r["tok_s"] / base[(r["round"], r["prompt"])] for r in mine]
+                rows.append({"model": name, "workload": workload, "mode": mode,
+                             "tok_s": statistics.median(r["tok_s"] for r in mine),
+                             "speedup": statistics.median(speedups),
+                             "min_prompt_speedup": min(
+                                 statistics.median(s for r, s in zip(mine, speedups) if r["prompt"] == p)
+                                 for p in {r["prompt"] for r in mine}),
+                             "tokens_per_forward": statistics.median(r["tokens_per_forward"] for r in mine),
+                             "mean_accepted_length": statistics.median(r["mean_accepted_length"] for r in mine),
+                             "breaker_opened": sum(r["breaker_open"] for r in mine)})
+
+    if args.json:  # saved now too, so a llama.cpp failure cannot lose these runs
+        Path(args.json).write_text(json.dumps({"runs": runs, "rows": rows}, indent=1))
+    llama = {}
+    if args.llamacpp:
+        for name in args.models.split(","):
+            cfg = MODELS[name]
+            for workload in ("grounded", "free"):
+                try:
+                    llama[(name, workload)] = llamacpp_rates(cfg["path"], cfg[workload], cfg["n"],
+                                                             args.threads, max(1, args.rounds // 3))
+                except Exception as e:  # report, do not hide
+                    llama[(name, workload)] = {"error": str(e)}
+
+    load = os.getloadavg()[0]
+    lines = [f"flashdllm {cli.relative_to(REPO) if cli.is_relative_to(REPO) else cli}, "
+             f"{args.threads} thread(s), window {args.window}, {args.rounds} rounds, "
+             f"load average {load:.1f} at the end, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+             "",
+             "| model | workload | --spec | decode tok/s (median) | speedup vs off (median) | worst prompt | tokens/forward | mean accepted length | breaker opened |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['workload']} | {r['mode']} | {r['tok_s']:.0f} | "
+                     f"{r['speedup']:.2f}x | {r['min_prompt_speedup']:.2f}x | {r['tokens_per_forward']:.2f} | "
+                     f"{r['mean_accepted_length']:.2f} | {r['breaker_opened']} |")
+    if llama:
+        lines += ["", "| model | workload | llama.cpp plain tok/s | llama.cpp prompt-lookup tok/s | ratio |",
+                  "|---|---|---:|---:|---:|"]
+        for (name, workload), v in llama.items():
+            if "error" in v or v["plain"] is None or v["lookup"] is None:
+                lines.append(f"| {name} | {workload} | not measured: {v.get('error', 'no usable run')} | | |")
+            else:
+                lines.append(f"| {name} | {workload} | {v['plain']:.0f} | {v['lookup']:.0f} | "
+                             f"{v['lookup'] / v['plain']:.2f}x |")
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "rows": rows,
+                                               "llamacpp": {f"{k[0]}/{k[1]}": v for k, v in llama.items()}},
+                                              indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+// Draft selection (see draft_policy.h).
+#include "decode/draft_policy.h"
+
+#include <algorithm>
+
+namespace fdl::spec {
+
+DraftPolicy::DraftPolicy(const SpecOptions& options, const NgramCache& cache)
+    : mode_(options.mode), lookup_(options.ngram_min, options.ngram_max), cache_(cache) {}
+
+void DraftPolicy::propose(std::span<const int32_t> ctx, size_t max_tokens,
+                          const LookaheadPool& pool, Draft& out) {
+  out.clear();
+  if (mode_ == SpecMode::Off || max_tokens == 0) return;
+  const bool lookup = mode_ == SpecMode::Lookup || mode_ == SpecMode::Auto;
+  const bool lookahead = mode_ == SpecMode::Lookahead || mode_ == SpecMode::Auto;
+
+  if (lookup) {
+    lookup_.propose(ctx, max_tokens, out);
+    if (out.match_len < 2) {
+      const Draft weak = out;
+      out.clear();
+      if (lookahead) pool.propose(ctx, max_tokens, out);
+      if (out.tokens.empty()) cache_.propose(ctx, max_tokens, out);
+      if (out.tokens.empty()) out = weak;
+    }
+  } else if (lookahead) {
+    pool.propose(ctx, max_tokens, out);
+  }
+  if (!lookup || out.tokens.empty() || out.tokens.size() >= max_tokens) return;
+  // Merge: continue a short draft from the shared cache. Only the cache's longest gram of
+  // context matters, so the tail of the context is enough.
+  const size_t keep = std::min(ctx.size(), size_t(8));
+  extended_.assign(ctx.end() - std::ptrdiff_t(keep), ctx.end());
+  extended_.insert(extended_.end(), out.tokens.begin(), out.tokens.end());
+  cache_.propose(extended_, max_tokens - out.tokens.size(), scratch_);
+  out.tokens.insert(out.tokens.end(), scratch_.tokens.begin(), scratch_.tokens.end());
+}
+
+}  // namespace fdl::spec

@@ -1,0 +1,23 @@
+// Internal: prompt-lookup drafting (Saxena 2023; llama.cpp's "lookup" example does the
+// same): find the last n tokens of the context earlier in the context itself, n from
+// `n_max` down to `n_min`, and propose the tokens that followed the most recent match.
+// Strong on input-grounded work (repeating, editing or continuing a given passage).
+#pragma once
+
+#include "decode/drafter.h"
+
+namespace fdl::spec {
+
+class PromptLookup final : public Drafter {
+ public:
+  /// 1 <= n_min <= n_max (std::invalid_argument otherwise).
+  PromptLookup(int n_min, int n_max);
+  /// O(len * n_max) per call: a backwards scan, no index to maintain.
+  void propose(std::span<const int32_t> context, size_t max_tokens, Draft& out) const override;
+
+ private:
+  int n_min_;
+  int n_max_;
+};
+
+}  // namespace fdl::spec

@@ -1,0 +1,40 @@
+// Internal: the speculation circuit breaker (issue 4, "breaker"). Speculation must never
+// cost correctness or speed; this turns it off for every sequence when either signal over a
+// sliding window exceeds the threshold:
+//  - audit: the fraction of audited steps whose fingerprint differed from the plain shadow;
+//  - slowdown: 1 - (tokens/ms of the last `window` speculating steps) / (tokens/ms plain
+//    decoding would have had on the same steps, from measured plain steps).
+// It stays open until reset() (the engine API's manual reset); opening logs one line.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+
+namespace fdl::spec {
+
+class SpecBreaker {
+ public:
+  SpecBreaker(double threshold, int window) : threshold_(threshold), window_(size_t(window)) {}
+  void record_audit(bool mismatch);
+  /// A step in which some sequence speculated: it emitted `tokens` in `ms`; plain decoding
+  /// would have emitted `plain_tokens` in `plain_ms`.
+  void record_step(double tokens, double ms, double plain_tokens, double plain_ms);
+  bool open() const { return open_; }
+  int64_t trips() const { return trips_; }
+  const std::string& reason() const { return reason_; }
+  void reset();
+
+ private:
+  void trip(std::string why);
+  double threshold_;
+  size_t window_;
+  bool open_ = false;
+  int64_t trips_ = 0;
+  std::string reason_;
+  std::deque<bool> audits_;
+  struct Step { double tokens, ms, plain_tokens, plain_ms; };
+  std::deque<Step> steps_;
+};
+
+}  // namespace fdl::spec

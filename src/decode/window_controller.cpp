@@ -1,0 +1,108 @@
+// Adaptive window (see window_controller.h).
+#include "decode/window_controller.h"
+
+#include <algorithm>
+
+namespace fdl::spec {
+namespace {
+
+constexpr double kCostDecay = 0.98;     // ~50 steps of memory: tracks load changes
+constexpr double kAcceptDecay = 0.9;    // ~10 verifications of memory
+constexpr double kPriorRatio = 0.1;     // b / a before the data separates them
+
+}  // namespace
+
+void StepCostModel::observe(double x, double y) {
+  // A step the OS preempted can take 10-100x its cost; clamp such outliers so one of them
+  // does not make speculation look cheap (or dear) for the next fifty steps.
+  if (w_ > 2.0) y = std::min(y, 3.0 * std::max(predict(x), 1e-6));
+  w_ = w_ * kCostDecay + 1.0;
+  sx_ = sx_ * kCostDecay + x;
+  sy_ = sy_ * kCostDecay + y;
+  sxx_ = sxx_ * kCostDecay + x * x;
+  sxy_ = sxy_ * kCostDecay + x * y;
+  if (x < 0 || x > 4096) return;
+  const size_t i = size_t(x);
+  if (by_size_.size() <= i) by_size_.resize(i + 1);
+  Cell& c = by_size_[i];
+  c.mean_ms = c.n == 0 ? y : 0.8 * c.mean_ms + 0.2 * std::min(y, 2.0 * c.mean_ms);
+  ++c.n;
+}
+
+double StepCostModel::predict(double x) const {
+  const size_t i = x >= 0 ? size_t(x) : 0;
+  if (i < by_size_.size() && by_size_[i].n >= kMinSamples) return by_size_[i].mean_ms;
+  return fixed_ms() + per_token_ms() * x;
+}
+
+double StepCostModel::per_token_ms() const {
+  if (w_ <= 0.0) return 0.0;
+  const double mx = sx_ / w_, my = sy_ / w_;
+  const double var = sxx_ / w_ - mx * mx;
+  if (var > 0.25) {
+    const double b = (sxy_ / w_ - mx * my) / var;
+    if (b > 0.0 && b * mx < my) return b;
+  }
+  // Not identifiable (or noise made it absurd): b = ratio * a with a + b * mx = my.
+  return kPriorRatio * my / (1.0 + kPriorRatio * mx);
+}
+
+double StepCostModel::fixed_ms() const {
+  if (w_ <= 0.0) return 0.0;
+  return std::max(0.0, sy_ / w_ - per_token_ms() * sx_ / w_);
+}
+
+void WindowController::observe(size_t drafted, size_t accepted) {
+  if (drafted == 0) return;
+  accepted_ = accepted_ * kAcceptDecay + double(accepted);
+  rejections_ = rejections_ * kAcceptDecay + (accepted < drafted ? 1.0 : 0.0);
+  // Keep alpha away from exactly 1 so E(k) stays a finite series and the estimate can move.
+  rejections_ = std::max(rejections_, 1e-3);
+  // A failed probe doubles the wait before the next one; any acceptance resets it.
+  probe_interval_ = accepted > 0 ? kProbeInterval : std::min(probe_interval_ * 2, kMaxProbeInterval);
+}
+
+size_t WindowController::choose(size_t max_k, size_t n_live, const StepCostModel& cost) {
+  if (max_k == 0) return 0;
+  const double alpha = acceptance();
+  const double n = double(std::max<size_t>(n_live, 1));
+  const auto predict = [&](double tokens) {
+    // Before any measurement: the prior shape, a = 1, b = kPriorRatio.
+    return cost.has_data() ? cost.predict(tokens) : 1.0 + kPriorRatio * tokens;
+  };
+  const double base = predict(n);
+  const double share = base / n;
+  if (!(share > 0.0)) return 0;
+  size_t best_k = 0;
+  double best = 1.0 / share;
+  double expected = 1.0, term = 1.0;
+  for (size_t k = 1; k <= max_k; ++k) {
+    term *= alpha;
+    expected += term;
+    // The marginal cost is never below the fitted per-token slope: a noisy measured cell
+    // must not make extra tokens look free (speculation would then never stop).
+    // Measured cells are trusted (only kept positive); the line's slope is the floor
+    // otherwise.
+    const bool measured = cost.samples(size_t(n)) >= StepCostModel::kMinSamples &&
+                          cost.samples(size_t(n) + k) >= StepCostModel::kMinSamples;
+    const double floor = measured ? 0.02 * double(k) * share
+                                  : double(k) * (cost.has_data() ? cost.per_token_ms() : kPriorRatio);
+    const double marginal = std::max(predict(n + double(k)) - base, floor);
+    const double value = expected / (share + marginal);
+    if (value > best) { best = value; best_k = k; }
+  }
+  if (best_k > 0) {
+    since_probe_ = 0;
+    if (++choices_ % kExploreInterval == 0)
+      for (size_t k = 1; k <= max_k; ++k)
+        if (cost.samples(size_t(n) + k) < StepCostModel::kMinSamples) return k;
+    return best_k;
+  }
+  if (++since_probe_ >= probe_interval_) {
+    since_probe_ = 0;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace fdl::spec

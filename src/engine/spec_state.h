@@ -1,0 +1,48 @@
+// Internal: speculation state that outlives one generate() call (owned by Generator::Impl):
+// the shared n-gram cache, the step cost model, the breaker and the metrics.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "decode/ngram_cache.h"
+#include "decode/spec_breaker.h"
+#include "decode/window_controller.h"
+#include "flashdllm/speculative.h"
+
+namespace fdl::engine {
+
+struct SpecState {
+  explicit SpecState(const SpecOptions& o)
+      : options(o), cache(o.ngram_min, o.ngram_max), breaker(o.breaker_threshold, o.breaker_window) {}
+
+  /// Every `kCalibrationInterval`-th decode step runs plain for every sequence, so the
+  /// breaker compares speculation with measured plain steps, not only with a model.
+  static constexpr int64_t kCalibrationInterval = 32;
+
+  bool enabled() const { return options.mode != SpecMode::Off; }
+  /// Measured wall time of a plain step with `n_live` sequences (decayed mean), else the
+  /// cost model's prediction.
+  double plain_ms(size_t n_live) const {
+    if (n_live < plain_ms_by_live.size() && plain_ms_by_live[n_live] > 0)
+      return plain_ms_by_live[n_live];
+    return cost.predict(double(n_live));
+  }
+  void observe_plain(size_t n_live, double ms) {
+    if (plain_ms_by_live.size() <= n_live) plain_ms_by_live.resize(n_live + 1, 0.0);
+    double& m = plain_ms_by_live[n_live];
+    m = m > 0 ? 0.9 * m + 0.1 * ms : ms;
+  }
+
+  SpecOptions options;
+  spec::NgramCache cache;
+  spec::StepCostModel cost;
+  spec::SpecBreaker breaker;
+  SpecMetrics metrics;
+  std::vector<double> plain_ms_by_live;
+  int64_t decode_steps = 0;
+  int forced_mismatches = 0;  ///< test hook (Generator::force_audit_mismatches)
+  double audit_credit = 0.0;  ///< accumulates audit_fraction per admitted greedy request
+};
+
+}  // namespace fdl::engine

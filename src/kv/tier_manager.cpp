@@ -1,0 +1,616 @@
+// TierManager: demote/promote/prefetch of KV blocks between tier 0 (BlockPool), tier 1
+// (HostStore) and tier 2 (DiskStore), with checksums, per-tier counters and the offload
+// breaker. Contract and threading model: flashdllm/kv_tiers.h.
+//
+// Every offloaded block is one Record. At any time a record is in exactly one place:
+//  - tier 1 slot or tier 2 slot (meta.tier Host/Disk, state Inactive), or
+//  - in flight (op != None: the source stays valid until the completion), or
+//  - resident: a verified tier-0 block waiting to be claimed by wait_resident(), or
+//  - finished with a failure outcome (Corrupt/IoError/Lost) waiting to be claimed.
+// That is what makes "every block accounted for" checkable from the stores' counters.
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "flashdllm/kv_tiers.h"
+#include "kv/disk_store.h"
+#include "kv/host_store.h"
+#include "kv/offload_breaker.h"
+
+namespace fdl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kDevice = 0, kHost = 1, kDisk = 2;
+
+uint64_t checksum(const uint8_t* p, size_t n) { return XXH3_64bits(p, n); }
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct TierManager::Impl {
+  enum class Op : uint8_t { None, DemoteFromDevice, HostToDisk, PromoteFromDisk };
+  struct Record {
+    BlockMeta meta;       // tier/state/checksum/access stats of the offloaded block
+    uint32_t slot = 0;    // slot in meta.tier's store
+    Op op = Op::None;
+    BlockId block = -1;   // tier-0 block: in-flight demotion source or promotion target
+    uint32_t disk_slot = 0;     // destination of an in-flight write
+    int staging = -1;           // staging buffer of an in-flight transfer
+    BlockState restore_state = BlockState::Active;
+    Clock::time_point started{};
+    bool prefetched = false;
+    std::optional<TransferStatus> outcome;  // set when a promotion (or failed demotion) ended
+  };
+
+  BlockPool& pool;
+  size_t block_bytes;
+  std::unique_ptr<kv::HostStore> host;
+  std::unique_ptr<kv::DiskStore> disk;
+  bool disk_enabled = false;
+  kv::OffloadBreaker breaker;
+  std::unordered_map<OffloadId, Record> records;
+  OffloadId next_id = 1;
+  std::vector<kv::AlignedBuffer> staging;
+  std::vector<int> free_staging;
+  std::vector<TierEvent> events;
+  std::vector<kv::DiskCompletion> completions;
+  TierStats st;
+
+  Impl(BlockPool& p, const TierConfig& cfg)
+      : pool(p), block_bytes(p.shape().block_bytes()), breaker(cfg.breaker) {
+    st.tier[kDevice].enabled = true;
+    const size_t host_blocks = cfg.host.resolve_blocks(host_ram_bytes(), block_bytes);
+    if (host_blocks > 0) {
+      host = std::make_unique<kv::HostStore>(block_bytes, host_blocks,
+                                             kv::PinHooks{cfg.host_pin, cfg.host_unpin});
+      st.tier[kHost].enabled = true;
+    } else {
+      st.tier[kHost].disabled_reason = "no capacity (--kv-host-bytes is 0 or below one block)";
+    }
+    setup_disk(cfg);
+  }
+
+  void setup_disk(const TierConfig& cfg) {
+    auto& reason = st.tier[kDisk].disabled_reason;
+    if (cfg.disk_path.empty()) {
+      reason = "no --kv-disk-path";
+      return;
+    }
+    const size_t blocks = cfg.disk.resolve_blocks(free_disk_bytes(cfg.disk_path), block_bytes);
+    if (blocks == 0) {
+      reason = "no capacity (--kv-disk-bytes is 0 or below one block)";
+      return;
+    }
+    try {
+      disk = std::make_unique<kv::DiskStore>(kv::DiskStoreOptions{
+          cfg.disk_path, block_bytes, blocks, cfg.disk_files, cfg.disk_queue_depth,
+          cfg.disk_refuse_direct_for_test});
+    } catch (const kv::DiskStoreError& e) {
+      reason = e.what();
+      spdlog::warn("kv tier 2 disabled: {}", reason);
+      return;
+    }
+    disk_enabled = true;
+    st.tier[kDisk].enabled = true;
+    st.disk_direct_io = disk->direct_io();
+    st.disk_io_note = disk->direct_io_note();
+    staging.resize(cfg.disk_queue_depth);
+    for (int i = int(cfg.disk_queue_depth); i-- > 0;) free_staging.push_back(i);
+  }
+
+  ~Impl() {
+    // Drain so no transfer writes into a staging buffer or block after we are gone.
+    if (disk) {
+      try {
+        while (disk->in_flight() > 0) wait_one();
+      } catch (...) {
+      }
+    }
+  }
+
+  Record& find(OffloadId id) {
+    auto it = records.find(id);
+    if (it == records.end())
+      throw std::out_of_range("TierManager: unknown OffloadId " + std::to_string(id));
+    return it->second;
+  }
+
+  void disable_disk(const std::string& reason) {
+    if (!disk_enabled) return;
+    disk_enabled = false;
+    st.tier[kDisk].enabled = false;
+    st.tier[kDisk].disabled_reason = reason;
+    spdlog::error("kv tier 2 disabled: {}; blocks stored there will be recomputed", reason);
+  }
+
+  void count_move(size_t from, size_t to) {
+    ++st.blocks_moved[from][to];
+    st.bytes_moved[from][to] += block_bytes;
+  }
+
+  int take_staging() {
+    while (free_staging.empty()) wait_one();
+    const int i = free_staging.back();
+    free_staging.pop_back();
+    if (staging[size_t(i)].size() == 0) staging[size_t(i)] = kv::AlignedBuffer(block_bytes);
+    return i;
+  }
+  void give_staging(int i) { free_staging.push_back(i); }
+
+  void wait_one() {
+    completions.clear();
+    // A record waiting for a transfer the store no longer knows about would spin forever.
+    if (disk->wait(completions, 1) == 0)
+      throw std::logic_error("TierManager: waiting for a disk transfer that is not in flight");
+    for (const auto& c : completions) on_completion(c);
+  }
+
+  void drive_idle(Record& r) {
+    while (r.op != Op::None) wait_one();
+  }
+
+  // The tier-0 block copy of an offloaded block's metadata: fresh refcount, state Loading.
+  void install_meta(BlockId b, const BlockMeta& from) {
+    BlockMeta& m = pool.meta(b);
+    const int32_t refs = m.ref_count;
+    m = from;
+    m.ref_count = refs;
+    m.tier = BlockTier::Device;
+    m.state = BlockState::Loading;
+  }
+
+  // Copy of the verified bytes is in tier 0: mark resident, or discard on mismatch.
+  void finish_promotion(OffloadId id, Record& r, size_t from, double lat_us) {
+    const auto bytes = pool.block_bytes(r.block);
+    TierEvent ev{TierEvent::Kind::Promote, id, TransferStatus::Ok,
+                 BlockTier(from), BlockTier::Device, r.block, lat_us};
+    if (checksum(bytes.data(), bytes.size()) != r.meta.checksum) {
+      ++st.tier[from].checksum_failures;
+      spdlog::warn("kv tier {}: checksum mismatch on block {} (offload id {}); discarded, "
+                   "recompute", from, r.block, id);
+      pool.release(r.block);  // never handed out as good data
+      r.block = -1;
+      r.outcome = ev.status = TransferStatus::Corrupt;
+      ev.block = -1;
+    } else {
+      pool.meta(r.block).state = BlockState::Active;
+      r.meta = pool.meta(r.block);
+      r.outcome = TransferStatus::Ok;
+      count_move(from, kDevice);
+    }
+    st.tier[from].read_latency.record(lat_us);
+    events.push_back(ev);
+  }
+
+  void on_completion(const kv::DiskCompletion& c) {
+    Record& r = find(c.tag);
+    const double lat_us = us_since(r.started);
+    breaker.record(lat_us / 1000.0, Clock::now());
+    const Op op = r.op;
+    r.op = Op::None;
+    if (r.staging >= 0 && op != Op::PromoteFromDisk) {
+      give_staging(r.staging);
+      r.staging = -1;
+    }
+    std::string err;
+    if (!c.ok()) {
+      ++st.tier[kDisk].io_errors;
+      err = std::string(c.op == kv::DiskOp::Write ? "write" : "read") + " of slot " +
+            std::to_string(c.slot) + " failed: " +
+            (c.short_io ? std::string("short transfer") : std::strerror(c.error));
+    }
+    switch (op) {
+      case Op::DemoteFromDevice: {
+        TierEvent ev{TierEvent::Kind::Demote, c.tag, TransferStatus::Ok, BlockTier::Device,
+                     BlockTier::Disk, r.block, lat_us};
+        if (c.ok()) {
+          pool.release(r.block);
+          ev.block = r.block = -1;
+          r.meta.tier = BlockTier::Disk;
+          r.meta.state = BlockState::Inactive;
+          r.slot = r.disk_slot;
+          count_move(kDevice, kDisk);
+          st.tier[kDisk].write_latency.record(lat_us);
+        } else {
+          disk->release(r.disk_slot);
+          pool.meta(r.block).state = r.restore_state;  // untouched: stays resident
+          r.meta = pool.meta(r.block);
+          r.outcome = TransferStatus::Ok;
+          ev.status = TransferStatus::IoError;
+          disable_disk(err);
+        }
+        events.push_back(ev);
+        break;
+      }
+      case Op::HostToDisk: {
+        TierEvent ev{TierEvent::Kind::Demote, c.tag, TransferStatus::Ok, BlockTier::Host,
+                     BlockTier::Disk, -1, lat_us};
+        r.meta.state = BlockState::Inactive;
+        if (c.ok()) {
+          host->release(r.slot);
+          r.slot = r.disk_slot;
+          r.meta.tier = BlockTier::Disk;
+          count_move(kHost, kDisk);
+          st.tier[kDisk].write_latency.record(lat_us);
+        } else {
+          disk->release(r.disk_slot);  // the host copy is still good
+          ev.status = TransferStatus::IoError;
+          disable_disk(err);
+        }
+        events.push_back(ev);
+        break;
+      }
+      case Op::PromoteFromDisk: {
+        disk->release(r.slot);
+        const int sb = r.staging;
+        r.staging = -1;
+        if (c.ok()) {
+          const auto dst = pool.block_bytes(r.block);
+          std::memcpy(dst.data(), staging[size_t(sb)].data(), dst.size());
+          give_staging(sb);
+          finish_promotion(c.tag, r, kDisk, lat_us);
+        } else {
+          give_staging(sb);
+          pool.release(r.block);
+          r.block = -1;
+          r.outcome = TransferStatus::IoError;
+          events.push_back({TierEvent::Kind::Promote, c.tag, TransferStatus::IoError,
+                            BlockTier::Disk, BlockTier::Device, -1, lat_us});
+          disable_disk(err);
+        }
+        break;
+      }
+      case Op::None:
+        throw std::logic_error("TierManager: completion for a record with no transfer");
+    }
+  }
+
+  void pump() {
+    if (!disk) return;
+    completions.clear();
+    disk->poll(completions);
+    for (const auto& c : completions) on_completion(c);
+  }
+
+  OffloadId new_record(const BlockMeta& m) {
+    const OffloadId id = next_id++;
+    Record& r = records[id];
+    r.meta = m;
+    r.meta.ref_count = 1;
+    return id;
+  }
+
+  TierEvent demote_host(BlockId b) {
+    TierEvent ev{TierEvent::Kind::Demote, 0, TransferStatus::Ok, BlockTier::Device,
+                 BlockTier::Host, b, 0.0};
+    if (!host) return ev.status = TransferStatus::TierDisabled, ev;
+    const auto slot = host->allocate();
+    if (!slot) return ev.status = TransferStatus::NoSpace, ev;
+    const auto t0 = Clock::now();
+    const auto src = pool.block_bytes(b);
+    const uint64_t cs = checksum(src.data(), src.size());
+    std::memcpy(host->bytes(*slot).data(), src.data(), src.size());
+    BlockMeta m = pool.meta(b);
+    m.checksum = cs;
+    m.tier = BlockTier::Host;
+    m.state = BlockState::Inactive;
+    ev.id = new_record(m);
+    records[ev.id].slot = *slot;
+    pool.release(b);
+    ev.block = -1;
+    ev.latency_us = us_since(t0);
+    st.tier[kHost].write_latency.record(ev.latency_us);
+    count_move(kDevice, kHost);
+    return ev;
+  }
+
+  TransferStatus disk_gate() {
+    if (!disk_enabled) return TransferStatus::TierDisabled;
+    if (!breaker.allows_offload(Clock::now())) return TransferStatus::Paused;
+    return TransferStatus::Ok;
+  }
+
+  TierEvent demote_disk(BlockId b) {
+    TierEvent ev{TierEvent::Kind::Demote, 0, disk_gate(), BlockTier::Device, BlockTier::Disk,
+                 b, 0.0};
+    if (ev.status != TransferStatus::Ok) return ev;
+    const auto slot = disk->allocate();
+    if (!slot) return ev.status = TransferStatus::NoSpace, ev;
+    const int sb = take_staging();
+    if (!disk_enabled) {  // waiting for a staging buffer reaped a failure
+      give_staging(sb);
+      disk->release(*slot);
+      return ev.status = TransferStatus::TierDisabled, ev;
+    }
+    const auto src = pool.block_bytes(b);
+    std::memcpy(staging[size_t(sb)].data(), src.data(), src.size());
+    BlockMeta& pm = pool.meta(b);
+    pm.checksum = checksum(src.data(), src.size());
+    const BlockState restore = pm.state;
+    pm.state = BlockState::PendingEvict;
+    ev.id = new_record(pm);
+    Record& r = records[ev.id];
+    r.op = Op::DemoteFromDevice;
+    r.block = b;
+    r.disk_slot = *slot;
+    r.staging = sb;
+    r.restore_state = restore;
+    r.started = Clock::now();
+    try {
+      disk->submit_write(*slot, staging[size_t(sb)].data(), ev.id);
+    } catch (const kv::DiskStoreError& e) {
+      give_staging(sb);
+      disk->release(*slot);
+      pm.state = restore;
+      records.erase(ev.id);
+      ++st.tier[kDisk].io_errors;
+      disable_disk(e.what());
+      ev.id = 0;
+      return ev.status = TransferStatus::IoError, ev;
+    }
+    ev.status = TransferStatus::Pending;
+    return ev;
+  }
+
+  TierEvent outcome_event(OffloadId id, const Record& r) {
+    return {TierEvent::Kind::Promote, id, *r.outcome, r.meta.tier, BlockTier::Device,
+            *r.outcome == TransferStatus::Ok ? r.block : -1, 0.0};
+  }
+
+  TierEvent promote(OffloadId id) {
+    Record& r = find(id);
+    if (r.op == Op::PromoteFromDisk)
+      return {TierEvent::Kind::Promote, id, TransferStatus::Pending, BlockTier::Disk,
+              BlockTier::Device, r.block, 0.0};
+    drive_idle(r);  // a demotion in flight finishes first
+    if (r.outcome) return outcome_event(id, r);
+    const BlockTier from = r.meta.tier;
+    TierEvent ev{TierEvent::Kind::Promote, id, TransferStatus::Ok, from, BlockTier::Device, -1,
+                 0.0};
+    if (from == BlockTier::Disk && !disk_enabled) {
+      disk->release(r.slot);
+      r.outcome = ev.status = TransferStatus::Lost;
+      return ev;
+    }
+    if (pool.n_free() == 0) return ev.status = TransferStatus::NoSpace, ev;
+    const auto t0 = Clock::now();
+    if (from == BlockTier::Host) {
+      r.block = pool.allocate();
+      install_meta(r.block, r.meta);
+      const auto dst = pool.block_bytes(r.block);
+      std::memcpy(dst.data(), host->bytes(r.slot).data(), dst.size());
+      host->release(r.slot);
+      finish_promotion(id, r, kHost, us_since(t0));
+      return outcome_event(id, r);
+    }
+    // Disk: asynchronous read into a staging buffer; verified in on_completion.
+    const int sb = take_staging();
+    if (!disk_enabled) {  // reaping for a staging buffer found a failure
+      give_staging(sb);
+      disk->release(r.slot);
+      r.outcome = ev.status = TransferStatus::Lost;
+      return ev;
+    }
+    r.block = pool.allocate();
+    install_meta(r.block, r.meta);
+    r.meta.state = BlockState::Loading;
+    r.op = Op::PromoteFromDisk;
+    r.staging = sb;
+    r.started = t0;
+    try {
+      disk->submit_read(r.slot, staging[size_t(sb)].data(), id);
+    } catch (const kv::DiskStoreError& e) {
+      r.op = Op::None;
+      r.staging = -1;
+      give_staging(sb);
+      pool.release(r.block);
+      r.block = -1;
+      disk->release(r.slot);
+      ++st.tier[kDisk].io_errors;
+      disable_disk(e.what());
+      r.outcome = ev.status = TransferStatus::IoError;
+      return ev;
+    }
+    ev.status = TransferStatus::Pending;
+    ev.block = r.block;
+    return ev;
+  }
+
+  void release_record(OffloadId id) {
+    Record& r = find(id);
+    drive_idle(r);
+    if (r.outcome) {
+      if (*r.outcome == TransferStatus::Ok && r.block >= 0) pool.release(r.block);
+    } else if (r.meta.tier == BlockTier::Host) {
+      host->release(r.slot);
+    } else if (r.meta.tier == BlockTier::Disk) {
+      disk->release(r.slot);
+    }
+    records.erase(id);
+  }
+};
+
+TierManager::TierManager(BlockPool& pool, const TierConfig& cfg)
+    : impl_(std::make_unique<Impl>(pool, cfg)) {}
+
+TierManager::~TierManager() = default;
+
+TierEvent TierManager::demote(BlockId block, BlockTier to) {
+  Impl& m = *impl_;
+  const BlockMeta& bm = m.pool.meta(block);  // std::out_of_range for a bad id
+  if (bm.tier != BlockTier::Device || bm.ref_count != 1 ||
+      (bm.state != BlockState::Active && bm.state != BlockState::Inactive))
+    throw std::invalid_argument(
+        "TierManager::demote: block " + std::to_string(block) +
+        " must be a tier-0 block held by exactly one owner, Active or Inactive (ref_count " +
+        std::to_string(bm.ref_count) + ")");
+  m.pump();
+  switch (to) {
+    case BlockTier::Host: return m.demote_host(block);
+    case BlockTier::Disk: return m.demote_disk(block);
+    case BlockTier::Device: break;
+  }
+  throw std::invalid_argument("TierManager::demote: destination must be Host or Disk");
+}
+
+TierEvent TierManager::demote_to_disk(OffloadId id) {
+  Impl& m = *impl_;
+  m.pump();
+  Impl::Record& r = m.find(id);
+  if (r.op != Impl::Op::None || r.outcome || r.meta.tier != BlockTier::Host)
+    throw std::invalid_argument("TierManager::demote_to_disk: offload id " + std::to_string(id) +
+                                " is not an idle tier-1 block");
+  TierEvent ev{TierEvent::Kind::Demote, id, m.disk_gate(), BlockTier::Host, BlockTier::Disk,
+               -1, 0.0};
+  if (ev.status != TransferStatus::Ok) return ev;
+  const auto slot = m.disk->allocate();
+  if (!slot) return ev.status = TransferStatus::NoSpace, ev;
+  r.op = Impl::Op::HostToDisk;
+  r.disk_slot = *slot;
+  r.meta.state = BlockState::PendingEvict;
+  r.started = std::chrono::steady_clock::now();
+  try {
+    m.disk->submit_write(*slot, m.host->slot_ptr(r.slot), id);
+  } catch (const kv::DiskStoreError& e) {
+    r.op = Impl::Op::None;
+    r.meta.state = BlockState::Inactive;
+    m.disk->release(*slot);
+    ++m.st.tier[kDisk].io_errors;
+    m.disable_disk(e.what());
+    return ev.status = TransferStatus::IoError, ev;
+  }
+  ev.status = TransferStatus::Pending;
+  return ev;
+}
+
+TierEvent TierManager::promote(OffloadId id) {
+  impl_->pump();
+  return impl_->promote(id);
+}
+
+std::vector<TierEvent> TierManager::prefetch(std::span<const OffloadId> ids) {
+  std::vector<TierEvent> out;
+  out.reserve(ids.size());
+  for (OffloadId id : ids) {
+    impl_->find(id).prefetched = true;
+    out.push_back(promote(id));
+  }
+  return out;
+}
+
+TierEvent TierManager::wait_resident(OffloadId id) {
+  Impl& m = *impl_;
+  m.pump();
+  Impl::Record& r = m.find(id);
+  if (!r.prefetched)
+    ++m.st.prefetch_misses;
+  else if (r.outcome)
+    ++m.st.prefetch_hits;
+  else
+    ++m.st.prefetch_late;
+  if (!r.outcome) {
+    const TierEvent ev = m.promote(id);
+    if (ev.status == TransferStatus::NoSpace) return ev;
+    m.drive_idle(r);
+  }
+  const TierEvent ev = m.outcome_event(id, r);
+  m.records.erase(id);  // the block (if Ok) now belongs to the caller
+  return ev;
+}
+
+std::vector<TierEvent> TierManager::poll() {
+  impl_->pump();
+  std::vector<TierEvent> out;
+  out.swap(impl_->events);
+  return out;
+}
+
+void TierManager::discard(OffloadId id) { impl_->release_record(id); }
+
+void TierManager::drain() {
+  if (impl_->disk)
+    while (impl_->disk->in_flight() > 0) impl_->wait_one();
+}
+
+size_t TierManager::in_flight() const { return impl_->disk ? impl_->disk->in_flight() : 0; }
+
+const BlockMeta& TierManager::meta(OffloadId id) const { return impl_->find(id).meta; }
+
+bool TierManager::contains(OffloadId id) const { return impl_->records.count(id) > 0; }
+
+bool TierManager::tier_enabled(BlockTier t) const {
+  switch (t) {
+    case BlockTier::Device: return true;
+    case BlockTier::Host: return impl_->host != nullptr;
+    case BlockTier::Disk: return impl_->disk_enabled;
+  }
+  return false;
+}
+
+void TierManager::disable_disk(const std::string& reason) { impl_->disable_disk(reason); }
+
+void TierManager::trip_breaker(const std::string& reason) {
+  impl_->breaker.trip(std::chrono::steady_clock::now(), reason);
+}
+
+void TierManager::reset_breaker() { impl_->breaker.reset(); }
+
+TierStats TierManager::stats() const {
+  Impl& m = *impl_;
+  TierStats s = m.st;
+  s.tier[kDevice].capacity_blocks = m.pool.capacity();
+  s.tier[kDevice].used_blocks = m.pool.capacity() - m.pool.n_free();
+  if (m.host) {
+    s.tier[kHost].capacity_blocks = m.host->capacity();
+    s.tier[kHost].used_blocks = m.host->n_used();
+  }
+  if (m.disk) {
+    s.tier[kDisk].capacity_blocks = m.disk->capacity();
+    s.tier[kDisk].used_blocks = m.disk->n_used();
+  }
+  s.breaker_open = m.breaker.is_open();
+  s.breaker_manual = m.breaker.manual();
+  s.breaker_trips = m.breaker.trips();
+  s.breaker_p95_ms = m.breaker.p95_ms();
+  s.breaker_reason = m.breaker.reason();
+  s.offloaded_blocks = m.records.size();
+  return s;
+}
+
+void TierManager::corrupt_for_test(OffloadId id, size_t byte_offset, int bit) {
+  Impl& m = *impl_;
+  Impl::Record& r = m.find(id);
+  m.drive_idle(r);
+  if (r.outcome || byte_offset >= m.block_bytes || bit < 0 || bit > 7)
+    throw std::invalid_argument("TierManager::corrupt_for_test: block not stored or bad offset");
+  if (r.meta.tier == BlockTier::Host)
+    m.host->bytes(r.slot)[byte_offset] ^= uint8_t(1u << bit);
+  else
+    m.disk->flip_bit_for_test(r.slot, byte_offset, bit);
+}
+
+void TierManager::inject_disk_fault_for_test(bool on_write, const std::string& fault, int count) {
+  if (!impl_->disk) throw std::invalid_argument("TierManager: no disk tier to inject into");
+  kv::DiskFault f;
+  if (fault == "eio")
+    f = kv::DiskFault::Eio;
+  else if (fault == "enospc")
+    f = kv::DiskFault::NoSpace;
+  else if (fault == "short")
+    f = kv::DiskFault::Short;
+  else
+    throw std::invalid_argument("TierManager: unknown fault '" + fault + "'");
+  impl_->disk->inject_fault(on_write ? kv::DiskOp::Write : kv::DiskOp::Read, f, count);
+}
+
+}  // namespace fdl

@@ -1,0 +1,81 @@
+// Sampler::sample_against_draft: greedy verification is the argmax; speculative sampling
+// reproduces the target distribution whatever the draft (chi-square), and a biased rule
+// (always accept the draft) is caught by the same test.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "decode/chi_square_test_util.h"
+#include "flashdllm/sampling.h"
+
+namespace fdl {
+namespace {
+
+const std::vector<float> kRow{2.0f, 1.5f, 0.2f, 1.9f, -1.0f, 0.0f, 1.0f, 0.7f};
+
+SamplingParams hot(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  p.repeat_penalty = 1.5f;
+  p.seed = seed;
+  return p;
+}
+
+std::map<int32_t, double> target(const SamplingParams& p, const std::vector<int32_t>& history) {
+  Sampler s(p, int32_t(kRow.size()));
+  for (int32_t t : history) s.accept(t);
+  std::map<int32_t, double> out;
+  for (const auto& tp : s.distribution(kRow)) out[tp.id] = tp.prob;
+  return out;
+}
+
+TEST(SampleAgainstDraft, GreedyReturnsThePenalizedArgmax) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repeat_penalty = 2.0f;
+  Sampler s(p, int32_t(kRow.size()));
+  EXPECT_EQ(s.sample_against_draft(kRow, 0), 0);
+  EXPECT_EQ(s.sample_against_draft(kRow, 3), 0);
+  s.accept(0);  // 2.0 -> 1.0: token 3 (1.9) is the argmax now
+  EXPECT_EQ(s.sample_against_draft(kRow, 3), 3);
+  EXPECT_EQ(s.sample_against_draft(kRow, 0), s.sample(kRow));
+}
+
+// Draft 0 (likely), 3 (likely but penalized), 4 (outside top-p: never accepted), -1 (none).
+class SpeculativeSampling : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(SpeculativeSampling, MatchesTheTargetDistribution) {
+  const int32_t draft = GetParam();
+  const std::vector<int32_t> history{3, 6};
+  Sampler s(hot(99), int32_t(kRow.size()));
+  for (int32_t t : history) s.accept(t);
+  std::map<int32_t, int64_t> observed;
+  int64_t accepted = 0;
+  constexpr int kDraws = 40000;
+  for (int i = 0; i < kDraws; ++i) {
+    const int32_t t = s.sample_against_draft(kRow, draft);
+    ++observed[t];
+    accepted += t == draft ? 1 : 0;
+  }
+  const auto probs = target(hot(0), history);
+  const auto chi = test::chi_square_fit(observed, probs);
+  EXPECT_GT(chi.p_value, 0.01) << "chi2 " << chi.statistic << " dof " << chi.dof;
+  if (draft == 4) { EXPECT_EQ(accepted, 0); }
+}
+
+INSTANTIATE_TEST_SUITE_P(Drafts, SpeculativeSampling, ::testing::Values(0, 3, 4, -1));
+
+TEST(SpeculativeSampling, TheTestCatchesABiasedAcceptanceRule) {
+  // Negative control: accepting the draft with probability 1/2 regardless of p(draft) skews
+  // the distribution, and the same chi-square test must reject it.
+  Sampler s(hot(7), int32_t(kRow.size()));
+  std::mt19937_64 coin(1);
+  std::map<int32_t, int64_t> observed;
+  for (int i = 0; i < 40000; ++i) ++observed[coin() % 2 ? 5 : s.sample(kRow)];
+  const auto chi = test::chi_square_fit(observed, target(hot(0), {}));
+  EXPECT_LT(chi.p_value, 1e-6);
+}
+
+}  // namespace
+}  // namespace fdl

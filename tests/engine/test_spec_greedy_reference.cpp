@@ -1,0 +1,74 @@
+// Greedy decoding with speculation gives exactly the ids of plain greedy decoding on every
+// reference prompt of both test models, in every mode, with and without the adaptive window.
+#include "spec_test_support.h"
+
+namespace fdl {
+namespace {
+
+std::vector<GenerationRequest> reference_requests(const std::string& file) {
+  std::vector<GenerationRequest> reqs;
+  for (const auto& c : test::read_reference(file))
+    reqs.push_back(test::greedy_request(c["prompt_token_ids"].get<std::vector<int32_t>>(),
+                                        c["n_predict"].get<int>()));
+  return reqs;
+}
+
+struct Config {
+  SpecMode mode;
+  bool adaptive;
+  bool alone;  ///< also run each prompt alone (the batch run is always done)
+};
+
+void check_model(const LoadedModel& m, const std::string& file, const std::vector<Config>& configs) {
+  const auto reqs = reference_requests(file);
+  auto plain = test::make_generator(m);
+  const auto want = plain.generate(reqs);
+  for (const Config& c : configs) {
+    SCOPED_TRACE(std::string(spec_mode_name(c.mode)) + (c.adaptive ? " adaptive" : " fixed"));
+    auto gen = test::make_generator(m, test::spec_options(c.mode, 5, c.adaptive));
+    if (c.alone) {
+      std::vector<GenerationResult> alone;
+      for (const auto& r : reqs) alone.push_back(gen.generate({r}).at(0));
+      test::expect_same_results(alone, want);
+    }
+    test::expect_same_results(gen.generate(reqs), want);  // 8 live at once
+    test::expect_pool_full(gen);
+    const SpecMetrics& sm = gen.spec_metrics();
+    EXPECT_GT(sm.drafted, 0);
+    EXPECT_GT(sm.accepted, 0);
+    EXPECT_GT(sm.rejected, 0);
+    EXPECT_EQ(sm.accepted + sm.rejected, sm.drafted);
+    EXPECT_GT(sm.tokens_per_forward(), 1.0);
+    EXPECT_FALSE(sm.breaker_open);
+  }
+}
+
+TEST(SpecGreedyReference, Stories260KEveryPromptEveryMode) {
+  check_model(test::stories_model(), "stories260K_greedy.json",
+              {{SpecMode::Lookup, false, true},    {SpecMode::Lookup, true, true},
+               {SpecMode::Lookahead, false, true}, {SpecMode::Lookahead, true, true},
+               {SpecMode::Auto, false, true},      {SpecMode::Auto, true, true}});
+}
+
+// The 16M model is ~50x slower per step than stories260K: its configurations are split in
+// two tests to keep each short.
+TEST(SpecGreedyReference, CodeLmEachPromptAloneWithLookup) {
+  check_model(test::codelm_model(), "codelm_greedy.json", {{SpecMode::Lookup, false, true}});
+}
+
+TEST(SpecGreedyReference, CodeLmBatchedLookaheadAndAuto) {
+  check_model(test::codelm_model(), "codelm_greedy.json",
+              {{SpecMode::Lookahead, false, false}, {SpecMode::Auto, true, false}});
+}
+
+TEST(SpecGreedyReference, Stories260KMatchesTheLlamaCppReferenceIds) {
+  const auto ref = test::read_reference("stories260K_greedy.json");
+  auto gen = test::make_generator(test::stories_model(), test::spec_options(SpecMode::Auto, 8));
+  const auto res = gen.generate(reference_requests("stories260K_greedy.json"));
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_EQ(res[i].generated_ids, ref[i]["output_token_ids"].get<std::vector<int32_t>>())
+        << ref[i]["id"];
+}
+
+}  // namespace
+}  // namespace fdl
