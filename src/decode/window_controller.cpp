@@ -9,6 +9,7 @@ namespace {
 constexpr double kCostDecay = 0.98;     // ~50 steps of memory: tracks load changes
 constexpr double kAcceptDecay = 0.9;    // ~10 verifications of memory
 constexpr double kPriorRatio = 0.1;     // b / a before the data separates them
+constexpr double kRequiredGain = 1.1;   // expected tokens/ms over plain's to speculate
 
 }  // namespace
 
@@ -74,7 +75,9 @@ size_t WindowController::choose(size_t max_k, size_t n_live, const StepCostModel
   const double share = base / n;
   if (!(share > 0.0)) return 0;
   size_t best_k = 0;
-  double best = 1.0 / share;
+  // Speculate only for a clear expected gain: drafting, per-row verification and timer noise
+  // are not in the cost model, and a marginal window is a likely loss.
+  double best = kRequiredGain / share;
   double expected = 1.0, term = 1.0;
   for (size_t k = 1; k <= max_k; ++k) {
     term *= alpha;

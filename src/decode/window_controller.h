@@ -12,7 +12,8 @@
 // then emits E(k) = 1 + alpha + ... + alpha^k tokens in expectation, and costs its share of
 // the step, C(n)/n_live + C(n + k) - C(n) with n = n_live and C the cost model's
 // prediction; the controller picks the k in [0, max_k] maximizing
-// E(k) / cost(k) (Leviathan et al. 2023, section 3.4, with a measured cost). When that is
+// E(k) / cost(k) (Leviathan et al. 2023, section 3.4, with a measured cost), and only if
+// that beats plain decoding by 10% (costs outside the model: drafting, timer noise). When that is
 // 0 it still probes with k = 1 every `kProbeInterval` steps (doubling, up to
 // kMaxProbeInterval, while the probes fail), so a sequence whose text turns repetitive is
 // noticed.
@@ -46,7 +47,7 @@ class StepCostModel {
 
 class WindowController {
  public:
-  static constexpr int kProbeInterval = 16;
+  static constexpr int kProbeInterval = 32;
   static constexpr int kMaxProbeInterval = 256;
   /// While speculation pays, every kExploreInterval-th choice is a window whose batch size
   /// the cost model has not measured yet (smallest first), so the choice rests on measured

@@ -32,6 +32,12 @@ void GenerationRun::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
   // scans are a visible share of a step).
   if (ctx_.spec.options.adaptive && max_k > 0) max_k = s.window.choose(max_k, n_live, ctx_.spec.cost);
   if (max_k == 0) return;
+  // The pool's history is brought up to date only when a draft is wanted: a sequence that
+  // decodes plainly pays nothing for it.
+  if (ctx_.spec.options.mode != SpecMode::Lookup) {
+    s.lookahead.feed_history(s.context, s.lookahead_fed);
+    s.lookahead_fed = s.context.size();
+  }
   policy_.propose(s.context, max_k, s.lookahead, draft_);
   draft.assign(draft_.tokens.begin(), draft_.tokens.end());
 }
@@ -132,7 +138,8 @@ size_t GenerationRun::verify(LiveSequence& s, const std::vector<int32_t>& draft,
   if (sp.enabled()) {
     const SpecMode mode = sp.options.mode;
     if (mode == SpecMode::Lookup || mode == SpecMode::Auto) sp.cache.feed(s.context, before + 1);
-    if (!s.finished && s.spec_window > 0 && mode != SpecMode::Lookup) {
+    // Without drafts, the one output is the next history token: nothing new to record.
+    if (!s.finished && k > 0 && mode != SpecMode::Lookup) {
       // The lookahead trajectory: the model's argmax at every fed position, rejected too.
       inputs_.assign(1, x0);
       inputs_.insert(inputs_.end(), draft.begin(), draft.end());
@@ -141,7 +148,8 @@ size_t GenerationRun::verify(LiveSequence& s, const std::vector<int32_t>& draft,
         outputs_[i] = static_cast<int32_t>(detail::scan_row(logits_row(row0 + i)).argmax);
       const std::span<const int32_t> ctx(s.context);
       s.lookahead.feed_verification(ctx.first(before), inputs_, outputs_, accepted);
-      s.lookahead.feed_history(ctx, before + 1);
+      s.lookahead.feed_history(ctx, s.lookahead_fed);
+      s.lookahead_fed = ctx.size();
     }
   }
   // Local rollback: keep x0 and the accepted drafts; the rejected tail's whole blocks go

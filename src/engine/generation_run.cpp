@@ -62,8 +62,6 @@ std::vector<LiveSequence*> GenerationRun::admit() {
                          ? (request.spec_window >= 0 ? request.spec_window
                                                      : ctx_.spec.options.window)
                          : 0;
-    if (s->spec_window > 0 && ctx_.spec.options.mode != SpecMode::Lookup)
-      s->lookahead.feed_history(s->context, 1);  // the pool starts from the prompt
     s->seq = ctx_.kv.create_sequence();
     fresh.push_back(s.get());
     live_.push_back(std::move(s));
@@ -116,8 +114,9 @@ void GenerationRun::prefill(const std::vector<LiveSequence*>& fresh) {
     forward(completing.size());
     const auto batch_end = Clock::now();
     // A prefill forward is a free calibration point for the speculation cost model: many
-    // tokens in one forward show what one more token costs before any draft is tried.
-    if (ctx_.spec.enabled())
+    // tokens in one forward show what one more token costs before any draft is tried. Not
+    // the Generator's very first forward: it pages the weights in and is no measure.
+    if (ctx_.spec.enabled() && ctx_.spec.cost.has_data())
       ctx_.spec.cost.observe(double(ctx_.batch.size()), ms_between(batch_start, batch_end));
     // Logit rows come in batch order, which is `completing` order.
     for (size_t row = 0; row < completing.size(); ++row) {

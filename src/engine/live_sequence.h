@@ -60,6 +60,7 @@ struct LiveSequence {
   size_t n_sampled = 0;          ///< tokens sampled, a stopping end-of-generation included
   int spec_window = 0;           ///< max draft tokens per step for this request (0 = plain)
   spec::LookaheadPool lookahead;
+  size_t lookahead_fed = 1;      ///< context[..lookahead_fed) is in the pool's history
   spec::WindowController window;
   std::optional<ShadowCopy> shadow;
 };

@@ -42,6 +42,49 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnceInContiguousChunks) {
   }
 }
 
+TEST(ThreadPool, SeveralChunksPerThreadSplitEvenlyInOrder) {
+  ThreadPool pool(3);
+  for (int per_thread : {2, 5}) {
+    for (int64_t n : {1, 4, 15, 16, 1000}) {
+      const int64_t chunks = std::min<int64_t>(n, 3 * per_thread);
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::vector<std::atomic<int>> chunk_seen(static_cast<size_t>(chunks));
+      pool.parallel_for(
+          n,
+          [&](int64_t b, int64_t e, int chunk) {
+            ASSERT_GE(chunk, 0);
+            ASSERT_LT(chunk, chunks);
+            chunk_seen[static_cast<size_t>(chunk)]++;
+            const int64_t q = n / chunks, rem = n % chunks;
+            EXPECT_EQ(b, chunk * q + std::min<int64_t>(chunk, rem));
+            EXPECT_EQ(e - b, q + (chunk < rem ? 1 : 0));
+            for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+          },
+          per_thread);
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+      for (auto& c : chunk_seen) EXPECT_EQ(c.load(), 1);
+    }
+  }
+  EXPECT_THROW(pool.parallel_for(10, [](int64_t, int64_t, int) {}, 0), std::invalid_argument);
+}
+
+TEST(ThreadPool, BusyThreadLeavesChunksToOthers) {
+  // Chunks are claimed, not assigned: while one thread is stuck in its first chunk, the
+  // others must be able to finish all the remaining ones.
+  ThreadPool pool(2);
+  std::atomic<int> done{0};
+  pool.parallel_for(
+      8,
+      [&](int64_t b, int64_t, int) {
+        if (b == 0) {
+          while (done.load() < 7) std::this_thread::yield();  // waits for all the others
+        }
+        done++;
+      },
+      4);
+  EXPECT_EQ(done.load(), 8);
+}
+
 TEST(ThreadPool, WorkersReallyRunInParallel) {
   ThreadPool pool(2);
   std::set<std::thread::id> ids;

@@ -20,6 +20,10 @@ constexpr int64_t kRowGrain = 16;
 // (~1 µs) would cost more than it saves (tiny models such as stories260K). The split never
 // changes results (batch invariance holds for any thread count).
 constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+// Row slices per pool thread. More than one lets the pool rebalance when a core is shared
+// with another process (a fixed half per thread would run at the slowest thread's pace);
+// slices stay large enough (>= 16 rows) to stream weights efficiently.
+constexpr int kChunksPerThread = 4;
 
 void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("matmul: ") + what);
@@ -74,11 +78,14 @@ void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_t
     job.rows_fn(W, X, n_tokens, Y, 0, W.rows);
     return;
   }
-  pool.parallel_for(n_units, [jp](int64_t u0, int64_t u1, int) {
-    const int64_t r0 = u0 * kRowGrain;
-    const int64_t r1 = std::min(u1 * kRowGrain, jp->w->rows);
-    jp->rows_fn(*jp->w, jp->x, jp->n_tokens, jp->y, r0, r1);
-  });
+  pool.parallel_for(
+      n_units,
+      [jp](int64_t u0, int64_t u1, int) {
+        const int64_t r0 = u0 * kRowGrain;
+        const int64_t r1 = std::min(u1 * kRowGrain, jp->w->rows);
+        jp->rows_fn(*jp->w, jp->x, jp->n_tokens, jp->y, r0, r1);
+      },
+      kChunksPerThread);
 }
 
 }  // namespace fdl::cpu

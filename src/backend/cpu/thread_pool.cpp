@@ -27,7 +27,9 @@ inline void cpu_relax() {
 #endif
 }
 
-constexpr uint64_t kChunkMask = 0xffffffffu;
+constexpr uint64_t kChunkMask = 0xffffu;      // next unclaimed chunk: bits 0..15
+constexpr int kCountShift = 16;               // chunk count: bits 16..31
+constexpr int64_t kMaxChunks = 0xffff;
 
 // The pool whose job the current thread is running (workers: always their own pool), to
 // reject nested parallel_for calls that would otherwise deadlock.
@@ -54,22 +56,22 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_claimed_chunks(uint32_t job_id) {
-  const auto n_chunks = static_cast<uint64_t>(n_threads_);
   uint64_t w = work_.load(std::memory_order_acquire);
   for (;;) {
+    const uint64_t n_chunks = (w >> kCountShift) & kChunkMask;
     if ((w >> 32) != job_id || (w & kChunkMask) >= n_chunks) return;
     if (!work_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire))
       continue;
+    // Claimed: the job's fields stay valid until this chunk is reported finished.
     const auto chunk = static_cast<int64_t>(w & kChunkMask);
-    const int64_t q = job_n_ / n_threads_, m = job_n_ % n_threads_;
+    const auto chunks = static_cast<int64_t>(n_chunks);
+    const int64_t q = job_n_ / chunks, m = job_n_ % chunks;
     const int64_t begin = chunk * q + std::min(chunk, m);
     const int64_t end = begin + q + (chunk < m ? 1 : 0);
-    if (begin < end) {
-      try {
-        (*job_fn_)(begin, end, static_cast<int>(chunk));
-      } catch (...) {
-        errors_[static_cast<size_t>(chunk)] = std::current_exception();
-      }
+    try {
+      (*job_fn_)(begin, end, static_cast<int>(chunk));
+    } catch (...) {
+      errors_[static_cast<size_t>(chunk)] = std::current_exception();
     }
     unfinished_.fetch_sub(1, std::memory_order_acq_rel);
     w = work_.load(std::memory_order_acquire);
@@ -98,7 +100,8 @@ void ThreadPool::worker_loop(uint32_t seen) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int chunks_per_thread) {
+  if (chunks_per_thread < 1) throw std::invalid_argument("ThreadPool::parallel_for: chunks_per_thread must be >= 1");
   if (n <= 0) return;
   if (tl_active_pool == this)
     throw std::logic_error("ThreadPool::parallel_for called from inside a parallel_for body");
@@ -109,17 +112,21 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     ~ActiveGuard() { tl_active_pool = saved; }
   } active(this);
 
-  // One thread, or one index (which lands in chunk 0), needs no hand-off.
-  if (n_threads_ == 1 || n == 1) {
+  // Empty chunks are never formed: at most n chunks.
+  const int64_t n_chunks = std::min({n, int64_t{n_threads_} * chunks_per_thread, kMaxChunks});
+  // One thread, or one chunk, needs no hand-off.
+  if (n_threads_ == 1 || n_chunks == 1) {
     fn(0, n, 0);
     return;
   }
+  if (errors_.size() < static_cast<size_t>(n_chunks)) errors_.resize(static_cast<size_t>(n_chunks));
   const uint32_t id = job_id_.load(std::memory_order_relaxed) + 1;
   job_fn_ = &fn;
   job_n_ = n;
   for (auto& e : errors_) e = nullptr;
-  unfinished_.store(n_threads_, std::memory_order_relaxed);
-  work_.store(static_cast<uint64_t>(id) << 32, std::memory_order_release);
+  unfinished_.store(static_cast<int>(n_chunks), std::memory_order_relaxed);
+  work_.store((static_cast<uint64_t>(id) << 32) | (static_cast<uint64_t>(n_chunks) << kCountShift),
+              std::memory_order_release);
   job_id_.store(id, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) job_id_.notify_all();
 

@@ -25,8 +25,9 @@ namespace fdl::cpu {
 
 class ThreadPool {
  public:
-  /// Loop body: processes indices [begin, end). `chunk` in [0, size()) is the chunk's index;
-  /// no two invocations of one parallel_for share it, so it can select per-thread scratch.
+  /// Loop body: processes indices [begin, end). `chunk` is the chunk's index, in
+  /// [0, size() * chunks_per_thread); no two invocations of one parallel_for share it, so with
+  /// the default of one chunk per thread it can select per-thread scratch.
   using RangeFn = std::function<void(int64_t begin, int64_t end, int chunk)>;
 
   /// `n_threads` threads in total including the calling thread; 0 = hardware concurrency.
@@ -39,13 +40,16 @@ class ThreadPool {
   /// Number of threads that take part in a parallel_for (workers + the caller).
   int size() const { return n_threads_; }
 
-  /// Splits [0, n) into size() contiguous chunks in index order — with q = n / size() and
-  /// m = n % size(), chunk i holds q + (i < m) indices — and calls fn once per non-empty
-  /// chunk, spread over the workers and the calling thread. Returns when all are done. The
-  /// split depends only on n and size(), never on timing. If fn throws, the exception of the
-  /// lowest-numbered failing chunk is rethrown here after every chunk has finished.
-  /// n <= 0 does nothing.
-  void parallel_for(int64_t n, const RangeFn& fn);
+  /// Splits [0, n) into size() * chunks_per_thread contiguous chunks in index order (at most
+  /// n, at most 65535) — with c chunks, q = n / c and m = n % c, chunk i holds q + (i < m)
+  /// indices — and calls fn once per non-empty chunk. Chunks are claimed in order by the
+  /// calling thread and the workers as each becomes free, so with chunks_per_thread > 1 a
+  /// thread that is slowed down (another process on its core) simply takes fewer chunks.
+  /// The split depends only on n, size() and chunks_per_thread, never on timing. Returns
+  /// when all chunks are done. If fn throws, the exception of the lowest-numbered failing
+  /// chunk is rethrown here after every chunk has finished. n <= 0 does nothing.
+  /// Throws std::invalid_argument if chunks_per_thread < 1.
+  void parallel_for(int64_t n, const RangeFn& fn, int chunks_per_thread = 1);
 
  private:
   void worker_loop(uint32_t seen_job);
@@ -61,10 +65,11 @@ class ThreadPool {
   // cannot overwrite it meanwhile (it waits for every claimed chunk to finish).
   const RangeFn* job_fn_ = nullptr;
   int64_t job_n_ = 0;
-  std::vector<std::exception_ptr> errors_;  // one slot per chunk
+  std::vector<std::exception_ptr> errors_;  // one slot per chunk; grows, never shrinks
 
-  // (job id << 32) | next unclaimed chunk. Tagging the counter with the job id keeps a
-  // worker that woke late for an old job from claiming chunks of a newer one.
+  // (job id << 32) | (chunk count << 16) | next unclaimed chunk. Tagging the counter with the
+  // job id keeps a worker that woke late for an old job from claiming chunks of a newer one;
+  // carrying the chunk count lets a worker test for work without reading job fields.
   alignas(64) std::atomic<uint64_t> work_{0};
   alignas(64) std::atomic<uint32_t> job_id_{0};   // futex word workers sleep on
   alignas(64) std::atomic<int> unfinished_{0};    // chunks of the current job not yet done
