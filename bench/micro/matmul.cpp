@@ -6,6 +6,7 @@
 // Environment: FDL_BENCH_THREADS (default 2), FLASHDLLM_NO_AVX2=1 for the portable kernels.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -100,6 +101,16 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   b->UseRealTime();
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs);
+
+// Dispatch cost of one parallel_for whose chunks do (almost) nothing: the fixed overhead each
+// kernel call of a decode step pays for using the pool.
+void BM_ParallelForOverhead(benchmark::State& state) {
+  std::atomic<int64_t> sink{0};
+  const ThreadPool::RangeFn fn = [&sink](int64_t b, int64_t e, int) { sink.fetch_add(e - b, std::memory_order_relaxed); };
+  for (auto _ : state) pool().parallel_for(pool().size(), fn);
+  benchmark::DoNotOptimize(sink.load());
+}
+BENCHMARK(BM_ParallelForOverhead)->UseRealTime();
 
 // Streaming read of a buffer much larger than the L3 cache, split across the pool: the
 // bandwidth ceiling for GEMV.

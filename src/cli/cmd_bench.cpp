@@ -42,6 +42,7 @@ struct BenchOptions {
   int threads = 0;
   int block_size = 16;
   uint64_t seed = 42;
+  std::string seed_text = "42";  // --seed as given (parsed into `seed`, range-checked)
   bool json = false;
   std::string spec = "off";  // --spec: also measure generator decode with speculation
   int spec_window = 5;
@@ -125,10 +126,10 @@ void print_table(const nlohmann::json& j) {
   std::printf("|%s|%s|%s|%s|%s|\n", std::string(26, '-').c_str(), std::string(13, '-').c_str(),
               std::string(9, '-').c_str(), std::string(8, '-').c_str(), std::string(23, '-').c_str());
   row(("pp" + std::to_string(j["n_prompt"].get<int>())).c_str(), j["pp_tok_s"]);
-  if (j.contains("tg_tok_s")) row(("tg" + std::to_string(j["n_gen"].get<int>())).c_str(), j["tg_tok_s"]);
+  if (!j["tg_tok_s"].is_null()) row(("tg" + std::to_string(j["n_gen"].get<int>())).c_str(), j["tg_tok_s"]);
   std::printf("\nload %.1f ms; TTFT %.2f ± %.2f ms", j["load_ms"].get<double>(),
               j["ttft_ms"]["mean"].get<double>(), j["ttft_ms"]["stddev"].get<double>());
-  if (j.contains("itl_ms")) {
+  if (!j["itl_ms"].is_null()) {
     const auto& itl = j["itl_ms"];
     std::printf("; inter-token latency p50 %.3f ms, p95 %.3f ms, stddev %.3f ms",
                 itl["median"].get<double>(), itl["p95"].get<double>(), itl["stddev"].get<double>());
@@ -247,6 +248,12 @@ void run_bench(const BenchOptions& opt) {
     j["tg_tok_s_samples"] = tg_tps;
     j["itl_ms"] = summary_json(summarize(itl));
     j["itl_ms_samples"] = itl;  // every decode step of every repetition, in order
+  } else {
+    // -n 0: nothing decoded; the documented keys are present, with no statistics.
+    j["tg_tok_s"] = nullptr;
+    j["tg_tok_s_samples"] = nlohmann::json::array();
+    j["itl_ms"] = nullptr;
+    j["itl_ms_samples"] = nlohmann::json::array();
   }
   if (opt.spec != "off" && opt.n_gen > 0) bench_speculation(opt, prompt, j);
   if (opt.json) {
@@ -276,14 +283,18 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Worker threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--block-size", opt->block_size, "KV cache block size in tokens")->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Seed of the random prompt token ids")->capture_default_str();
+  cmd->add_option("--seed", opt->seed_text, "Seed of the random prompt token ids (0..2^64-1)")
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object with all statistics");
   cmd->add_option("--spec", opt->spec,
                   "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto")
       ->capture_default_str();
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens per step with --spec")
       ->capture_default_str();
-  cmd->callback([opt] { run_bench(*opt); });
+  cmd->callback([opt] {
+    opt->seed = *parse_seed("--seed", opt->seed_text, /*allow_random=*/false);
+    run_bench(*opt);
+  });
 }
 
 }  // namespace fdl::cli

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "cli/json_output.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "cli/stdout_io.h"
 #include "flashdllm/generator.h"
 
 namespace fdl::cli {
@@ -41,7 +43,7 @@ struct GenerateOptions {
   int repeat_last_n = 64;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  uint64_t seed = 0;
+  std::string seed;  // "" = not given; "-1" = random; else unsigned decimal
   bool seed_given = false;
   bool no_bos = false;
   bool parse_special = false;
@@ -69,7 +71,7 @@ void check_options(const GenerateOptions& opt) {
   check_finite("--frequency-penalty", opt.frequency_penalty);
   check_int_in("-t/--threads", opt.threads, 0, kMaxThreads);
   check_int_in("--block-size", opt.block_size, 1, kMaxBlockSize);
-  check_at_least("-c/--ctx-size", opt.ctx_size, 0);
+  check_ctx_size("--ctx-size", opt.ctx_size);
   check_int_in("--spec-window", opt.spec_window, 0, 64);
   for (const auto& s : opt.stop) {
     if (s.empty()) throw CliError("--stop needs a non-empty string");
@@ -93,9 +95,7 @@ SamplingParams sampling_from(const GenerateOptions& opt, uint64_t seed) {
 
 std::string prompt_text(const GenerateOptions& opt) {
   if (opt.prompt_file.empty()) return opt.prompt;
-  std::ifstream in(opt.prompt_file, std::ios::binary);
-  if (!in) throw CliError("cannot open prompt file '" + opt.prompt_file + "'");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return read_text_file("-f", opt.prompt_file);
 }
 
 std::vector<int32_t> prompt_ids(const Tokenizer& tok, const std::string& text,
@@ -154,7 +154,9 @@ void print_spec_summary(const SpecMetrics& m, const std::string& mode) {
 
 void run_generate(const GenerateOptions& opt) {
   check_options(opt);
-  const uint64_t seed = opt.seed_given ? opt.seed : std::random_device{}();
+  const std::optional<uint64_t> given =
+      opt.seed_given ? parse_seed("--seed", opt.seed, /*allow_random=*/true) : std::nullopt;
+  const uint64_t seed = given ? *given : std::random_device{}();
   GenerationRequest request;
   request.sampling = sampling_from(opt, seed);
   request.max_new_tokens = opt.n_predict;
@@ -167,6 +169,11 @@ void run_generate(const GenerateOptions& opt) {
   LoadedModel loaded = load_model(path, ModelOptions{.n_threads = opt.threads});
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
 
+  const int n_ctx_train = loaded.model->config().n_ctx_train;
+  if (n_ctx_train > 0 && opt.ctx_size > n_ctx_train) {
+    throw CliError("--ctx-size " + std::to_string(opt.ctx_size) + ": exceeds the model's context of " +
+                   std::to_string(n_ctx_train) + " tokens");
+  }
   request.prompt_ids = prompt_ids(*loaded.tokenizer, text, opt);
   SpecOptions spec;
   try {
@@ -180,12 +187,21 @@ void run_generate(const GenerateOptions& opt) {
                                        .n_ctx = opt.ctx_size,
                                        .max_sequences = 1,
                                        .spec = spec});
+  const int n_ctx = generator.options().n_ctx;
+  if (request.prompt_ids.size() >= size_t(n_ctx)) {
+    throw CliError("prompt has " + std::to_string(request.prompt_ids.size()) +
+                   " tokens but --ctx-size is " + std::to_string(n_ctx) +
+                   (opt.ctx_size == 0 ? " (the default)" : "") +
+                   ": no room for a new token; raise --ctx-size or shorten the prompt");
+  }
 
   TextCallback stream;
   if (!opt.json) {
     stream = [](size_t, std::string_view piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);  // show each piece as soon as it exists
+      // Show each piece as soon as it exists; a failed write (full disk, closed pipe) throws
+      // out of generate() so generation stops at once.
+      write_stdout(piece);
+      flush_stdout();
     };
   }
   const GenerationResult result = generator.generate({request}, stream).at(0);
@@ -200,8 +216,9 @@ void run_generate(const GenerateOptions& opt) {
                      {"timings", timings_json(result.timings, load_ms)},
                      {"spec", spec_json(generator.spec_metrics())}});
   } else if (::isatty(STDOUT_FILENO) && !result.text.empty() && result.text.back() != '\n') {
-    std::fputc('\n', stdout);  // keep the shell prompt off the last line; pipes get exact text
+    write_stdout("\n");  // keep the shell prompt off the last line; pipes get exact text
   }
+  flush_stdout();
   print_summary(result, load_ms, seed);
   if (spec.mode != SpecMode::Off) print_spec_summary(generator.spec_metrics(), opt.spec);
 }
@@ -229,7 +246,8 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--frequency-penalty", opt->frequency_penalty, "Frequency penalty (0 = off)")
       ->capture_default_str();
-  auto* seed = cmd->add_option("-s,--seed", opt->seed, "RNG seed (default: random, printed on stderr)");
+  auto* seed = cmd->add_option("-s,--seed", opt->seed,
+                               "RNG seed 0..2^64-1, -1 = random (default: random, printed on stderr)");
   cmd->add_flag("--no-bos", opt->no_bos, "Do not add BOS (or EOS) to the prompt");
   cmd->add_flag("--parse-special", opt->parse_special, "Turn text such as <s> into special tokens");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");

@@ -29,14 +29,8 @@ struct TokenizeOptions {
   bool json = false;
 };
 
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CliError("cannot open text file '" + path + "'");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 void run_tokenize(const TokenizeOptions& opt) {
-  const std::string text = opt.file.empty() ? opt.text : read_whole_file(opt.file);
+  const std::string text = opt.file.empty() ? opt.text : read_text_file("-f", opt.file);
   const GgufFile gguf = GgufFile::open(resolve_model_path(opt.model));
   const auto tokenizer = Tokenizer::from_gguf(gguf);
   const std::vector<int32_t> ids = tokenizer->encode(text, !opt.no_bos, opt.parse_special);

@@ -15,6 +15,8 @@
 #include "cli/cli_error.h"
 #include "cli/commands.h"
 #include "cli/option_checks.h"
+#include "flashdllm/gguf.h"
+#include "flashdllm/tokenizer.h"
 #include "tools/make_model.h"
 
 namespace fdl::cli {
@@ -26,7 +28,7 @@ struct MakeModelArgs {
   std::string output;
   std::string preset = "tiny";
   std::string dtype = "f16";
-  uint64_t seed = 42;
+  std::string seed = "42";  // parsed and range-checked in to_options
   std::string vocab_from;
   std::string name;
   long long dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_dim = 0, vocab = 0,
@@ -56,7 +58,7 @@ tools::MakeModelOptions to_options(const MakeModelArgs& a) {
   o.output = a.output;
   o.preset = a.preset;
   o.dtype = tools::parse_weight_dtype(a.dtype);
-  o.seed = a.seed;
+  o.seed = *parse_seed("--seed", a.seed, /*allow_random=*/false);
   if (a.vocab_from_opt->count() > 0) o.vocab_from = a.vocab_from;
   o.dim = shape_value(a.dim_opt, a.dim, "--dim");
   o.n_layers = shape_value(a.n_layers_opt, a.n_layers, "--n-layers");
@@ -82,8 +84,28 @@ tools::MakeModelOptions to_options(const MakeModelArgs& a) {
   return o;
 }
 
+/// The tokenizer copied by --vocab-from must be one flashdllm can load, or the model written
+/// would be rejected by every other command: check it before writing anything.
+void check_vocab_source(const std::filesystem::path& vocab) {
+  const std::string where = "--vocab-from " + vocab.string() + ": ";
+  const auto strip = [&](std::string msg) {
+    const std::string prefix = vocab.string() + ": ";
+    if (msg.compare(0, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+    return msg;
+  };
+  try {
+    const GgufFile gguf = GgufFile::open(vocab);
+    (void)Tokenizer::from_gguf(gguf);
+  } catch (const TokenizerError& e) {
+    throw CliError(where + "flashdllm cannot use this tokenizer: " + strip(e.what()));
+  } catch (const GgufError& e) {
+    throw CliError(where + strip(e.what()));
+  }
+}
+
 void run_make_model(const MakeModelArgs& args) {
   const tools::MakeModelOptions opt = to_options(args);
+  if (opt.vocab_from) check_vocab_source(*opt.vocab_from);
   const tools::ModelShape shape = tools::resolve_model_shape(opt);  // validates before writing
   const auto t0 = std::chrono::steady_clock::now();
   tools::make_model(opt);
@@ -104,7 +126,7 @@ void add_make_model_command(CLI::App& tools_app) {
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: " + presets)->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "Matrix weight type: f32|f16|bf16|q8_0")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of the random weights")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random weights (0..2^64-1)")->capture_default_str();
   a->vocab_from_opt = cmd->add_option("--vocab-from", a->vocab_from,
                                       "Copy the tokenizer from this GGUF (e.g. a llama.cpp vocab file)");
   a->dim_opt = cmd->add_option("--dim", a->dim, "Embedding size (override)");

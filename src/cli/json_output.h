@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "cli/stdout_io.h"
+
 namespace fdl::cli {
 
 /// One compact JSON object and a newline on stdout. Model output can contain bytes that
@@ -12,9 +14,9 @@ namespace fdl::cli {
 /// U+FFFD instead of making the dump throw.
 inline void print_json_line(const nlohmann::json& j) {
   const std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  write_stdout(s);
+  write_stdout("\n");
+  flush_stdout();
 }
 
 }  // namespace fdl::cli

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/stdout_io.h"
 
 namespace {
 
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
   try {
     check_command_words(app, argc, argv);
     app.parse(argc, argv);  // the chosen subcommand runs in its callback, inside parse()
+    // Buffered output may still be pending: a write error (e.g. ENOSPC) surfaces only now.
+    fdl::cli::flush_stdout();
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

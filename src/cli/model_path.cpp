@@ -1,6 +1,9 @@
 #include "cli/model_path.h"
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <system_error>
 
 #include "cli/cli_error.h"
@@ -40,6 +43,27 @@ fs::path resolve_model_path(const std::string& explicit_path) {
       "no model given: pass -m FILE.gguf or set FLASHDLLM_MODEL (for a quick test, download "
       "stories260K.gguf from huggingface.co/ggml-org/models (tinyllamas) into models/, or "
       "create one with `flashdllm tools make-model --preset tiny -o models/tiny.gguf`)");
+}
+
+}  // namespace fdl::cli
+
+namespace fdl::cli {
+
+std::string read_text_file(const char* flag, const std::string& path) {
+  const std::string where = std::string(flag) + " " + path + ": ";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw CliError(where + "is a directory");
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw CliError(where + "cannot open: " + std::strerror(errno ? errno : EIO));
+  std::string out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int err = std::ferror(f) ? (errno ? errno : EIO) : 0;
+  std::fclose(f);
+  if (err != 0) throw CliError(where + "read failed: " + std::strerror(err));
+  return out;
 }
 
 }  // namespace fdl::cli

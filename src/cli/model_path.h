@@ -13,3 +13,11 @@ namespace fdl::cli {
 std::filesystem::path resolve_model_path(const std::string& explicit_path);
 
 }  // namespace fdl::cli
+
+namespace fdl::cli {
+
+/// The whole contents of the file a flag names (e.g. `-f prompt.txt`). Errors name the flag
+/// and the path: "-f /tmp: is a directory", "-f x.txt: cannot open: No such file or directory".
+std::string read_text_file(const char* flag, const std::string& path);
+
+}  // namespace fdl::cli

@@ -4,7 +4,11 @@
 // values into one clear CliError before any work starts.
 #pragma once
 
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <string>
 
@@ -48,6 +52,31 @@ inline void check_finite(const char* flag, double value) {
   if (!std::isfinite(value)) {
     throw CliError(std::string(flag) + " must be a finite number, got " + number_text(value));
   }
+}
+
+/// Parse a --seed value: an unsigned decimal in [0, 2^64-1], or (when `allow_random`) "-1"
+/// for "pick a random seed" (llama.cpp's convention), returned as nullopt. Anything else
+/// (other negatives, out-of-range values, trailing junk) is an error naming the flag.
+inline std::optional<uint64_t> parse_seed(const char* flag, const std::string& text,
+                                          bool allow_random) {
+  if (allow_random && text == "-1") return std::nullopt;
+  const std::string range = allow_random ? "0..18446744073709551615, or -1 for a random seed"
+                                         : "0..18446744073709551615";
+  bool digits = !text.empty() && text.size() <= 40;
+  for (const char c : text) digits = digits && c >= '0' && c <= '9';
+  if (!digits) throw CliError(std::string(flag) + " " + text + ": must be an integer in " + range);
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE)
+    throw CliError(std::string(flag) + " " + text + ": out of range (valid: " + range + ")");
+  return static_cast<uint64_t>(v);
+}
+
+/// --ctx-size: 0 (model default) or at least 2 tokens (a prompt token and a new one).
+inline void check_ctx_size(const char* flag, long long value) {
+  if (value != 0 && value < 2)
+    throw CliError(std::string(flag) + " " + std::to_string(value) +
+                   ": must be at least 2 (or 0 for the model default)");
 }
 
 }  // namespace fdl::cli

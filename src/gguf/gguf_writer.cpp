@@ -61,10 +61,47 @@ uint64_t array_elems_bytes(GgufType elem, uint64_t count, const uint8_t* data) {
                   std::strerror(err));
 }
 
+/// Where `path` really lives: a symlink (or chain of them) is followed so that the rename
+/// replaces the link's target, not the link. Refuses targets that exist but are not regular
+/// files (device nodes, FIFOs, directories, sockets): renaming over them would replace them.
+/// Errors name `path` as the user gave it.
+std::filesystem::path resolve_output(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  const std::string shown = path.string();
+  fs::path target = path;
+  std::error_code ec;
+  for (int hops = 0;; ++hops) {
+    const fs::file_status st = fs::symlink_status(target, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      throw GgufError(shown + ": cannot inspect the output path: " + ec.message());
+    if (!fs::is_symlink(st)) break;
+    if (hops >= 40) throw GgufError(shown + ": too many levels of symbolic links");
+    fs::path next = fs::read_symlink(target, ec);
+    if (ec) throw GgufError(shown + ": cannot read symbolic link: " + ec.message());
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_regular_file(st))
+      throw GgufError("refusing to overwrite " + shown + ": not a regular file");
+    return target;
+  }
+  if (!target.has_filename()) throw GgufError(shown + ": the output path names a directory");
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::file_status dst = fs::status(dir, ec);
+  if (!fs::exists(dst))
+    throw GgufError(shown + ": directory " + dir.string() + " does not exist");
+  if (!fs::is_directory(dst))
+    throw GgufError(shown + ": " + dir.string() + " is not a directory");
+  return target;
+}
+
 /// The temporary output file: removed on destruction unless committed by rename.
 class TempFile {
  public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target.string()) {
+  /// `shown` is the path as the user gave it (for messages); `target` its resolved location.
+  TempFile(const std::string& shown, const std::filesystem::path& target)
+      : target_(shown), final_(target.string()) {
     std::random_device rd;
     const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
     for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
@@ -77,7 +114,8 @@ class TempFile {
       if (fd_ < 0 && errno != EEXIST) break;
     }
     if (fd_ < 0)
-      throw GgufError(target_ + ": cannot create temporary file " + path_ + ": " + std::strerror(errno));
+      throw GgufError(target_ + ": cannot create a file in " + dir.string() + ": " +
+                      std::strerror(errno));
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -112,14 +150,15 @@ class TempFile {
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) io_fail(target_, offset_, "close", errno);
-    if (::rename(path_.c_str(), target_.c_str()) != 0)
-      throw GgufError(target_ + ": cannot rename temporary file " + path_ + " into place: " +
+    if (::rename(path_.c_str(), final_.c_str()) != 0)
+      throw GgufError(target_ + ": cannot move the written file into place: " +
                       std::strerror(errno));
     committed_ = true;
   }
 
  private:
-  std::string target_;
+  std::string target_;  // as given, for messages
+  std::string final_;   // resolved location the rename replaces
   std::string path_;
   int fd_ = -1;
   uint64_t offset_ = 0;
@@ -334,7 +373,8 @@ void GgufWriter::write(const std::filesystem::path& path) const {
   }
   const uint64_t data_start = *gguf_detail::align_up(head.size(), w.alignment);
 
-  TempFile out(path);
+  const std::filesystem::path resolved = resolve_output(path);
+  TempFile out(path.string(), resolved);
   out.write(head.data(), head.size());
   out.pad_to(data_start);
   // One buffer sized for the largest tensor, reused (memory O(largest tensor)).

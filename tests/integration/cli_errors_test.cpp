@@ -103,7 +103,7 @@ TEST(CliErrors, PromptLongerThanTheContextIsRejected) {
   FDL_REQUIRE_FILE(stories());
   const CliResult r = run_cli({"generate", "-m", stories().string(), "-c", "8", "-p",
                                "Once upon a time there was a little girl named Lily"});
-  expect_clean_failure(r, "context");
+  expect_clean_failure(r, "but --ctx-size is 8");
 }
 
 TEST(CliErrors, HelpIsNotAnError) {

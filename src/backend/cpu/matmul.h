@@ -42,9 +42,14 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 
 /// Y[t*W.rows + r] = sum_k X[t*W.cols + k] * W[r][k] for t < n_tokens, r < W.rows.
 /// X: fp32, n_tokens x W.cols, row-major. Y: fp32, n_tokens x W.rows, row-major; must not
-/// overlap X or the weights. Work is split across the pool by weight rows (each thread
-/// streams its own slice of the weights). Allocates nothing per call once per-thread scratch
-/// has grown to the largest shape seen.
+/// overlap X or the weights. Work is split across the pool by weight rows, in slices of 16+
+/// rows claimed by whichever thread is free (each thread streams its own slices of the
+/// weights); matrices under ~64K multiply-adds run on the calling thread alone. Allocates
+/// nothing per call once each thread's scratch has grown to the largest shape it has seen.
+///
+/// Kernels (AVX2): up to 3 tokens stream the weights once, widening them in registers
+/// (memory-bound decode); more tokens widen 4 rows at a time into an fp32 panel in L1 and
+/// sweep it with 4x3 register tiles over cache-sized token blocks (FMA-bound prefill).
 /// Throws std::invalid_argument if the type is not F32/F16/BF16/Q8_0, a dimension is
 /// negative, Q8_0 cols is not a multiple of 32, or a pointer is null while its size is > 0.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);

@@ -4,8 +4,9 @@
 //  - Up to kDirectMaxTokens tokens (decode): weights are widened in registers as they stream
 //    from memory (8 rows at a time for one token, 4 otherwise), with a linear software
 //    prefetch ahead of them; the kernel is memory-bound and touches each byte once.
-//  - More tokens (prefill): 4 weight rows are widened once into an fp32 panel that stays in
-//    L1 while 4x3 tiles sweep a block of tokens that stays in L2; the kernel is FMA-bound.
+//  - More tokens (prefill): 4 weight rows are widened, one k-chunk of at most 768 at a time,
+//    into an fp32 panel that stays in L1 while 4x3 tiles sweep a block of tokens that stays
+//    in L2; the kernel is FMA-bound.
 // Both run the same per-output arithmetic (see matmul_tiles_avx2.h), so results do not
 // depend on which one ran.
 #include <algorithm>
@@ -77,34 +78,38 @@ void direct_rows(const Shape& sh, const float* X, int64_t n_tokens, float* Y, in
   }
 }
 
-// Widens RM rows into panel[step][row] (8 floats each), zero-padding the last step.
+// Widens steps [s0, s1) of RM rows into panel[step - s0][row] (8 floats each), then the
+// zero-padded tail step if `tail` > 0. s0 is a multiple of the source's group size, and so is
+// s1 unless it is the row's last full step.
 template <int RM, class Source>
-void pack_panel(Source& src, int64_t full_steps, int tail, tiles::Lane8* panel) {
+void pack_panel(Source& src, int64_t s0, int64_t s1, int tail, tiles::Lane8* panel) {
   constexpr int G = Source::kGroupSteps;
-  for (int64_t g = 0; g * G < full_steps; ++g) {
+  for (int64_t g = s0 / G; g * G < s1; ++g) {
     src.begin_group(g);
-    const int64_t s_end = std::min<int64_t>((g + 1) * G, full_steps);
+    const int64_t s_end = std::min<int64_t>((g + 1) * G, s1);
     for (int64_t s = g * G; s < s_end; ++s) {
       src.prefetch(s);
-      for (int i = 0; i < RM; ++i) _mm256_store_ps(panel[s * RM + i].v, src.load(i, s));
+      for (int i = 0; i < RM; ++i) _mm256_store_ps(panel[(s - s0) * RM + i].v, src.load(i, s));
     }
   }
   if (tail > 0)
-    for (int i = 0; i < RM; ++i) _mm256_store_ps(panel[full_steps * RM + i].v, src.load_tail(i));
+    for (int i = 0; i < RM; ++i) _mm256_store_ps(panel[(s1 - s0) * RM + i].v, src.load_tail(i));
 }
 
-// Runs the tiles of one packed panel over tokens [t0, t1), splitting k into chunks of at most
-// kMaxChunkSteps when the panel is too wide for L1 (accumulators wait in `accs` in between).
-template <int RM>
-void panel_tiles(const Shape& sh, const tiles::Lane8* panel, const float* X, int64_t t0, int64_t t1, float* Y,
-                 int64_t r, tiles::Lane8* accs) {
-  tiles::PanelSource<RM> ps{reinterpret_cast<const float*>(panel), sh.full_steps};
+// Computes RM rows starting at r for tokens [t0, t1): for each k-chunk of at most
+// kMaxChunkSteps steps, widens that chunk of the rows into `panel` (so it is hot in L1 when
+// the tiles sweep it) and runs the token tiles; accumulators wait in `accs` between chunks.
+template <int RM, class Source>
+void panel_tiles(const Shape& sh, Source& src, const float* X, int64_t t0, int64_t t1, float* Y, int64_t r,
+                 tiles::Lane8* panel, tiles::Lane8* accs) {
   const int64_t n_chunks = std::max<int64_t>(1, (sh.full_steps + kMaxChunkSteps - 1) / kMaxChunkSteps);
   const int64_t chunk_steps = std::max<int64_t>(4, ((sh.full_steps + n_chunks - 1) / n_chunks + 3) / 4 * 4);
   for (int64_t s0 = 0;; s0 += chunk_steps) {
     const int64_t s1 = std::min(sh.full_steps, s0 + chunk_steps);
     const bool last = s1 == sh.full_steps;
     const int tail = last ? sh.tail : 0;
+    pack_panel<RM>(src, s0, s1, tail, panel);
+    tiles::PanelSource<RM> ps{reinterpret_cast<const float*>(panel), s0, sh.full_steps};
     for (int64_t t = t0; t < t1;) {
       // Tiles of 3 tokens; a remainder of 1 after at least one full tile becomes 2 + 2, since a
       // 1-token tile has only RM FMA chains and runs latency-bound.
@@ -128,12 +133,12 @@ void panel_tiles(const Shape& sh, const tiles::Lane8* panel, const float* X, int
 
 template <template <int> class Source>
 void panel_rows(const Shape& sh, const float* X, int64_t n_tokens, float* Y, int64_t r0, int64_t r1) {
-  const int64_t steps = sh.full_steps + (sh.tail > 0 ? 1 : 0);
+  const int64_t max_chunk = std::min(sh.full_steps, kMaxChunkSteps) + 4;  // + rounding, tail step
   const int64_t per_block = kTokenBlockBytes / (sh.cols * static_cast<int64_t>(sizeof(float)));
   const int64_t block_tokens = std::max<int64_t>(kTileTokens, per_block / kTileTokens * kTileTokens);
   // Per-thread scratch, grown to the largest shape seen and then reused (no per-call malloc).
   thread_local std::vector<tiles::Lane8> panel, accs;
-  if (panel.size() < static_cast<size_t>(steps * kPanelRows)) panel.resize(static_cast<size_t>(steps * kPanelRows));
+  if (panel.size() < static_cast<size_t>(max_chunk * kPanelRows)) panel.resize(static_cast<size_t>(max_chunk * kPanelRows));
   if (accs.size() < static_cast<size_t>(block_tokens * kPanelRows)) accs.resize(static_cast<size_t>(block_tokens * kPanelRows));
 
   for (int64_t t0 = 0; t0 < n_tokens; t0 += block_tokens) {
@@ -141,8 +146,7 @@ void panel_rows(const Shape& sh, const float* X, int64_t n_tokens, float* Y, int
     for (int64_t r = r0; r < r1; r += kPanelRows) {
       with_rows(std::min<int64_t>(kPanelRows, r1 - r), [&]<int RM>() {
         Source<RM> src(sh.base + static_cast<size_t>(r) * sh.row_bytes, sh.row_bytes, sh.full_steps, sh.tail);
-        pack_panel<RM>(src, sh.full_steps, sh.tail, panel.data());
-        panel_tiles<RM>(sh, panel.data(), X, t0, t1, Y, r, accs.data());
+        panel_tiles<RM>(sh, src, X, t0, t1, Y, r, panel.data(), accs.data());
       });
     }
   }

@@ -32,7 +32,7 @@ namespace fdl::cpu::tiles {
 /// L2 measured best on the 2-core EPYC (Zen 4) dev machine: ~85% of streaming bandwidth.
 constexpr int64_t kPrefetchBytes = 16 * 1024;
 
-/// Prefetches `bytes` bytes starting at p into L2, one hint per cache line.
+/// Prefetches kBytes bytes starting at p into L2, one hint per cache line.
 template <int kBytes>
 inline void prefetch_span(const unsigned char* p) {
   for (int off = 0; off < kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
@@ -113,15 +113,18 @@ inline void run_tile(Source& src, const float* x, int64_t x_stride, int64_t s_be
   }
 }
 
-/// Weights already widened into a panel laid out [step][row][8] (zero-padded to whole steps).
+/// Weights already widened into a panel laid out [step][row][8] (32-byte aligned) holding
+/// steps [first_step, ...) of the rows; the zero-padded tail step, if any, follows the last
+/// full step.
 template <int RM>
 struct PanelSource {
   static constexpr int kGroupSteps = 1;
   const float* panel;
-  int64_t full_steps;
+  int64_t first_step;
+  int64_t full_steps;  // of the whole row, to locate the tail step
   void begin_group(int64_t) {}
   void prefetch(int64_t) const {}  // the panel is in L1
-  __m256 load(int i, int64_t s) const { return _mm256_load_ps(panel + (s * RM + i) * 8); }  // 32B-aligned
+  __m256 load(int i, int64_t s) const { return _mm256_load_ps(panel + ((s - first_step) * RM + i) * 8); }
   __m256 load_tail(int i) const { return load(i, full_steps); }
 };
 
