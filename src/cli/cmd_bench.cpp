@@ -44,6 +44,7 @@ struct BenchOptions {
   uint64_t seed = 42;
   std::string seed_text = "42";  // --seed as given (parsed into `seed`, range-checked)
   bool json = false;
+  bool mmap = false;  // --mmap: zero-copy weights (GgufBacking::Mmap)
   std::string spec = "off";  // --spec: also measure generator decode with speculation
   int spec_window = 5;
 };
@@ -159,7 +160,7 @@ void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prom
     throw CliError(std::string("--spec: ") + e.what());
   }
   spec.window = opt.spec_window;
-  LoadedModel loaded = load_model(resolve_model_path(opt.model), ModelOptions{.n_threads = opt.threads});
+  LoadedModel loaded = load_model(resolve_model_path(opt.model), ModelOptions{.n_threads = opt.threads, .weights = opt.mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy});
   const int n_ctx = opt.n_prompt + opt.n_gen + 1;
   Generator plain(*loaded.model, *loaded.tokenizer,
                   GeneratorOptions{.block_size = opt.block_size, .n_ctx = n_ctx, .max_sequences = 1});
@@ -198,7 +199,7 @@ void run_bench(const BenchOptions& opt) {
   check_options(opt);
   const auto path = resolve_model_path(opt.model);
   const auto t_load = Clock::now();
-  const auto model = Model::load(path, ModelOptions{.n_threads = opt.threads});
+  const auto model = Model::load(path, ModelOptions{.n_threads = opt.threads, .weights = opt.mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy});
   const double load_ms = ms_since(t_load);
   const ModelConfig& cfg = model->config();
   const int n_ctx = opt.n_prompt + opt.n_gen;
@@ -286,6 +287,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seed", opt->seed_text, "Seed of the random prompt token ids (0..2^64-1)")
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object with all statistics");
+  cmd->add_flag("--mmap", opt->mmap,
+                "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
   cmd->add_option("--spec", opt->spec,
                   "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto")
       ->capture_default_str();

@@ -53,6 +53,7 @@ struct GenerateOptions {
   int block_size = 16;
   int ctx_size = 0;
   bool json = false;
+  bool mmap = false;  // --mmap: zero-copy weights (GgufBacking::Mmap)
   std::string spec = "off";  // --spec off|lookup|lookahead|auto
   int spec_window = 5;
 };
@@ -166,7 +167,7 @@ void run_generate(const GenerateOptions& opt) {
 
   const auto path = resolve_model_path(opt.model);
   const auto t_load = Clock::now();
-  LoadedModel loaded = load_model(path, ModelOptions{.n_threads = opt.threads});
+  LoadedModel loaded = load_model(path, ModelOptions{.n_threads = opt.threads, .weights = opt.mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy});
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
 
   const int n_ctx_train = loaded.model->config().n_ctx_train;
@@ -259,6 +260,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", opt->ctx_size, "Context size (0 = min(model context, 4096))")
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
+  cmd->add_flag("--mmap", opt->mmap,
+                "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
   cmd->add_option("--spec", opt->spec, "Speculative decoding: off, lookup, lookahead or auto")
       ->capture_default_str();
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")

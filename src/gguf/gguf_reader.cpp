@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "gguf/gguf_file_impl.h"
 #include "gguf/gguf_wire.h"
@@ -327,7 +328,38 @@ GgufFile::Impl::~Impl() {
 
 void GgufFile::Impl::parse(const GgufLimits& limits) { Parser(*this, limits).run(); }
 
-GgufFile GgufFile::open(const std::filesystem::path& path, const GgufLimits& limits) {
+namespace {
+
+// Reads `size` bytes of `fd` into fresh anonymous memory advised for transparent huge pages;
+// returns the mapping and its (2 MiB-rounded) length. Throws GgufError naming `path`.
+std::pair<void*, uint64_t> read_into_huge_pages(int fd, uint64_t size, const std::string& path) {
+  constexpr uint64_t kHugePage = uint64_t(2) << 20;
+  const uint64_t length = (size + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw GgufError(path + ": cannot allocate " + std::to_string(length) +
+                    " bytes to load the file: " + std::strerror(errno));
+  ::madvise(p, length, MADV_HUGEPAGE);  // advisory: without THP the copy still works
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(p) + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::munmap(p, length);
+      throw GgufError(path + ": read failed at offset " + std::to_string(done) + ": " +
+                      (err ? std::strerror(err) : "unexpected end of file"));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  ::mprotect(p, length, PROT_READ);  // weights are never written
+  return {p, length};
+}
+
+}  // namespace
+
+GgufFile GgufFile::open(const std::filesystem::path& path, const GgufLimits& limits,
+                        GgufBacking backing) {
   auto impl = std::make_unique<Impl>();
   impl->path = path.string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -344,7 +376,17 @@ GgufFile GgufFile::open(const std::filesystem::path& path, const GgufLimits& lim
     throw GgufError(impl->path + ": not a regular file");
   }
   impl->size = static_cast<uint64_t>(st.st_size);
-  if (impl->size > 0) {
+  if (impl->size > 0 && backing == GgufBacking::HugePageCopy) {
+    try {
+      auto [p, length] = read_into_huge_pages(fd, impl->size, impl->path);
+      impl->mapping = p;
+      impl->mapping_size = length;
+      impl->base = static_cast<const uint8_t*>(p);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  } else if (impl->size > 0) {
     void* p = ::mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;

@@ -30,7 +30,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   if (opt.n_threads < 0)
     throw ModelError("Model::load: n_threads must be >= 0 (0 = all cores), got " +
                      std::to_string(opt.n_threads));
-  return std::make_unique<LlamaModel>(GgufFile::open(path), opt);
+  return std::make_unique<LlamaModel>(GgufFile::open(path, {}, opt.weights), opt);
 }
 
 }  // namespace fdl
