@@ -18,7 +18,7 @@ LlamaPromptLookupDecoding through the high-level API) runs on the same prompts, 
 without the draft, after the flashdllm rounds (not interleaved: one llama.cpp model load per
 model). Its decode tok/s = (N - 1) / (time(N tokens) - time(1 token)), so prefill is excluded.
 
-Usage (repository root, after building build-spec/bin/flashdllm or build/bin/flashdllm):
+Usage (repository root, after building build/bin/flashdllm):
   python3 bench/bench_spec.py --rounds 5 --json bench/out/spec.json --markdown /tmp/spec.md
 """
 
@@ -69,8 +69,7 @@ MODELS = {
 
 
 def find_cli(explicit: str | None) -> Path:
-    for p in ([Path(explicit)] if explicit else []) + [REPO / "build-spec" / "bin" / "flashdllm",
-                                                        REPO / "build" / "bin" / "flashdllm"]:
+    for p in ([Path(explicit)] if explicit else []) + [REPO / "build" / "bin" / "flashdllm"]:
         if p.exists():
             return p
     sys.exit("flashdllm binary not found; build it or pass --cli")
