@@ -10,6 +10,7 @@
 // Both run the same per-output arithmetic (see matmul_tiles_avx2.h), so results do not
 // depend on which one ran.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -22,8 +23,12 @@ namespace {
 
 using tiles::kPanelRows;
 
-// Batches up to this size use the in-register (direct) kernel.
-constexpr int64_t kDirectMaxTokens = 3;
+// Batches up to this size use the in-register (direct) kernel, in groups of <= 3 tokens that
+// reuse the rows from L1; larger ones pack panels. Measured on 2048x768 at 2 threads: direct
+// is 1.56x (4 tokens) and 1.37x (16 tokens) faster than the panels for F16; for Q8_0, whose
+// int8 widening is dearer, 1.25x at 4 tokens but 0.70x at 16.
+constexpr int64_t kDirectMaxTokens = 16;
+constexpr int64_t kDirectMaxTokensQ8 = 4;
 // Tokens per tile in the panel kernel (4 rows x 3 tokens = 12 accumulators + 4 operands).
 constexpr int kTileTokens = 3;
 // Most steps of 8 per k-chunk of the panel kernel: 4 rows x 768 fp32 = 12 KiB of panel plus
@@ -69,10 +74,19 @@ void direct_rows(const Shape& sh, const float* X, int64_t n_tokens, float* Y, in
     for (; r + kGemvRows <= r1; r += kGemvRows) direct_tile<Source, kGemvRows, 1>(sh, X, Y, r);
   for (; r < r1; r += kPanelRows) {
     with_rows(std::min<int64_t>(kPanelRows, r1 - r), [&]<int RM>() {
-      switch (n_tokens) {
-        case 3: direct_tile<Source, RM, 3>(sh, X, Y, r); break;
-        case 2: direct_tile<Source, RM, 2>(sh, X, Y, r); break;
-        default: direct_tile<Source, RM, 1>(sh, X, Y, r); break;
+      // Token groups of up to 3 share the RM rows: the first group streams them from memory,
+      // later groups find them in L1 (RM rows x cols x 2 bytes for F16 is ~6 KiB at 768).
+      for (int64_t t = 0; t < n_tokens;) {
+        const int64_t left = n_tokens - t;
+        const int64_t rn = left >= 3 && left != 4 ? 3 : std::min<int64_t>(left, 2);
+        const float* x = X + t * sh.cols;
+        float* y = Y + t * sh.rows;
+        switch (rn) {
+          case 3: direct_tile<Source, RM, 3>(sh, x, y, r); break;
+          case 2: direct_tile<Source, RM, 2>(sh, x, y, r); break;
+          default: direct_tile<Source, RM, 1>(sh, x, y, r); break;
+        }
+        t += rn;
       }
     });
   }
@@ -154,7 +168,8 @@ void panel_rows(const Shape& sh, const float* X, int64_t n_tokens, float* Y, int
 
 template <template <int> class Source>
 void rows_for_source(const Shape& sh, const float* X, int64_t n_tokens, float* Y, int64_t r0, int64_t r1) {
-  if (n_tokens <= kDirectMaxTokens) direct_rows<Source>(sh, X, n_tokens, Y, r0, r1);
+  constexpr bool kQ8 = std::is_same_v<Source<1>, tiles::Q8Source<1>>;
+  if (n_tokens <= (kQ8 ? kDirectMaxTokensQ8 : kDirectMaxTokens)) direct_rows<Source>(sh, X, n_tokens, Y, r0, r1);
   else panel_rows<Source>(sh, X, n_tokens, Y, r0, r1);
 }
 
