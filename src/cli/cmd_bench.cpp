@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/model_flags.h"
 #include "cli/bench_stats.h"
 #include "cli/cli_error.h"
 #include "cli/commands.h"
@@ -160,7 +161,7 @@ void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prom
     throw CliError(std::string("--spec: ") + e.what());
   }
   spec.window = opt.spec_window;
-  LoadedModel loaded = load_model(resolve_model_path(opt.model), ModelOptions{.n_threads = opt.threads, .weights = opt.mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy});
+  LoadedModel loaded = load_model(resolve_model_path(opt.model), model_options(opt.threads, opt.mmap));
   const int n_ctx = opt.n_prompt + opt.n_gen + 1;
   Generator plain(*loaded.model, *loaded.tokenizer,
                   GeneratorOptions{.block_size = opt.block_size, .n_ctx = n_ctx, .max_sequences = 1});
@@ -199,7 +200,7 @@ void run_bench(const BenchOptions& opt) {
   check_options(opt);
   const auto path = resolve_model_path(opt.model);
   const auto t_load = Clock::now();
-  const auto model = Model::load(path, ModelOptions{.n_threads = opt.threads, .weights = opt.mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy});
+  const auto model = Model::load(path, model_options(opt.threads, opt.mmap));
   const double load_ms = ms_since(t_load);
   const ModelConfig& cfg = model->config();
   const int n_ctx = opt.n_prompt + opt.n_gen;
@@ -287,8 +288,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seed", opt->seed_text, "Seed of the random prompt token ids (0..2^64-1)")
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object with all statistics");
-  cmd->add_flag("--mmap", opt->mmap,
-                "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
+  add_mmap_flag(cmd, opt->mmap);
   cmd->add_option("--spec", opt->spec,
                   "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto")
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/model_flags.h"
 #include "cli/cli_error.h"
 #include "cli/commands.h"
 #include "cli/json_output.h"
@@ -167,7 +168,7 @@ void run_generate(const GenerateOptions& opt) {
 
   const auto path = resolve_model_path(opt.model);
   const auto t_load = Clock::now();
-  LoadedModel loaded = load_model(path, ModelOptions{.n_threads = opt.threads, .weights = opt.mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy});
+  LoadedModel loaded = load_model(path, model_options(opt.threads, opt.mmap));
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
 
   const int n_ctx_train = loaded.model->config().n_ctx_train;
@@ -260,8 +261,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", opt->ctx_size, "Context size (0 = min(model context, 4096))")
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
-  cmd->add_flag("--mmap", opt->mmap,
-                "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
+  add_mmap_flag(cmd, opt->mmap);
   cmd->add_option("--spec", opt->spec, "Speculative decoding: off, lookup, lookahead or auto")
       ->capture_default_str();
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
