@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git python3
       libgtest-dev libgmock-dev libbenchmark-dev
       libpcre2-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
-      libcpp-httplib-dev liburing-dev libhiredis-dev libopenblas-dev)
+      libcpp-httplib-dev liburing-dev libhiredis-dev libopenblas-dev
+      redis-server python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

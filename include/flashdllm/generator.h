@@ -54,6 +54,12 @@ struct GenerationRequest {
   /// Speculation window of this request: -1 = GeneratorOptions::spec.window, 0 = never
   /// speculate (plain decoding), 1..64 = at most this many draft tokens per step.
   int32_t spec_window = -1;
+  /// Log-probabilities of sampled tokens (Engine only, see flashdllm/engine.h): -1 = none,
+  /// 0..20 = each sampled token's logprob plus this many most likely alternatives.
+  int32_t logprobs = -1;
+  /// Prefix-cache scope (e.g. derived from the API key): requests share KV blocks only with
+  /// requests of the same scope. Empty = the default scope.
+  std::string cache_scope;
 };
 
 struct GenerationTimings {

@@ -111,6 +111,12 @@ class KvCache {
   SeqId create_sequence();
   void free_sequence(SeqId seq);               ///< releases all its blocks
   SeqId fork_sequence(SeqId parent);           ///< shares blocks by refcount
+  /// A new sequence whose first blocks are `prefix` (full blocks shared by refcount, e.g.
+  /// from a prefix cache): its length is prefix.size() * block_size. Nothing is copied.
+  /// Throws std::out_of_range for a block id outside the pool or a free block.
+  SeqId create_sequence_from(std::span<const BlockId> prefix);
+  /// Free blocks append_slots(seq, n) would take (new blocks plus a copy-on-write copy).
+  size_t blocks_needed(SeqId seq, size_t n) const;
   size_t length(SeqId seq) const;              ///< tokens stored
   /// Reserve slots for `n` more tokens (allocating blocks as needed, copy-on-write for a
   /// shared tail block) and return the first new position. Throws KvCacheFull, leaving the

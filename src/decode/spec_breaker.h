@@ -24,9 +24,11 @@ class SpecBreaker {
   int64_t trips() const { return trips_; }
   const std::string& reason() const { return reason_; }
   void reset();
+  /// Opens the breaker (manual trip through the engine API, or an automatic signal);
+  /// a no-op when already open.
+  void trip(std::string why);
 
  private:
-  void trip(std::string why);
   double threshold_;
   size_t window_;
   bool open_ = false;

@@ -2,9 +2,10 @@
 // docs/SPECULATIVE.md): draft, one batched forward over every sequence's [next token,
 // drafts], acceptance token by token through the normal end conditions, KV rollback.
 #include <limits>
+#include <stdexcept>
 
 #include "decode/row_ops.h"
-#include "engine/generation_run.h"
+#include "engine/scheduler.h"
 
 #include <xxhash.h>
 
@@ -15,12 +16,12 @@ constexpr size_t kNoRow = std::numeric_limits<size_t>::max();
 
 }  // namespace
 
-void GenerationRun::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
+void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
                                std::vector<int32_t>& draft) {
   draft.clear();
   if (!speculate || s.spec_window <= 0) return;
   size_t max_k = size_t(s.spec_window);
-  const size_t generated = s.result.generated_ids.size();
+  const size_t generated = s.n_generated;
   // Never draft past what the request may still emit: the step emits up to k + 1 tokens.
   if (s.request.max_new_tokens > 0)
     max_k = std::min(max_k, size_t(s.request.max_new_tokens) - generated - 1);
@@ -42,69 +43,93 @@ void GenerationRun::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
   draft.assign(draft_.tokens.begin(), draft_.tokens.end());
 }
 
-void GenerationRun::decode_step() {
+void Scheduler::plan_decode() {
   SpecState& sp = ctx_.spec;
-  const auto t0 = Clock::now();
-  const size_t n = live_.size();
+  // Sequences that decode this step: admitted, prompt in the cache, not finished.
+  std::vector<LiveSequence*> seqs;
+  auto collect = [&] {
+    seqs.clear();
+    for (auto& s : running_)
+      if (s->seq >= 0 && !s->finished && !s->prefilling() && s->last_token >= 0)
+        seqs.push_back(s.get());
+  };
+  collect();
+  if (seqs.empty()) return;
   size_t n_shadows = 0;
-  for (const auto& s : live_) n_shadows += s->shadow ? 1 : 0;
+  for (const LiveSequence* s : seqs) n_shadows += s->shadow ? 1 : 0;
   // Plain steps for everyone: periodically, and until a plain step of this batch size has
-  // been measured often enough to be the base the window controller compares against.
+  // been measured often enough to be the base the window controller compares against. While
+  // prompts are being prefilled beside the decodes, steps of exactly that size do not occur;
+  // the cost model's line (fitted on every step) is the base then.
+  bool prompts_pending = !waiting_.empty();
+  for (const auto& s : running_) prompts_pending = prompts_pending || (s->seq >= 0 && s->prefilling());
+  const bool unmeasured = prompts_pending
+                              ? !sp.cost.has_data()
+                              : sp.cost.samples(seqs.size() + n_shadows) < spec::StepCostModel::kMinSamples;
   const bool calibrate =
       sp.enabled() &&
       (sp.decode_steps % SpecState::kCalibrationInterval == SpecState::kCalibrationInterval - 1 ||
-       sp.cost.samples(n + n_shadows) < spec::StepCostModel::kMinSamples);
+       unmeasured);
   ++sp.decode_steps;
-  const bool speculate = sp.enabled() && !sp.breaker.open() && !calibrate;
+  bool speculate = sp.enabled() && !sp.breaker.open() && !calibrate;
 
-  drafts_.resize(n);
-  first_row_.resize(n);
-  first_pos_.resize(n);
-  shadow_row_.assign(n, kNoRow);
-  ctx_.batch.clear();
-  size_t drafted = 0;
-  for (size_t r = 0; r < n; ++r) {
-    LiveSequence& s = *live_[r];
-    auto& draft = drafts_[r];
-    plan_draft(s, n, speculate, draft);
-    first_row_[r] = ctx_.batch.size();
+  // Drafts first (no memory taken), then make sure the blocks exist: without them the
+  // drafts go, then audit shadows, then the youngest sequences are preempted (recompute).
+  for (;;) {
+    drafts_.resize(seqs.size());
+    size_t need = 0;
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      LiveSequence& s = *seqs[r];
+      plan_draft(s, seqs.size(), speculate, drafts_[r]);
+      need += ctx_.kv.blocks_needed(s.seq, drafts_[r].size() + 1);
+      if (s.shadow) need += ctx_.kv.blocks_needed(s.shadow->seq, 1);
+    }
+    if (need <= ctx_.kv.pool().n_free()) break;
+    prefix_cache_.evict(need - ctx_.kv.pool().n_free());
+    if (need <= ctx_.kv.pool().n_free()) break;
+    if (speculate) {
+      speculate = false;  // plain decoding needs the fewest blocks
+      continue;
+    }
+    if (!reclaim(need, nullptr)) throw std::logic_error("scheduler: KV pool cannot hold one step");
+    collect();
+    if (seqs.empty()) return;
+  }
+
+  for (size_t r = 0; r < seqs.size(); ++r) {
+    LiveSequence& s = *seqs[r];
+    const auto& draft = drafts_[r];
+    const size_t row = ctx_.batch.size();
     const size_t pos = ctx_.kv.append_slots(s.seq, draft.size() + 1);
-    first_pos_[r] = pos;
     ctx_.batch.add(s.last_token, static_cast<int32_t>(pos), s.seq, true);
     for (size_t i = 0; i < draft.size(); ++i)
       ctx_.batch.add(draft[i], static_cast<int32_t>(pos + 1 + i), s.seq, true);
-    drafted += draft.size();
+    drafted_ += draft.size();
+    decode_.push_back({&s, row, pos, kNoRow});
   }
-  for (size_t r = 0; r < n; ++r)
-    if (live_[r]->shadow) {
-      shadow_row_[r] = ctx_.batch.size();
-      add_shadow_token(*live_[r]);
+  for (auto& d : decode_)
+    if (d.s->shadow) {
+      d.shadow_row = ctx_.batch.size();
+      add_shadow_token(*d.s);
     }
-  const size_t batch_tokens = ctx_.batch.size();
-  ctx_.stats.n_decode_tokens += static_cast<int64_t>(batch_tokens);
-  forward(batch_tokens);
-
-  size_t emitted = 0;
-  for (size_t r = 0; r < n; ++r) {
-    LiveSequence& s = *live_[r];
-    emitted += verify(s, drafts_[r], first_row_[r], first_pos_[r]);
-    if (shadow_row_[r] != kNoRow && s.shadow) advance_shadow(s, shadow_row_[r]);
-  }
-
-  const double ms = ms_between(t0, Clock::now());
-  SpecMetrics& m = sp.metrics;
-  ++m.steps;
-  m.emitted += int64_t(emitted);
-  if (!sp.enabled()) return;
-  sp.cost.observe(double(batch_tokens), ms);
-  const size_t plain_tokens = batch_tokens - drafted;  // what this step costs without drafts
-  if (drafted == 0)
-    sp.observe_plain(plain_tokens, ms);
-  else
-    sp.breaker.record_step(double(emitted), ms, double(n), sp.plain_ms(plain_tokens));
 }
 
-size_t GenerationRun::verify(LiveSequence& s, const std::vector<int32_t>& draft, size_t row0,
+void Scheduler::finish_decode() {
+  SpecMetrics& m = ctx_.spec.metrics;
+  step_emitted_ = 0;
+  if (decode_.empty()) return;
+  size_t emitted = 0;
+  for (size_t r = 0; r < decode_.size(); ++r) {
+    const DecodeSlot& d = decode_[r];
+    emitted += verify(*d.s, drafts_[r], d.row, d.pos);
+    if (d.shadow_row != kNoRow && d.s->shadow) advance_shadow(*d.s, d.shadow_row);
+  }
+  ++m.steps;
+  m.emitted += int64_t(emitted);
+  step_emitted_ = emitted;
+}
+
+size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, size_t row0,
                              size_t pos0) {
   SpecState& sp = ctx_.spec;
   const size_t k = draft.size();
@@ -120,7 +145,7 @@ size_t GenerationRun::verify(LiveSequence& s, const std::vector<int32_t>& draft,
     const int32_t tok = i < k ? s.sampler.sample_against_draft(row, draft[i])
                               : s.sampler.sample(row);
     const bool match = i < k && tok == draft[i];
-    on_token(s, tok);
+    on_token(s, tok, row);
     if (match) ++accepted;
     if (s.finished || !match) break;
   }
@@ -154,7 +179,10 @@ size_t GenerationRun::verify(LiveSequence& s, const std::vector<int32_t>& draft,
   }
   // Local rollback: keep x0 and the accepted drafts; the rejected tail's whole blocks go
   // back to the pool. A finished sequence has already freed everything.
-  if (!s.finished) ctx_.kv.truncate(s.seq, pos0 + accepted + 1);
+  if (!s.finished) {
+    ctx_.kv.truncate(s.seq, pos0 + accepted + 1);
+    s.n_prefilled = pos0 + accepted + 1;  // every context token but the new last one is fed
+  }
   return emitted_.size();
 }
 

@@ -1,61 +1,39 @@
 // Generator: owns the KV pool and the reusable scratch; each generate() call runs a
 // GenerationRun over them.
 #include "flashdllm/generator.h"
+#include "flashdllm/engine.h"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
 #include "engine/engine_context.h"
-#include "engine/generation_run.h"
+#include "engine/scheduler.h"
 #include "engine/request_validation.h"
+#include "engine/resolved_options.h"
 
 namespace fdl {
 namespace {
 
-// Default context when the caller gives none: the model's, capped so that a large model's
-// KV pool (sized for max_sequences full contexts) stays reasonable.
-constexpr int kDefaultContextCap = 4096;
-
-GeneratorOptions resolve_options(const Model& model, GeneratorOptions o) {
-  const int n_ctx_train = model.config().n_ctx_train;
-  if (o.block_size < 1)
-    throw std::invalid_argument("Generator: block_size must be >= 1, got " +
-                                std::to_string(o.block_size));
-  if (o.max_sequences < 1)
-    throw std::invalid_argument("Generator: max_sequences must be >= 1, got " +
-                                std::to_string(o.max_sequences));
-  if (o.prefill_chunk < 1)
-    throw std::invalid_argument("Generator: prefill_chunk must be >= 1, got " +
-                                std::to_string(o.prefill_chunk));
-  if (o.n_ctx < 0)
-    throw std::invalid_argument("Generator: n_ctx must be >= 0 (0 = model default), got " +
-                                std::to_string(o.n_ctx));
-  if (o.n_ctx == 0) o.n_ctx = n_ctx_train > 0 ? std::min(n_ctx_train, kDefaultContextCap)
-                                              : kDefaultContextCap;
-  if (n_ctx_train > 0 && o.n_ctx > n_ctx_train)
-    throw std::invalid_argument("Generator: n_ctx = " + std::to_string(o.n_ctx) +
-                                " exceeds the model's training context of " +
-                                std::to_string(n_ctx_train) + " tokens");
-  o.spec.validate();
-  if (o.n_ctx < 2)
-    throw std::invalid_argument("Generator: n_ctx must be >= 2 (a prompt token and a new one)");
-  return o;
-}
-
-size_t pool_blocks(const GeneratorOptions& o) {
-  const size_t per_sequence = (size_t(o.n_ctx) + size_t(o.block_size) - 1) / size_t(o.block_size);
-  // An audited sequence runs a shadow copy beside it: room for both.
-  const size_t copies = o.spec.mode != SpecMode::Off && o.spec.audit_fraction > 0 ? 2 : 1;
-  return per_sequence * size_t(o.max_sequences) * copies;
+// The Generator serves a fixed list: admission order is the list order (no length
+// buckets), and each forward may carry `prefill_chunk` prompt tokens besides the decodes.
+SchedulerOptions scheduler_options(const GeneratorOptions& o) {
+  SchedulerOptions s;
+  const int window = o.spec.mode != SpecMode::Off ? o.spec.window : 0;
+  s.max_num_batched_tokens = o.prefill_chunk + o.max_sequences * (2 + window);
+  s.max_prefill_tokens = o.prefill_chunk;
+  s.length_buckets = false;
+  s.prefix_cache = true;
+  return s;
 }
 
 }  // namespace
 
 struct Generator::Impl {
   Impl(Model& m, const Tokenizer& t, const GeneratorOptions& o)
-      : model(m), tokenizer(t), options(resolve_options(m, o)), n_vocab(m.config().n_vocab),
-        pool(m.kv_shape(options.block_size), pool_blocks(options)), kv(pool), spec(options.spec) {
+      : model(m), tokenizer(t), options(engine::resolve_options(m, o)), n_vocab(m.config().n_vocab),
+        pool(m.kv_shape(options.block_size), engine::default_pool_blocks(options)), kv(pool), spec(options.spec) {
     if (tokenizer.n_vocab() > n_vocab)
       throw std::invalid_argument("Generator: tokenizer has " +
                                   std::to_string(tokenizer.n_vocab()) +
@@ -92,10 +70,45 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
   for (size_t i = 0; i < requests.size(); ++i)
     engine::validate_request(requests[i], i, im.n_vocab, im.options.n_ctx);
   im.stats = {};
+  const auto start = engine::Clock::now();
   engine::EngineContext ctx{im.model,  im.tokenizer, im.kv,    im.options, im.n_vocab,
                             im.batch,  im.logits,    im.stats, im.spec};
-  engine::GenerationRun run(ctx, requests, on_text);
-  return run.run();
+  // The same scheduler as the Engine's, run inline. Its prefix cache lives for this call
+  // only, so the pool is back to all-free when generate() returns.
+  engine::Scheduler scheduler(ctx, scheduler_options(im.options));
+  std::vector<GenerationResult> results(requests.size());
+  std::exception_ptr callback_error;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    results[i].prompt_ids = requests[i].prompt_ids;
+    results[i].timings.prompt_tokens = static_cast<int32_t>(requests[i].prompt_ids.size());
+    GenerationResult* r = &results[i];
+    scheduler.add(i, requests[i], [r, i, &on_text, &callback_error](const RequestOutput& o) {
+      for (const auto& t : o.tokens) r->generated_ids.push_back(t.id);
+      if (!o.text.empty()) {
+        r->text.append(o.text);
+        if (on_text) {
+          try {
+            on_text(i, o.text);
+          } catch (...) {
+            // The caller's callback failed (e.g. stdout is full): generate() rethrows it.
+            if (!callback_error) callback_error = std::current_exception();
+            throw;
+          }
+        }
+      }
+      if (o.finished) {
+        r->finish_reason = o.finish_reason;
+        r->matched_stop = o.matched_stop;
+        r->timings = o.timings;
+      }
+    });
+  }
+  while (scheduler.has_work()) {
+    scheduler.step();
+    if (callback_error) std::rethrow_exception(callback_error);
+  }
+  im.stats.total_ms = engine::ms_between(start, engine::Clock::now());
+  return results;
 }
 
 const GeneratorOptions& Generator::options() const { return impl_->options; }

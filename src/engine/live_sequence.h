@@ -1,4 +1,4 @@
-// Internal: the state of one admitted request while it is being generated.
+// Internal: the state of one request from submission to its final delivery.
 #pragma once
 
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "decode/lookahead_pool.h"
 #include "decode/stop_matcher.h"
 #include "decode/window_controller.h"
-#include "flashdllm/generator.h"
+#include "flashdllm/engine.h"
 
 namespace fdl::engine {
 
@@ -21,7 +21,7 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-/// The plain-decoding shadow copy of an audited sequence (see shadow_audit.h).
+/// The plain-decoding shadow copy of an audited sequence (see shadow_audit.cpp).
 struct ShadowCopy {
   explicit ShadowCopy(const Sampler& s) : sampler(s) {}
   SeqId seq = -1;
@@ -33,24 +33,42 @@ struct ShadowCopy {
   std::deque<Pending> pending;  ///< speculative steps awaiting comparison
 };
 
-struct LiveSequence {
-  LiveSequence(size_t index, const GenerationRequest& req, GenerationResult& res,
-               int32_t n_vocab, const Tokenizer& tokenizer)
-      : request_index(index), request(req), result(res), sampler(req.sampling, n_vocab),
-        detokenizer(tokenizer, /*render_special=*/false, /*continues_text=*/true),
-        stop(req.stop), context(req.prompt_ids) {}
+/// Length class of a prompt for the length-bucket admission (SchedulerOptions).
+enum class LengthClass { Short = 0, Medium = 1, Long = 2 };
 
-  size_t request_index;
-  const GenerationRequest& request;
-  GenerationResult& result;
-  SeqId seq = -1;            ///< KV sequence; -1 once its blocks are freed
-  size_t n_prefilled = 0;    ///< prompt tokens already in the KV cache
-  int32_t last_token = -1;   ///< sampled but not yet fed to the model
+struct LiveSequence {
+  LiveSequence(RequestId rid, GenerationRequest req, OutputSink out, int32_t n_vocab,
+               const Tokenizer& tokenizer, Clock::time_point now)
+      : id(rid), request(std::move(req)), sink(std::move(out)),
+        sampler(request.sampling, n_vocab),
+        detokenizer(tokenizer, /*render_special=*/false, /*continues_text=*/true),
+        stop(request.stop), context(request.prompt_ids) {
+    pending.id = rid;
+    submitted_at = now;
+  }
+
+  RequestId id;
+  GenerationRequest request;
+  OutputSink sink;
+  RequestOutput pending;       ///< what the next delivery carries
+  SeqId seq = -1;              ///< KV sequence while admitted; -1 when waiting or done
+  size_t n_prefilled = 0;      ///< context tokens in the KV cache (prefill progress)
+  int32_t last_token = -1;     ///< sampled but not yet fed to the model (-1 before the first)
   bool finished = false;
+  LengthClass length_class = LengthClass::Short;
+  uint64_t arrival = 0;        ///< submission order
+  int64_t waited_steps = 0;    ///< steps spent waiting for admission (anti-starvation)
+  bool admitted_once = false;
+  size_t n_recompute = 0;      ///< context tokens to prefill again after a preemption
   Sampler sampler;
   /// Generated text continues the prompt, so its first piece keeps its leading space.
   StreamingDetokenizer detokenizer;
   StopMatcher stop;
+  size_t n_generated = 0;      ///< generated ids kept (an end-of-generation stopper excluded)
+  int32_t cached_prompt_tokens = 0;
+  GenerationTimings timings;
+  Clock::time_point submitted_at;
+  Clock::time_point admitted_at{};
   Clock::time_point prefill_start{};
   Clock::time_point first_token_at{};
   Clock::time_point last_token_at{};
@@ -63,6 +81,11 @@ struct LiveSequence {
   size_t lookahead_fed = 1;      ///< context[..lookahead_fed) is in the pool's history
   spec::WindowController window;
   std::optional<ShadowCopy> shadow;
+
+  /// Context tokens that must be in the KV cache before decoding: the whole prompt for a
+  /// new request; after a preemption, everything but the last sampled token (fed by decode).
+  size_t prefill_target() const { return last_token >= 0 ? context.size() - 1 : context.size(); }
+  bool prefilling() const { return n_prefilled < prefill_target(); }
 };
 
 }  // namespace fdl::engine

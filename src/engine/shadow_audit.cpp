@@ -9,13 +9,13 @@
 // before the audited sequence finishes; it is freed with the sequence.
 // Only greedy requests are audited: with sampling, speculation consumes the RNG differently,
 // so ids legitimately differ (exactness there is a statement about distributions).
-#include "engine/generation_run.h"
+#include "engine/scheduler.h"
 
 #include <xxhash.h>
 
 namespace fdl::engine {
 
-void GenerationRun::start_shadow(LiveSequence& s) {
+void Scheduler::start_shadow(LiveSequence& s) {
   SpecState& sp = ctx_.spec;
   if (!sp.enabled() || sp.options.audit_fraction <= 0.0 || s.spec_window <= 0 ||
       !s.request.sampling.is_greedy() || sp.breaker.open())
@@ -30,13 +30,13 @@ void GenerationRun::start_shadow(LiveSequence& s) {
   sh.base = s.n_sampled;
 }
 
-void GenerationRun::add_shadow_token(LiveSequence& s) {
+void Scheduler::add_shadow_token(LiveSequence& s) {
   ShadowCopy& sh = *s.shadow;
   const size_t pos = ctx_.kv.append_slots(sh.seq, 1);
   ctx_.batch.add(sh.last_token, static_cast<int32_t>(pos), sh.seq, true);
 }
 
-void GenerationRun::advance_shadow(LiveSequence& s, size_t row) {
+void Scheduler::advance_shadow(LiveSequence& s, size_t row) {
   SpecState& sp = ctx_.spec;
   ShadowCopy& sh = *s.shadow;
   const int32_t tok = sh.sampler.sample(logits_row(row));
@@ -59,7 +59,7 @@ void GenerationRun::advance_shadow(LiveSequence& s, size_t row) {
   }
 }
 
-void GenerationRun::end_shadow(LiveSequence& s) {
+void Scheduler::end_shadow(LiveSequence& s) {
   if (!s.shadow) return;
   if (s.shadow->seq >= 0) ctx_.kv.free_sequence(s.shadow->seq);
   s.shadow.reset();

@@ -70,6 +70,28 @@ SeqId KvCache::fork_sequence(SeqId parent) {
   return child;
 }
 
+SeqId KvCache::create_sequence_from(std::span<const BlockId> prefix) {
+  for (BlockId b : prefix)
+    if (b < 0 || size_t(b) >= pool_.capacity() || pool_.meta(b).ref_count == 0)
+      throw std::out_of_range("KvCache::create_sequence_from: block " + std::to_string(b) +
+                              " is not an allocated block of the pool");
+  const SeqId id = create_sequence();
+  Seq& s = seqs_[size_t(id)];
+  s.blocks.assign(prefix.begin(), prefix.end());
+  for (BlockId b : s.blocks) pool_.retain(b);
+  s.length = prefix.size() * size_t(pool_.shape().block_size);
+  return id;
+}
+
+size_t KvCache::blocks_needed(SeqId seq, size_t n) const {
+  const Seq& s = seq_ref(seq);
+  const size_t bs = size_t(pool_.shape().block_size);
+  if (n == 0) return 0;
+  const size_t new_blocks = blocks_for(s.length + n, bs) - s.blocks.size();
+  const bool cow = s.length % bs != 0 && pool_.meta(s.blocks.back()).ref_count > 1;
+  return new_blocks + (cow ? 1 : 0);
+}
+
 size_t KvCache::length(SeqId seq) const { return seq_ref(seq).length; }
 
 size_t KvCache::append_slots(SeqId seq, size_t n) {

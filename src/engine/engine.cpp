@@ -1,0 +1,274 @@
+// Engine: the scheduler on its own thread, fed through a locked inbox (flashdllm/engine.h).
+//
+// Two locks; whoever needs both takes state_mu first:
+//  - inbox_mu guards what other threads hand over (new requests, aborts, the stop flag, the
+//    in-flight count drain() waits on); it is held only for a swap, so submit() and abort()
+//    never wait for a forward;
+//  - state_mu guards the scheduler, the KV cache and the breakers; the engine thread holds it
+//    for one step, so metrics() and the breaker calls wait at most one forward.
+// Sinks run on the engine thread with state_mu held: they must not call metrics().
+#include "flashdllm/engine.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/engine_context.h"
+#include "engine/request_validation.h"
+#include "engine/resolved_options.h"
+#include "engine/scheduler.h"
+#include "kv/offload_breaker.h"
+
+namespace fdl {
+namespace {
+
+constexpr const char* kSpeculation = "speculation";
+constexpr const char* kDiskOffload = "disk_offload";
+
+EngineOptions resolve(const Model& model, EngineOptions o) {
+  o.generator = engine::resolve_options(model, o.generator);
+  engine::validate_scheduler_options(o.scheduler, o.generator);
+  const size_t per_sequence =
+      (size_t(o.generator.n_ctx) + size_t(o.generator.block_size) - 1) /
+      size_t(o.generator.block_size);
+  if (o.kv_blocks == 0) o.kv_blocks = engine::default_pool_blocks(o.generator);
+  // One request may always run alone: it needs a full context (plus a shadow copy when
+  // audited, which the scheduler drops first under pressure).
+  if (o.kv_blocks < per_sequence)
+    throw std::invalid_argument("Engine: kv_blocks = " + std::to_string(o.kv_blocks) +
+                                " cannot hold one full context (" + std::to_string(per_sequence) +
+                                " blocks of " + std::to_string(o.generator.block_size) +
+                                " tokens for n_ctx " + std::to_string(o.generator.n_ctx) + ")");
+  return o;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
+      : model(m), tokenizer(t), options(resolve(m, o)), n_vocab(m.config().n_vocab),
+        pool(m.kv_shape(options.generator.block_size), options.kv_blocks), kv(pool),
+        spec(options.generator.spec),
+        ctx{model, tokenizer, kv, options.generator, n_vocab, batch, logits, stats, spec},
+        scheduler(ctx, options.scheduler) {
+    if (tokenizer.n_vocab() > n_vocab)
+      throw std::invalid_argument("Engine: tokenizer has " + std::to_string(tokenizer.n_vocab()) +
+                                  " tokens but the model's vocabulary is " +
+                                  std::to_string(n_vocab));
+  }
+
+  void loop();
+  void finished_one();
+
+  Model& model;
+  const Tokenizer& tokenizer;
+  EngineOptions options;
+  int32_t n_vocab;
+  BlockPool pool;
+  KvCache kv;
+  StepBatch batch;
+  std::vector<float> logits;
+  GeneratorStats stats;
+  engine::SpecState spec;
+  engine::EngineContext ctx;
+  engine::Scheduler scheduler;
+  kv::OffloadBreaker offload_breaker;
+
+  struct NewRequest {
+    RequestId id;
+    GenerationRequest request;
+    OutputSink sink;
+  };
+  mutable std::mutex inbox_mu;
+  std::condition_variable inbox_cv;
+  std::condition_variable idle_cv;  ///< drain() waits for in_flight == 0
+  std::vector<NewRequest> inbox;
+  std::vector<RequestId> aborts;
+  int64_t in_flight = 0;
+  bool stopping = false;
+  bool draining = false;
+  std::atomic<RequestId> next_id{1};
+
+  mutable std::mutex state_mu;
+  std::thread thread;
+};
+
+void Engine::Impl::finished_one() {
+  std::lock_guard lk(inbox_mu);
+  if (--in_flight == 0) idle_cv.notify_all();
+}
+
+void Engine::Impl::loop() {
+  std::vector<NewRequest> adds;
+  std::vector<RequestId> ends;
+  bool busy = false;
+  for (;;) {
+    {
+      std::unique_lock lk(inbox_mu);
+      inbox_cv.wait(lk, [&] { return stopping || busy || !inbox.empty() || !aborts.empty(); });
+      adds.swap(inbox);
+      ends.swap(aborts);
+    }
+    std::lock_guard st(state_mu);
+    for (auto& r : adds) scheduler.add(r.id, std::move(r.request), std::move(r.sink));
+    adds.clear();
+    for (RequestId id : ends) scheduler.abort(id);
+    ends.clear();
+    {
+      std::lock_guard lk(inbox_mu);
+      if (stopping) {
+        scheduler.fail_all("abort", "the engine is shutting down");
+        return;
+      }
+    }
+    if (scheduler.has_work()) {
+      try {
+        scheduler.step();
+      } catch (const std::exception& e) {
+        // A failed forward ends what was running, not the engine: the next request gets a
+        // clean KV cache.
+        spdlog::error("engine step failed: {}", e.what());
+        scheduler.fail_all("error", e.what());
+      }
+    }
+    busy = scheduler.has_work();
+  }
+}
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lk(impl_->inbox_mu);
+    impl_->stopping = true;
+  }
+  impl_->inbox_cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+RequestId Engine::submit(GenerationRequest request, OutputSink sink) {
+  Impl& im = *impl_;
+  engine::validate_request(request, 0, im.n_vocab, im.options.generator.n_ctx);
+  if (request.logprobs < -1 || request.logprobs > 20)
+    throw std::invalid_argument("logprobs = " + std::to_string(request.logprobs) +
+                                " is invalid (-1 = none, 0..20 alternatives)");
+  const RequestId id = im.next_id.fetch_add(1);
+  // The engine's wrapper counts the request as done on its final delivery, whatever ends it.
+  OutputSink wrapped = [&im, user = std::move(sink)](const RequestOutput& out) {
+    struct Done {
+      Impl& im;
+      bool last;
+      ~Done() { if (last) im.finished_one(); }
+    } done{im, out.finished};
+    if (user) user(out);
+  };
+  {
+    std::lock_guard lk(im.inbox_mu);
+    if (im.draining || im.stopping)
+      throw std::runtime_error("the engine is draining and accepts no new requests");
+    ++im.in_flight;
+    im.inbox.push_back({id, std::move(request), std::move(wrapped)});
+  }
+  im.inbox_cv.notify_one();
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  {
+    std::lock_guard lk(impl_->inbox_mu);
+    impl_->aborts.push_back(id);
+  }
+  impl_->inbox_cv.notify_one();
+}
+
+void Engine::drain() {
+  std::unique_lock lk(impl_->inbox_mu);
+  impl_->draining = true;
+  impl_->idle_cv.wait(lk, [&] { return impl_->in_flight == 0; });
+}
+
+EngineMetrics Engine::metrics() const {
+  const Impl& im = *impl_;
+  std::lock_guard st(im.state_mu);
+  EngineMetrics m;
+  const auto& c = im.scheduler.counters();
+  m.running = int64_t(im.scheduler.n_running());
+  m.waiting = int64_t(im.scheduler.n_waiting());
+  {
+    // Submitted but not yet handed to the scheduler count as waiting too.
+    std::lock_guard lk(im.inbox_mu);
+    m.waiting += int64_t(im.inbox.size());
+  }
+  m.steps = c.steps;
+  m.requests_submitted = c.submitted;
+  m.requests_finished = c.finished;
+  m.requests_aborted = c.aborted;
+  m.requests_failed = c.failed;
+  m.preemptions = c.preemptions;
+  m.prompt_tokens = c.prompt_tokens;
+  m.prefill_tokens_computed = c.prefill_computed;
+  m.recomputed_tokens = c.recomputed;
+  m.generation_tokens = c.generated;
+  m.prefix_cache_queries = c.prefix_queries;
+  m.prefix_cache_hits = c.prefix_hits;
+  m.kv_blocks_total = im.pool.capacity();
+  m.kv_blocks_free = im.pool.n_free();
+  m.kv_blocks_cached = im.scheduler.prefix_cache().n_evictable();
+  m.kv_block_bytes = im.pool.shape().block_bytes();
+  m.kv_blocks_copied = im.kv.blocks_copied();
+  m.spec = im.spec.metrics;
+  m.spec.breaker_open = im.spec.breaker.open();
+  m.spec.breaker_trips = im.spec.breaker.trips();
+  m.spec.breaker_reason = im.spec.breaker.reason();
+  m.forward_ms = im.stats.forward_ms;
+  return m;
+}
+
+std::vector<BreakerState> Engine::breakers() const {
+  const Impl& im = *impl_;
+  std::lock_guard st(im.state_mu);
+  std::vector<BreakerState> out;
+  out.push_back({kSpeculation, im.spec.breaker.open(), im.spec.breaker.trips(),
+                 im.spec.breaker.reason()});
+  out.push_back({kDiskOffload, im.offload_breaker.is_open(), int64_t(im.offload_breaker.trips()),
+                 im.offload_breaker.reason()});
+  return out;
+}
+
+void Engine::trip_breaker(const std::string& name, const std::string& reason) {
+  Impl& im = *impl_;
+  std::lock_guard st(im.state_mu);
+  const std::string why = reason.empty() ? "tripped by an operator" : reason;
+  if (name == kSpeculation)
+    im.spec.breaker.trip(why);
+  else if (name == kDiskOffload)
+    im.offload_breaker.trip(std::chrono::steady_clock::now(), why);
+  else
+    throw std::invalid_argument("unknown breaker '" + name + "' (expected " + kSpeculation +
+                                " or " + kDiskOffload + ")");
+}
+
+void Engine::reset_breaker(const std::string& name) {
+  Impl& im = *impl_;
+  std::lock_guard st(im.state_mu);
+  if (name == kSpeculation)
+    im.spec.breaker.reset();
+  else if (name == kDiskOffload)
+    im.offload_breaker.reset();
+  else
+    throw std::invalid_argument("unknown breaker '" + name + "' (expected " + kSpeculation +
+                                " or " + kDiskOffload + ")");
+}
+
+const EngineOptions& Engine::options() const { return impl_->options; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+const ModelConfig& Engine::model_config() const { return impl_->model.config(); }
+
+}  // namespace fdl

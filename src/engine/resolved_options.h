@@ -1,0 +1,18 @@
+// Internal: GeneratorOptions / SchedulerOptions checks and defaults shared by Generator and
+// Engine. All throw std::invalid_argument naming the option and its value.
+#pragma once
+
+#include <cstddef>
+
+#include "flashdllm/engine.h"
+
+namespace fdl::engine {
+
+/// Checks `o` against the model and fills in defaults (n_ctx = min(training context, 4096)).
+GeneratorOptions resolve_options(const Model& model, GeneratorOptions o);
+/// KV pool size that never preempts: max_sequences full contexts (twice that with audit
+/// shadows, which fork a copy beside each audited sequence).
+size_t default_pool_blocks(const GeneratorOptions& o);
+void validate_scheduler_options(const SchedulerOptions& s, const GeneratorOptions& g);
+
+}  // namespace fdl::engine

@@ -1,0 +1,370 @@
+// The scheduler's step, admission and memory management (policy: flashdllm/engine.h,
+// docs/SCHEDULER.md). Decode and verification live in decode_step.cpp, per-token output in
+// scheduler_output.cpp, the shadow audit in shadow_audit.cpp.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace fdl::engine {
+
+Scheduler::Scheduler(EngineContext& ctx, const SchedulerOptions& options)
+    : ctx_(ctx), opt_(options), prefix_cache_(ctx.kv.pool(), ctx.options.block_size),
+      policy_(ctx.spec.options, ctx.spec.cache) {
+  running_.reserve(size_t(ctx.options.max_sequences));
+}
+
+Scheduler::~Scheduler() {
+  for (auto& s : running_) release_kv(*s);
+}
+
+void Scheduler::add(RequestId id, GenerationRequest request, OutputSink sink) {
+  auto s = std::make_unique<LiveSequence>(id, std::move(request), std::move(sink), ctx_.n_vocab,
+                                          ctx_.tokenizer, Clock::now());
+  s->arrival = arrivals_++;
+  s->length_class = classify(s->request.prompt_ids.size());
+  s->timings.prompt_tokens = static_cast<int32_t>(s->request.prompt_ids.size());
+  // The penalties see the prompt too, as in llama.cpp.
+  if (s->request.sampling.has_penalties())
+    for (int32_t t : s->request.prompt_ids) s->sampler.accept(t);
+  s->spec_window = ctx_.spec.enabled()
+                       ? (s->request.spec_window >= 0 ? s->request.spec_window
+                                                      : ctx_.spec.options.window)
+                       : 0;
+  ++counters_.submitted;
+  waiting_.push_back(std::move(s));
+}
+
+bool Scheduler::abort(RequestId id) {
+  for (auto& s : running_)
+    if (s->id == id && !s->finished) {
+      finish(*s, "abort");
+      deliver(*s);
+      drop_finished();
+      return true;
+    }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if ((*it)->id == id) {
+      SeqPtr s = std::move(*it);
+      waiting_.erase(it);
+      finish(*s, "abort");
+      deliver(*s);
+      return true;
+    }
+  return false;
+}
+
+void Scheduler::fail_all(const std::string& reason, const std::string& error) {
+  for (auto& s : running_)
+    if (!s->finished) {
+      finish(*s, reason.c_str(), error);
+      deliver(*s);
+    }
+  drop_finished();
+  while (!waiting_.empty()) {
+    SeqPtr s = std::move(waiting_.front());
+    waiting_.pop_front();
+    finish(*s, reason.c_str(), error);
+    deliver(*s);
+  }
+}
+
+LengthClass Scheduler::classify(size_t prompt_tokens) const {
+  if (prompt_tokens < size_t(opt_.short_prompt_tokens)) return LengthClass::Short;
+  if (prompt_tokens > size_t(opt_.long_prompt_tokens)) return LengthClass::Long;
+  return LengthClass::Medium;
+}
+
+void Scheduler::finish_trivial() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->request.max_new_tokens == 0 && !(*it)->admitted_once) {
+      SeqPtr s = std::move(*it);
+      it = waiting_.erase(it);
+      s->admitted_at = Clock::now();
+      finish(*s, "length");
+      deliver(*s);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Scheduler::step() {
+  finish_trivial();
+  if (!has_work()) return;
+  ++counters_.steps;
+  const auto t0 = Clock::now();
+  ctx_.batch.clear();
+  decode_.clear();
+  prefill_.clear();
+  drafted_ = 0;
+
+  plan_decode();
+  const size_t decode_tokens = ctx_.batch.size();
+  size_t budget = size_t(opt_.max_num_batched_tokens) > decode_tokens
+                      ? size_t(opt_.max_num_batched_tokens) - decode_tokens : 0;
+  if (opt_.max_prefill_tokens > 0) budget = std::min(budget, size_t(opt_.max_prefill_tokens));
+  plan_prefill(budget);
+  for (auto& w : waiting_) ++w->waited_steps;
+
+  if (ctx_.batch.size() > 0) {
+    size_t rows = decode_tokens;
+    for (const auto& p : prefill_) rows += p.last ? 1 : 0;
+    ctx_.stats.n_decode_tokens += static_cast<int64_t>(decode_tokens);
+    ctx_.stats.n_prefill_tokens += static_cast<int64_t>(ctx_.batch.size() - decode_tokens);
+    forward(rows);
+    const auto t1 = Clock::now();
+    finish_decode();
+    // Speculation's cost model and breaker see the whole step: what a step of this many
+    // tokens costs, and what it produced.
+    SpecState& sp = ctx_.spec;
+    if (sp.enabled()) {
+      const double ms = ms_between(t0, t1);
+      const size_t tokens = ctx_.batch.size();
+      if (!decode_.empty() || sp.cost.has_data()) sp.cost.observe(double(tokens), ms);
+      const size_t emitted = step_emitted_;
+      if (!decode_.empty()) {
+        const size_t plain_tokens = tokens - drafted_;
+        if (drafted_ == 0)
+          sp.observe_plain(plain_tokens, ms);
+        else
+          sp.breaker.record_step(double(emitted), ms, double(decode_.size()),
+                                 sp.plain_ms(plain_tokens));
+      }
+    }
+    finish_prefill(t0, t1);
+  }
+  for (auto& s : running_)
+    if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
+  drop_finished();
+}
+
+void Scheduler::forward(size_t logit_rows) {
+  const auto t0 = Clock::now();
+  ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
+  ctx_.stats.forward_ms += ms_between(t0, Clock::now());
+  ++ctx_.stats.n_forwards;
+  // Reading rows that are not there would be undefined behaviour; fail loudly instead.
+  if (ctx_.logits.size() != logit_rows * size_t(ctx_.n_vocab))
+    throw std::logic_error("Model::forward returned " + std::to_string(ctx_.logits.size()) +
+                           " logits, expected " + std::to_string(logit_rows) + " rows of " +
+                           std::to_string(ctx_.n_vocab));
+}
+
+std::span<const float> Scheduler::logits_row(size_t row) const {
+  return {ctx_.logits.data() + row * size_t(ctx_.n_vocab), size_t(ctx_.n_vocab)};
+}
+
+size_t Scheduler::chunk_for(const LiveSequence& s, size_t budget) const {
+  size_t take = std::min(s.prefill_target() - s.n_prefilled, budget);
+  if (opt_.length_buckets && s.length_class == LengthClass::Long)
+    take = std::min(take, size_t(opt_.long_prefill_chunk));
+  return take;
+}
+
+void Scheduler::plan_prefill(size_t budget) {
+  const size_t bs = size_t(ctx_.options.block_size);
+  // Blocks every decoding sequence may need next step: admission leaves them free, so a
+  // new prompt does not immediately force a preemption.
+  const size_t reserve = decode_.size();
+
+  // Prompt chunk of an admitted sequence, shrunk to the blocks that can be had.
+  auto schedule_chunk = [&](LiveSequence& s) {
+    size_t take = chunk_for(s, budget);
+    if (take == 0) return;
+    size_t need = ctx_.kv.blocks_needed(s.seq, take);
+    if (need > ctx_.kv.pool().n_free()) reclaim(need, &s);
+    const size_t free_blocks = ctx_.kv.pool().n_free();
+    if (need > free_blocks) {
+      // Take what fits into the free blocks (the partly filled tail block counts too).
+      const size_t len = ctx_.kv.length(s.seq);
+      const size_t tail_room = len % bs == 0 ? 0 : bs - len % bs;
+      take = std::min(take, tail_room + free_blocks * bs);
+      if (take == 0) return;
+    }
+    const size_t pos0 = ctx_.kv.append_slots(s.seq, take);
+    const auto& ctxt = s.context;
+    const bool completes = s.n_prefilled + take == s.prefill_target();
+    // Logits only for the last prompt token of a request that has not sampled yet.
+    const bool wants_logits = completes && s.last_token < 0;
+    for (size_t k = 0; k < take; ++k) {
+      const size_t idx = s.n_prefilled + k;
+      ctx_.batch.add(ctxt[idx], static_cast<int32_t>(pos0 + k), s.seq,
+                     wants_logits && k + 1 == take);
+    }
+    prefill_.push_back({&s, take, wants_logits});
+    budget -= take;
+  };
+
+  // 1. Admitted prompts still prefilling, oldest first.
+  bool long_active = false;
+  for (auto& s : running_)
+    if (s->seq >= 0 && s->prefilling()) {
+      if (s->length_class == LengthClass::Long) long_active = true;
+      if (budget > 0) schedule_chunk(*s);
+    }
+
+  // 2. Admission. Buckets: starved requests first, then short, medium, long (one long at
+  //    a time); arrival order within a class. FCFS: queue order.
+  std::vector<LiveSequence*> order;
+  order.reserve(waiting_.size());
+  for (auto& w : waiting_) order.push_back(w.get());
+  if (opt_.length_buckets) {
+    const int64_t max_wait = opt_.max_wait_steps;
+    std::stable_sort(order.begin(), order.end(), [max_wait](const LiveSequence* a,
+                                                            const LiveSequence* b) {
+      const bool sa = a->waited_steps >= max_wait, sb = b->waited_steps >= max_wait;
+      if (sa != sb) return sa;
+      if (sa) return a->arrival < b->arrival;
+      if (a->length_class != b->length_class) return a->length_class < b->length_class;
+      return a->arrival < b->arrival;
+    });
+  }
+  std::vector<LiveSequence*> admitted;
+  for (LiveSequence* s : order) {
+    if (budget == 0 || running_.size() >= size_t(ctx_.options.max_sequences)) break;
+    const bool starved = s->waited_steps >= opt_.max_wait_steps;
+    if (opt_.length_buckets && s->length_class == LengthClass::Long && long_active && !starved)
+      continue;
+    if (!admit(*s, reserve)) break;  // the pool is full: wait for blocks to come back
+    admitted.push_back(s);
+    if (s->length_class == LengthClass::Long) long_active = true;
+    if (s->prefilling()) schedule_chunk(*s);
+    // A re-admitted sequence whose whole context came from the cache decodes next step.
+  }
+  if (!admitted.empty()) {
+    // Move the admitted ones from waiting_ to running_, keeping both orders.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (std::find(admitted.begin(), admitted.end(), it->get()) != admitted.end()) {
+        running_.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+bool Scheduler::admit(LiveSequence& s, size_t reserve) {
+  const size_t bs = size_t(ctx_.options.block_size);
+  const size_t target = s.prefill_target();
+  std::vector<BlockId> hit;
+  if (opt_.prefix_cache) {
+    // A request that has not sampled yet needs logits of its last prompt token, so that
+    // token is always computed.
+    const size_t cacheable = s.last_token >= 0 ? target : target - 1;
+    hit = prefix_cache_.lookup(s.request.cache_scope,
+                               std::span<const int32_t>(s.context).first(target), cacheable / bs);
+  }
+  const SeqId seq = ctx_.kv.create_sequence_from(hit);  // retains the hit blocks
+  // Blocks for the first chunk, plus the reserve for running decodes.
+  const size_t first = std::min(target - hit.size() * bs,
+                                opt_.length_buckets && s.length_class == LengthClass::Long
+                                    ? size_t(opt_.long_prefill_chunk) : target);
+  const size_t need = ctx_.kv.blocks_needed(seq, std::max<size_t>(first, 1)) + reserve;
+  if (need > ctx_.kv.pool().n_free()) {
+    prefix_cache_.evict(need - ctx_.kv.pool().n_free());
+    if (need > ctx_.kv.pool().n_free()) {
+      ctx_.kv.free_sequence(seq);
+      return false;
+    }
+  }
+  s.seq = seq;
+  s.n_prefilled = hit.size() * bs;
+  const auto now = Clock::now();
+  if (!s.admitted_once) {
+    s.admitted_once = true;
+    s.admitted_at = now;
+    s.cached_prompt_tokens = static_cast<int32_t>(s.n_prefilled);
+    counters_.prompt_tokens += int64_t(s.request.prompt_ids.size());
+  } else {
+    s.n_recompute = target - s.n_prefilled;
+  }
+  if (opt_.prefix_cache) {
+    counters_.prefix_queries += int64_t(target);
+    counters_.prefix_hits += int64_t(s.n_prefilled);
+  }
+  s.waited_steps = 0;
+  return true;
+}
+
+bool Scheduler::reclaim(size_t n, const LiveSequence* keep) {
+  BlockPool& pool = ctx_.kv.pool();
+  if (pool.n_free() >= n) return true;
+  prefix_cache_.evict(n - pool.n_free());
+  // Audit shadows are a luxury: drop them before anyone's work.
+  for (auto& s : running_) {
+    if (pool.n_free() >= n) return true;
+    if (s->shadow) end_shadow(*s);
+  }
+  // Then preempt, youngest first.
+  while (pool.n_free() < n) {
+    LiveSequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+      if (it->get() != keep && (*it)->seq >= 0 && !(*it)->finished) {
+        victim = it->get();
+        break;
+      }
+    if (victim == nullptr) return false;
+    preempt(*victim);
+    prefix_cache_.evict(pool.n_free() < n ? n - pool.n_free() : 0);
+  }
+  return true;
+}
+
+void Scheduler::preempt(LiveSequence& s) {
+  // Keep its full blocks findable: if nobody needs the memory first, re-admission gets its
+  // context back from the prefix cache instead of recomputing it.
+  if (opt_.prefix_cache) cache_blocks(s, std::min(ctx_.kv.length(s.seq), s.context.size() - 1));
+  end_shadow(s);
+  ctx_.kv.free_sequence(s.seq);
+  s.seq = -1;
+  s.n_prefilled = 0;
+  ++counters_.preemptions;
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const SeqPtr& p) { return p.get() == &s; });
+  SeqPtr owned = std::move(*it);
+  running_.erase(it);
+  waiting_.push_front(std::move(owned));
+}
+
+void Scheduler::cache_blocks(const LiveSequence& s, size_t n_tokens) {
+  const auto table = ctx_.kv.block_table(s.seq);
+  n_tokens = std::min({n_tokens, s.context.size(), ctx_.kv.length(s.seq)});
+  prefix_cache_.insert(s.request.cache_scope, std::span<const int32_t>(s.context).first(n_tokens),
+                       table);
+}
+
+void Scheduler::finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end) {
+  // Logit rows: the decode rows first (batch order), then one per completing prompt.
+  size_t n_prefill_rows = 0;
+  for (const auto& p : prefill_) n_prefill_rows += p.last ? 1 : 0;
+  size_t row = ctx_.logits.size() / size_t(ctx_.n_vocab) - n_prefill_rows;
+  for (const auto& p : prefill_) {
+    LiveSequence& s = *p.s;
+    if (s.prefill_start == Clock::time_point{}) s.prefill_start = batch_start;
+    s.n_prefilled += p.take;
+    counters_.prefill_computed += int64_t(p.take);
+    if (s.n_recompute > 0) {
+      const size_t r = std::min(s.n_recompute, p.take);
+      counters_.recomputed += int64_t(r);
+      s.n_recompute -= r;
+    }
+    if (opt_.prefix_cache) cache_blocks(s, s.n_prefilled);
+    if (!p.last) continue;
+    s.timings.prompt_ms = ms_between(s.prefill_start, batch_end);
+    on_token(s, s.sampler.sample(logits_row(row)), logits_row(row));
+    ++row;
+    if (!s.finished) start_shadow(s);
+  }
+}
+
+void Scheduler::drop_finished() {
+  for (auto& s : running_)
+    if (s->finished) release_kv(*s);
+  std::erase_if(running_, [](const SeqPtr& s) { return s->finished; });
+}
+
+}  // namespace fdl::engine

@@ -1,0 +1,141 @@
+// Internal: the scheduler — continuous batching over a Model and its paged KV cache.
+// The policy is described in flashdllm/engine.h and docs/SCHEDULER.md; this class runs it:
+// each step() is one Model::forward over the decode tokens (and drafts) of the running
+// sequences plus prompt chunks, followed by sampling, verification, rollback, output
+// delivery and the release of finished sequences.
+//
+// Owned by Generator (called inline) and by Engine (called on the engine thread).
+// Thread-safety: none. Sinks run inside step() and abort().
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "decode/draft_policy.h"
+#include "engine/engine_context.h"
+#include "engine/live_sequence.h"
+#include "engine/prefix_cache.h"
+
+namespace fdl::engine {
+
+/// Counters the scheduler keeps (EngineMetrics mirrors them).
+struct SchedulerCounters {
+  int64_t steps = 0;
+  int64_t submitted = 0;
+  int64_t finished = 0;
+  int64_t aborted = 0;
+  int64_t failed = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;
+  int64_t prefill_computed = 0;
+  int64_t recomputed = 0;
+  int64_t generated = 0;
+  int64_t prefix_queries = 0;
+  int64_t prefix_hits = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(EngineContext& ctx, const SchedulerOptions& options);
+  /// Frees the KV blocks of every sequence (no deliveries).
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues an already validated request. A request with max_new_tokens == 0 finishes
+  /// ("length") at the next step without touching the model.
+  void add(RequestId id, GenerationRequest request, OutputSink sink);
+  /// Finishes a waiting or running request with "abort" and frees its blocks now.
+  /// Returns false when the id is unknown (already finished).
+  bool abort(RequestId id);
+  /// Finishes every request with `reason` ("abort" or "error", with `error` as message).
+  void fail_all(const std::string& reason, const std::string& error);
+
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  /// One scheduling iteration: at most one forward. Model errors propagate (the caller
+  /// decides: Generator rethrows, Engine fails the running requests).
+  void step();
+
+  size_t n_running() const { return running_.size(); }
+  size_t n_waiting() const { return waiting_.size(); }
+  const SchedulerCounters& counters() const { return counters_; }
+  const PrefixCache& prefix_cache() const { return prefix_cache_; }
+  /// Frees every cached prefix block (tests use it to compare pool counts with the start).
+  void clear_prefix_cache() { prefix_cache_.clear(); }
+
+ private:
+  using SeqPtr = std::unique_ptr<LiveSequence>;
+
+  // --- admission and memory (scheduler.cpp) ---
+  /// Requests with max_new_tokens == 0 finish at once.
+  void finish_trivial();
+  /// Prompt chunks for this step within `budget` tokens: continues admitted prompts, admits
+  /// waiting requests in length-bucket (or FCFS) order while sequences and blocks allow.
+  void plan_prefill(size_t budget);
+  /// Admits `s` (creates its KV sequence, reusing cached prefix blocks); false when the
+  /// pool cannot take its first chunk and still keep `reserve` blocks free.
+  bool admit(LiveSequence& s, size_t reserve);
+  /// Tokens of `s`'s prompt to prefill this step under `budget`.
+  size_t chunk_for(const LiveSequence& s, size_t budget) const;
+  /// Makes `n` pool blocks free: evicts unused prefix-cache blocks, then drops audit
+  /// shadows, then preempts running sequences youngest first (never `keep`). False when
+  /// even that is not enough.
+  bool reclaim(size_t n, const LiveSequence* keep);
+  void preempt(LiveSequence& s);
+  void cache_blocks(const LiveSequence& s, size_t n_tokens);
+  LengthClass classify(size_t prompt_tokens) const;
+
+  // --- the step (scheduler.cpp, decode_step.cpp) ---
+  /// Adds every decoding sequence's next token (and draft) to the batch.
+  void plan_decode();
+  void plan_draft(LiveSequence& s, size_t n_live, bool speculate, std::vector<int32_t>& draft);
+  /// After the forward: acceptance, rollback, tokens for each decoding sequence.
+  void finish_decode();
+  size_t verify(LiveSequence& s, const std::vector<int32_t>& draft, size_t row0, size_t pos0);
+  void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
+  void forward(size_t logit_rows);
+  std::span<const float> logits_row(size_t row) const;
+
+  // --- audit (shadow_audit.cpp) ---
+  void start_shadow(LiveSequence& s);
+  void add_shadow_token(LiveSequence& s);
+  void advance_shadow(LiveSequence& s, size_t row);
+  void end_shadow(LiveSequence& s);
+
+  // --- per token (scheduler_output.cpp) ---
+  void on_token(LiveSequence& s, int32_t token, std::span<const float> logits);
+  void finish(LiveSequence& s, const char* reason, const std::string& error = {});
+  void emit(LiveSequence& s, std::string_view piece);
+  std::string detokenize(LiveSequence& s, int32_t token);
+  void deliver(LiveSequence& s);
+  void release_kv(LiveSequence& s);
+  void drop_finished();
+
+  EngineContext& ctx_;
+  SchedulerOptions opt_;
+  PrefixCache prefix_cache_;
+  spec::DraftPolicy policy_;
+  SchedulerCounters counters_;
+  uint64_t arrivals_ = 0;
+  std::deque<SeqPtr> waiting_;   ///< preempted requests go back to the front
+  std::vector<SeqPtr> running_;  ///< admission order (oldest first)
+
+  // step scratch, reused
+  struct DecodeSlot { LiveSequence* s; size_t row; size_t pos; size_t shadow_row; };
+  std::vector<DecodeSlot> decode_;
+  std::vector<std::vector<int32_t>> drafts_;
+  struct PrefillSlot { LiveSequence* s; size_t take; bool last; };
+  std::vector<PrefillSlot> prefill_;
+  size_t drafted_ = 0;
+  size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
+  std::vector<int32_t> outputs_, inputs_;
+  spec::Draft draft_;
+  std::vector<int32_t> emitted_;
+  std::vector<TokenProb> dist_;
+};
+
+}  // namespace fdl::engine

@@ -1,0 +1,179 @@
+// Per-token bookkeeping of the scheduler: end conditions, streaming text through the
+// detokenizer and the stop matcher, log-probabilities, deliveries to the request's sink.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/scheduler.h"
+
+namespace fdl::engine {
+namespace {
+
+// Log-softmax of one row at the ids asked for: logprob of `token` and the `top_n` most
+// likely ids (descending, lower id first on ties). The row is what the sampler's penalties
+// left (vLLM's and OpenAI's convention: the model's distribution, before temperature and
+// truncation), so greedy requests get meaningful alternatives too.
+SampledToken with_logprobs(int32_t token, std::span<const float> row, int32_t top_n) {
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (float v : row) max_logit = std::max(max_logit, v);
+  double sum = 0.0;
+  for (float v : row) sum += std::exp(double(v) - double(max_logit));
+  const double log_z = double(max_logit) + std::log(sum);
+  SampledToken out;
+  out.id = token;
+  out.logprob = float(double(row[size_t(token)]) - log_z);
+  if (top_n > 0) {
+    std::vector<int32_t> ids(row.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    const size_t n = std::min(size_t(top_n), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(n), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        return row[size_t(a)] != row[size_t(b)] ? row[size_t(a)] > row[size_t(b)]
+                                                                : a < b;
+                      });
+    out.top.reserve(n);
+    for (size_t i = 0; i < n; ++i)
+      out.top.push_back({ids[i], float(double(row[size_t(ids[i])]) - log_z)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Scheduler::detokenize(LiveSequence& s, int32_t token) {
+  // A model vocabulary may be padded past the tokenizer's; such ids have no text.
+  if (token >= ctx_.tokenizer.n_vocab()) return {};
+  return s.detokenizer.push(token);
+}
+
+void Scheduler::on_token(LiveSequence& s, int32_t token, std::span<const float> logits) {
+  const auto now = Clock::now();
+  auto& timings = s.timings;
+  if (timings.gen_tokens == 0) {
+    timings.ttft_ms = ms_between(s.submitted_at, now);
+    s.first_token_at = now;
+  } else {
+    timings.token_latencies_ms.push_back(ms_between(s.last_token_at, now));
+  }
+  s.last_token_at = now;
+  ++timings.gen_tokens;
+  ++s.n_sampled;
+  ++counters_.generated;
+  emitted_.push_back(token);  // the speculative step's fingerprint covers what was sampled
+
+  const bool end_of_generation =
+      token < ctx_.tokenizer.n_vocab() && ctx_.tokenizer.is_eog(token);
+  if (end_of_generation && !s.request.ignore_eos) {
+    finish(s, "stop");
+    return;
+  }
+  if (s.request.logprobs >= 0) {
+    if (s.request.sampling.has_penalties()) {
+      const auto penalized = s.sampler.penalized_logits(logits);
+      s.pending.tokens.push_back(with_logprobs(token, penalized, s.request.logprobs));
+    } else {
+      s.pending.tokens.push_back(with_logprobs(token, logits, s.request.logprobs));
+    }
+  } else {
+    SampledToken t;
+    t.id = token;
+    t.logprob = std::numeric_limits<float>::quiet_NaN();
+    s.pending.tokens.push_back(std::move(t));
+  }
+  ++s.n_generated;
+  s.context.push_back(token);
+  s.sampler.accept(token);
+  emit(s, s.stop.push(detokenize(s, token)));
+  if (s.stop.stopped()) {
+    finish(s, "stop");
+    return;
+  }
+  const bool hit_max = s.request.max_new_tokens > 0 &&
+                       s.n_generated >= size_t(s.request.max_new_tokens);
+  // The next decode step would store this token at position prompt + n_generated - 1;
+  // stopping when prompt + generated reaches n_ctx keeps every sequence within n_ctx.
+  const bool context_full =
+      s.request.prompt_ids.size() + s.n_generated >= size_t(ctx_.options.n_ctx);
+  if (hit_max || context_full) {
+    finish(s, "length");
+    return;
+  }
+  s.last_token = token;
+}
+
+void Scheduler::finish(LiveSequence& s, const char* reason, const std::string& error) {
+  const std::string why = reason;
+  if (why == "stop" || why == "length") {
+    if (!s.stop.stopped()) {
+      // Release what the detokenizer and the matcher still hold; the held tail may yet
+      // complete a stop string, which then decides the reason.
+      emit(s, s.stop.push(s.detokenizer.flush()));
+      emit(s, s.stop.flush());
+    }
+    if (s.stop.stopped()) {
+      reason = "stop";
+      s.pending.matched_stop = s.request.stop[size_t(s.stop.matched_index())];
+    }
+  }
+  s.timings.decode_ms = s.timings.gen_tokens > 0 ? ms_between(s.first_token_at, s.last_token_at)
+                                                 : 0.0;
+  s.finished = true;
+  release_kv(s);
+  RequestOutput& out = s.pending;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.error = error;
+  out.prompt_tokens = static_cast<int32_t>(s.request.prompt_ids.size());
+  out.completion_tokens = static_cast<int32_t>(s.n_generated);
+  out.cached_prompt_tokens = s.cached_prompt_tokens;
+  out.queue_ms = s.admitted_once ? ms_between(s.submitted_at, s.admitted_at) : 0.0;
+  out.timings = s.timings;
+  ++counters_.finished;
+  if (out.finish_reason == "abort") ++counters_.aborted;
+  if (out.finish_reason == "error") ++counters_.failed;
+}
+
+void Scheduler::release_kv(LiveSequence& s) {
+  end_shadow(s);
+  if (s.seq < 0) return;
+  // Its full blocks stay findable for later requests with the same prefix (multi-turn chat,
+  // shared system prompts); unused ones are evicted when the pool needs room.
+  // Only positions whose token is in the context were fed with it: not the last sampled
+  // token, and not a rejected draft beyond it.
+  if (opt_.prefix_cache && s.finished && !s.context.empty())
+    cache_blocks(s, std::min(ctx_.kv.length(s.seq), s.context.size() - 1));
+  ctx_.kv.free_sequence(s.seq);
+  s.seq = -1;
+}
+
+void Scheduler::emit(LiveSequence& s, std::string_view piece) {
+  if (!piece.empty()) s.pending.text.append(piece);
+}
+
+void Scheduler::deliver(LiveSequence& s) {
+  if (s.sink) {
+    try {
+      s.sink(s.pending);
+    } catch (...) {
+      // A sink that cannot take output ends its request: it gets one final delivery (its
+      // owner may be counting requests) and is not called again.
+      OutputSink sink = std::move(s.sink);
+      s.sink = nullptr;
+      if (!s.finished) {
+        s.pending.tokens.clear();
+        s.pending.text.clear();
+        finish(s, "abort");
+        try {
+          sink(s.pending);
+        } catch (...) {
+        }
+      }
+    }
+  }
+  const bool finished = s.pending.finished;
+  s.pending.tokens.clear();
+  s.pending.text.clear();
+  if (finished) s.pending.finished = true;
+}
+
+}  // namespace fdl::engine
