@@ -118,12 +118,14 @@ void Engine::Impl::loop() {
     adds.clear();
     for (RequestId id : ends) scheduler.abort(id);
     ends.clear();
+    bool stop_now;
     {
       std::lock_guard lk(inbox_mu);
-      if (stopping) {
-        scheduler.fail_all("abort", "the engine is shutting down");
-        return;
-      }
+      stop_now = stopping;
+    }
+    if (stop_now) {
+      scheduler.fail_all("abort", "the engine is shutting down");  // sinks take inbox_mu
+      return;
     }
     if (scheduler.has_work()) {
       try {
