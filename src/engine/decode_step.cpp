@@ -6,8 +6,8 @@
 
 #include "decode/row_ops.h"
 #include "engine/scheduler.h"
+#include "engine/step_fingerprint.h"
 
-#include <xxhash.h>
 
 namespace fdl::engine {
 namespace {
@@ -136,6 +136,7 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
   const size_t before = s.context.size() - 1;  // the context ends with the fed token x0
   const int32_t x0 = s.last_token;
   emitted_.clear();
+  emitted_q_.clear();
   size_t accepted = 0;
   for (size_t i = 0; i <= k; ++i) {
     const auto row = logits_row(row0 + i);
@@ -145,6 +146,7 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
     const int32_t tok = i < k ? s.sampler.sample_against_draft(row, draft[i])
                               : s.sampler.sample(row);
     const bool match = i < k && tok == draft[i];
+    emitted_q_.push_back(quantize_logit(row[size_t(tok)]));
     on_token(s, tok, row);
     if (match) ++accepted;
     if (s.finished || !match) break;
@@ -158,7 +160,7 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
     s.window.observe(k, accepted);
     if (s.shadow)
       s.shadow->pending.push_back({s.n_sampled - emitted_.size(), s.n_sampled,
-                                   XXH3_64bits(emitted_.data(), emitted_.size() * sizeof(int32_t))});
+                                   step_fingerprint(emitted_, emitted_q_)});
   }
   if (sp.enabled()) {
     const SpecMode mode = sp.options.mode;

@@ -29,6 +29,7 @@ struct ShadowCopy {
   int32_t last_token = -1;  ///< to feed next
   size_t base = 0;          ///< sampled-token index of the first id in `ids`
   std::vector<int32_t> ids; ///< tokens the shadow sampled, in order
+  std::vector<int32_t> logits_q;  ///< quantize_logit of each, for the fingerprint
   struct Pending { size_t begin, end; uint64_t fingerprint; };
   std::deque<Pending> pending;  ///< speculative steps awaiting comparison
 };

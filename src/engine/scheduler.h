@@ -135,6 +135,7 @@ class Scheduler {
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;
   std::vector<int32_t> emitted_;
+  std::vector<int32_t> emitted_q_;  ///< quantized logit of each emitted token (audit)
   std::vector<TokenProb> dist_;
 };
 

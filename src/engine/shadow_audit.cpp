@@ -3,15 +3,16 @@
 // An audited greedy sequence gets, right after its prefill, a fork of its KV sequence (the
 // prompt blocks are shared by refcount) that decodes plainly, one token per step, in the
 // same batched forwards. Each speculative step of the audited sequence records an XXH3-64
-// fingerprint of the ids it sampled and their index range; once the shadow has sampled the
+// fingerprint of the ids it sampled and their quantized logits (step_fingerprint.h), with
+// their index range; once the shadow has sampled the
 // same range, the fingerprints are compared and the result goes to the breaker. The shadow
 // trails (it makes one token per step), so the comparisons cover the steps it reaches
 // before the audited sequence finishes; it is freed with the sequence.
 // Only greedy requests are audited: with sampling, speculation consumes the RNG differently,
 // so ids legitimately differ (exactness there is a statement about distributions).
 #include "engine/scheduler.h"
+#include "engine/step_fingerprint.h"
 
-#include <xxhash.h>
 
 namespace fdl::engine {
 
@@ -42,12 +43,14 @@ void Scheduler::advance_shadow(LiveSequence& s, size_t row) {
   const int32_t tok = sh.sampler.sample(logits_row(row));
   sh.sampler.accept(tok);
   sh.ids.push_back(tok);
+  sh.logits_q.push_back(quantize_logit(logits_row(row)[size_t(tok)]));
   sh.last_token = tok;
   while (!sh.pending.empty() && sh.pending.front().end <= sh.base + sh.ids.size()) {
     const auto p = sh.pending.front();
     sh.pending.pop_front();
-    const uint64_t fp =
-        XXH3_64bits(sh.ids.data() + (p.begin - sh.base), (p.end - p.begin) * sizeof(int32_t));
+    const size_t at = p.begin - sh.base, n = p.end - p.begin;
+    const uint64_t fp = step_fingerprint(std::span<const int32_t>(sh.ids).subspan(at, n),
+                                         std::span<const int32_t>(sh.logits_q).subspan(at, n));
     bool mismatch = fp != p.fingerprint;
     if (sp.forced_mismatches > 0) {
       --sp.forced_mismatches;
