@@ -79,18 +79,26 @@ struct StepBatch {
   void clear() { tokens.clear(); positions.clear(); seqs.clear(); want_logits.clear(); }
 };
 
+/// Where the forward pass runs. Cuda needs a build with FLASHDLLM_CUDA and an NVIDIA GPU;
+/// Model::load throws a one-line ModelError otherwise (see src/backend/cuda/cuda_model.h for
+/// what the CUDA model keeps in device memory and how its numerics differ from the CPU's).
+enum class Device { Cpu, Cuda };
+
 struct ModelOptions {
-  int n_threads = 0;  ///< 0 = hardware concurrency (ModelError if negative)
+  int n_threads = 0;  ///< 0 = hardware concurrency (ModelError if negative); CPU only
   /// How the weights are held: a huge-page copy by default (faster decode: fewer TLB misses
   /// while streaming every weight once per token), or a zero-copy mmap (`--mmap`) for models
   /// that should share the page cache or load lazily. See GgufBacking.
+  /// (CPU only: the CUDA model maps the file and copies the weights to the GPU once.)
   GgufBacking weights = GgufBacking::HugePageCopy;
+  Device device = Device::Cpu;  ///< `--device cpu|cuda`
 };
 
 class Model {
  public:
   virtual ~Model() = default;
-  /// Load a GGUF model (keeps the file mapped). Throws GgufError / ModelError.
+  /// Load a GGUF model (keeps the file mapped) for `opt.device`. Throws GgufError /
+  /// ModelError (also for Device::Cuda in a build without CUDA or on a machine without a GPU).
   static std::unique_ptr<Model> load(const std::filesystem::path& path, const ModelOptions& opt = {});
 
   virtual const ModelConfig& config() const = 0;

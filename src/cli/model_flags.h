@@ -1,23 +1,40 @@
 // model_flags.h — flags shared by the commands that load a model for inference (generate,
-// bench): how the weights are held in memory.
+// bench, serve): how the weights are held in memory and which device runs the forward.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "flashdllm/model.h"
 
 namespace fdl::cli {
 
-/// Adds `--mmap` (zero-copy weights instead of the default huge-page copy) to `cmd`.
+namespace detail {
+/// Value of `--device` for this process. add_mmap_flag registers the flag on every command
+/// that loads a model, so each such command gets `--device` without a flag of its own; one
+/// command runs per process, so one variable is enough.
+inline std::string& device_flag() {
+  static std::string device = "cpu";
+  return device;
+}
+}  // namespace detail
+
+/// Adds `--mmap` (zero-copy weights instead of the default huge-page copy) and
+/// `--device cpu|cuda` to `cmd`.
 inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
   cmd->add_flag("--mmap", mmap,
                 "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
+  cmd->add_option("--device", detail::device_flag(),
+                  "Where the forward runs: cpu, or cuda (an NVIDIA GPU; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
 }
 
-/// ModelOptions for `-t THREADS` and `--mmap`.
+/// ModelOptions for `-t THREADS`, `--mmap` and `--device`.
 inline ModelOptions model_options(int threads, bool mmap) {
   return ModelOptions{.n_threads = threads,
-                      .weights = mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy};
+                      .weights = mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy,
+                      .device = detail::device_flag() == "cuda" ? Device::Cuda : Device::Cpu};
 }
 
 }  // namespace fdl::cli

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "backend/cuda/cuda_model_factory.h"
+
 namespace fdl {
 
 LlamaModel::LlamaModel(GgufFile file, const ModelOptions& opt)
@@ -30,6 +32,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   if (opt.n_threads < 0)
     throw ModelError("Model::load: n_threads must be >= 0 (0 = all cores), got " +
                      std::to_string(opt.n_threads));
+  if (opt.device == Device::Cuda) {
+#ifdef FLASHDLLM_HAVE_CUDA
+    return cuda::make_cuda_model(path, opt);
+#else
+    throw ModelError("--device cuda: this build has no CUDA backend (configure with nvcc on the PATH "
+                     "and -DFLASHDLLM_CUDA=ON)");
+#endif
+  }
   return std::make_unique<LlamaModel>(GgufFile::open(path, {}, opt.weights), opt);
 }
 

@@ -1,0 +1,208 @@
+// bench_gpu — decode and prefill timings of the CUDA model (the issue-6 benchmark).
+//
+//   bench_gpu -m model.gguf [--prompt 512] [--gen 128] [--batches 1,64] [--reps 3] [--json out.json]
+//
+// Per batch size B (B sequences, each with its own random prompt of --prompt ids, seed 42):
+//  - prefill: one forward per sequence over its whole prompt (logits for the last token
+//    only); TTFT = that forward + the first greedy id, for B = 1;
+//  - decode: --gen steps, each one forward of B tokens (one per sequence) returning only the
+//    greedy ids (argmax on the GPU: CudaModel::forward_argmax); tok/s = B*gen / decode time;
+//    inter-token σ = standard deviation of the step times;
+//  - HBM bandwidth per decode step = (weight bytes streamed + KV bytes read) / median step
+//    time, against the measured 4.26 TB/s of the H200 (docs/GPU.md);
+//  - for B = 1 also the decode rate with full logits copied to the host (Model::forward).
+// One untimed warm-up run per B (fills the KV arena, scratch, CUDA graphs). Reports the
+// median over --reps repetitions.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_model.h"
+#include "flashdllm/kv_cache.h"
+#include "flashdllm/model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  double s = 0;
+  for (double x : v) s += (x - mean) * (x - mean);
+  return std::sqrt(s / double(v.size() - 1));
+}
+
+struct RunResult {
+  double prefill_ms = 0, ttft_ms = 0, decode_ms = 0;
+  std::vector<double> steps;
+  double kv_bytes_read = 0;  // summed over steps
+};
+
+// With FLASHDLLM_CUDA_PROFILE=1: device ms per op class, for `what`, divided by `per`.
+void print_profile(fdl::cuda::CudaModel& m, const char* what, int B, double per) {
+  const auto p = m.profile();
+  double total = 0;
+  for (const auto& [k, v] : p) total += v;
+  if (total == 0) return;
+  std::printf("  profile batch %d %s (ms%s):", B, what, per > 1 ? " per step" : "");
+  for (const auto& [k, v] : p) std::printf(" %s %.3f", k.c_str(), v / per);
+  std::printf(" | total %.3f\n", total / per);
+  m.reset_profile();
+}
+
+RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<std::vector<int32_t>>& prompts,
+                   int gen, bool full_logits, bool show_profile = false) {
+  RunResult r;
+  const int B = int(prompts.size());
+  const fdl::ModelConfig& c = m.config();
+  std::vector<fdl::SeqId> seqs;
+  std::vector<int32_t> next(static_cast<size_t>(B)), ids;
+  std::vector<float> logits;
+  fdl::StepBatch batch;
+  const auto t0 = Clock::now();
+  for (int s = 0; s < B; ++s) {
+    seqs.push_back(kv.create_sequence());
+    const size_t first = kv.append_slots(seqs.back(), prompts[size_t(s)].size());
+    batch.clear();
+    for (size_t i = 0; i < prompts[size_t(s)].size(); ++i)
+      batch.add(prompts[size_t(s)][i], int32_t(first + i), seqs.back(), i + 1 == prompts[size_t(s)].size());
+    m.forward_argmax(batch, kv, ids);
+    next[size_t(s)] = ids[0];
+    if (s == 0) {
+      r.ttft_ms = ms(t0, Clock::now());
+      if (show_profile) print_profile(m, "prefill of one prompt", B, 1);
+    }
+  }
+  r.prefill_ms = ms(t0, Clock::now());
+  const double kv_token_bytes = double(c.n_layer) * 2 * c.n_head_kv * c.head_dim * sizeof(float);
+  const auto d0 = Clock::now();
+  for (int step = 0; step < gen; ++step) {
+    const auto s0 = Clock::now();
+    batch.clear();
+    for (int s = 0; s < B; ++s) {
+      const int32_t pos = int32_t(kv.append_slots(seqs[size_t(s)], 1));
+      batch.add(next[size_t(s)], pos, seqs[size_t(s)], true);
+      r.kv_bytes_read += double(pos + 1) * kv_token_bytes;
+    }
+    if (full_logits) {
+      m.forward(batch, kv, logits);
+      for (int s = 0; s < B; ++s) {
+        const float* row = logits.data() + size_t(s) * size_t(c.n_vocab);
+        next[size_t(s)] = int32_t(std::max_element(row, row + c.n_vocab) - row);
+      }
+    } else {
+      m.forward_argmax(batch, kv, ids);
+      std::copy(ids.begin(), ids.end(), next.begin());
+    }
+    r.steps.push_back(ms(s0, Clock::now()));
+  }
+  r.decode_ms = ms(d0, Clock::now());
+  if (show_profile) print_profile(m, "decode", B, gen);
+  for (fdl::SeqId s : seqs) kv.free_sequence(s);
+  return r;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, json_path, batches_s = "1,64";
+  int prompt = 512, gen = 128, reps = 3, block_size = 16;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") model_path = val();
+    else if (a == "--prompt") prompt = std::stoi(val());
+    else if (a == "--gen") gen = std::stoi(val());
+    else if (a == "--batches") batches_s = val();
+    else if (a == "--reps") reps = std::stoi(val());
+    else if (a == "--block-size") block_size = std::stoi(val());
+    else if (a == "--json") json_path = val();
+    else {
+      std::fprintf(stderr, "bench_gpu: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (model_path.empty() || prompt < 1 || gen < 1 || reps < 1) {
+    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--json F]\n");
+    return 2;
+  }
+  try {
+    const auto tl = Clock::now();
+    auto model = fdl::Model::load(model_path, fdl::ModelOptions{.device = fdl::Device::Cuda});
+    const double load_ms = ms(tl, Clock::now());
+    auto& m = dynamic_cast<fdl::cuda::CudaModel&>(*model);
+    const fdl::ModelConfig& c = m.config();
+    std::printf("model %s: %d layers, dim %d, vocab %d; %.2f GB on the GPU, %.2f GB streamed per step; load %.1f s\n",
+                model_path.c_str(), c.n_layer, c.n_embd, c.n_vocab, double(m.weight_bytes()) / 1e9,
+                double(m.weight_bytes_per_step()) / 1e9, load_ms / 1e3);
+    nlohmann::json out = {{"model", model_path}, {"prompt", prompt}, {"gen", gen}, {"reps", reps},
+                          {"weight_bytes", m.weight_bytes()}, {"weight_bytes_per_step", m.weight_bytes_per_step()},
+                          {"results", nlohmann::json::array()}};
+    std::mt19937_64 rng(42);
+    std::uniform_int_distribution<int32_t> tok(1, c.n_vocab - 1);
+    for (int B : parse_list(batches_s)) {
+      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
+      for (auto& p : prompts)
+        for (int i = 0; i < prompt; ++i) p.push_back(tok(rng));
+      const int per_seq = (prompt + gen + block_size) / block_size;
+      fdl::BlockPool pool(m.kv_shape(block_size), size_t(B) * size_t(per_seq));
+      fdl::KvCache kv(pool);
+      for (int mode = 0; mode < (B == 1 ? 2 : 1); ++mode) {
+        const bool full_logits = mode == 1;
+        run_once(m, kv, prompts, std::min(gen, 4), full_logits);  // warm-up
+        std::vector<double> tps, ttft, prefill, sigma, step_med, bw;
+        for (int r = 0; r < reps; ++r) {
+          m.reset_profile();
+          const RunResult rr = run_once(m, kv, prompts, gen, full_logits, r == 0);
+          tps.push_back(double(B) * gen / (rr.decode_ms / 1e3));
+          ttft.push_back(rr.ttft_ms);
+          prefill.push_back(rr.prefill_ms);
+          sigma.push_back(stddev(rr.steps));
+          const double med = median(rr.steps);
+          step_med.push_back(med);
+          const double bytes = double(m.weight_bytes_per_step()) + rr.kv_bytes_read / gen;
+          bw.push_back(bytes / (med / 1e3) / 1e12);
+        }
+        const double bw_med = median(bw);
+        std::printf("batch %2d%s: decode %.1f tok/s (step median %.3f ms, sigma %.3f ms), TTFT %.2f ms, "
+                    "prefill of %d x %d tokens %.1f ms, HBM %.2f TB/s = %.0f%% of 4.26\n",
+                    B, full_logits ? " (full logits to host)" : "", median(tps), median(step_med), median(sigma),
+                    median(ttft), B, prompt, median(prefill), bw_med, 100 * bw_med / 4.26);
+        out["results"].push_back({{"batch", B}, {"full_logits", full_logits}, {"decode_tok_s", median(tps)},
+                                  {"step_ms_median", median(step_med)}, {"step_sigma_ms", median(sigma)},
+                                  {"ttft_ms", median(ttft)}, {"prefill_ms", median(prefill)},
+                                  {"hbm_tb_s", bw_med}, {"decode_tok_s_all", tps}});
+      }
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(1) << "\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

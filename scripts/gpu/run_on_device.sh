@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (builds nothing): GPU tests, then the Llama-3-8B-shape benchmark of
+# flashdllm and the HF Transformers peer in the same run. Expects .device/ from stage.sh.
+# Results go to $OUT (or /tmp/fdl-out): gpu_tests.xml, bench.json, hf.json, log.txt.
+#   STEPS="tests bench sweep hf" (default: tests bench hf); BATCHES=1,64; PROMPT=512; GEN=128;
+#   REPS=3; HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
+#   SWEEP_GEMV="16,1 4,1 4,2" adds GEMV variants to the sweep; SWEEP_LITE=1 keeps only the profile
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fdl-out}
+mkdir -p "$OUT"
+D=$PWD/.device
+export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export FLASHDLLM_SHARED=$D/shared
+if ldd "$D/bin/test_gpu" | grep -q "libcublas.*not found"; then  # cuBLAS outside the default path
+  cublas=$(find /usr /opt -name 'libcublas.so.13' 2>/dev/null | head -1)
+  [ -n "$cublas" ] && export LD_LIBRARY_PATH=$(dirname "$cublas"):$LD_LIBRARY_PATH
+fi
+STEPS=${STEPS:-tests bench hf}
+MODEL=${MODEL:-/tmp/l3-8b-bf16.gguf}
+log() { echo "[$(date +%T)] $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+
+if [[ $STEPS == *tests* ]]; then
+  log "GPU tests"
+  timeout 180 "$D/bin/test_gpu" --gtest_output=xml:"$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/tests.txt" |
+    grep -E "FAILED|PASSED|seed|ids equal|Failure|Expected|Which is|rel_error|error" | head -80
+fi
+if [[ $STEPS == *bench* ]]; then
+  if [ ! -f "$MODEL" ]; then
+    log "making $MODEL (Llama-3-8B shape, BF16, random weights)"
+    timeout 240 "$D/bin/flashdllm" tools make-model --preset llama3-8b --dtype bf16 -o "$MODEL" | tail -2
+  fi
+  log "flashdllm bench"
+  timeout ${BENCH_TIMEOUT:-240} "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
+    --batches ${BATCHES:-1,64} --reps ${REPS:-3} --json "$OUT/bench.json"
+  if [ -n "${NOGRAPH:-}" ]; then
+    log "flashdllm bench without CUDA graphs (batch 1)"
+    FLASHDLLM_CUDA_GRAPHS=0 timeout 120 "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
+      --batches 1 --reps 2 --json "$OUT/bench_nograph.json"
+  fi
+fi
+if [[ $STEPS == *sweep* ]]; then  # tuning: PDL off, GEMV variants, per-op profile
+  B1="timeout 90 $D/bin/bench_gpu -m $MODEL --prompt ${PROMPT:-512} --gen ${GEN:-128} --reps 2"
+  if [ -z "${SWEEP_LITE:-}" ]; then
+    log "no PDL";            FLASHDLLM_PDL=0 $B1 --batches 1 | grep batch
+    log "no graphs";         FLASHDLLM_CUDA_GRAPHS=0 $B1 --batches 1 | grep batch
+    log "no tiled prefill";  FLASHDLLM_ATTN_TILES=0 $B1 --batches 1 | grep batch
+  fi
+  for v in ${SWEEP_GEMV:-}; do
+    log "GEMV $v";         FLASHDLLM_GEMV=$v $B1 --batches 1 | grep batch
+  done
+  log "profile";           FLASHDLLM_CUDA_PROFILE=1 $B1 --batches 1,64 | grep -E "profile|batch"
+fi
+if [[ $STEPS == *hf* ]]; then
+  log "HF Transformers peer"
+  PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-300} python3 "$D/bench/hf_peer.py" --prompt ${PROMPT:-512} \
+    --gen ${GEN:-128} --batches ${BATCHES:-1,64} --modes ${HF_MODES:-dynamic,static} --json "$OUT/hf.json"
+fi
+log "done"

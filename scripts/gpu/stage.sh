@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Stage what the GPU machine needs into .device/ (ignored by git; carried by the `run` tool):
+# the binaries built here in build-cuda/, the shared libraries the GPU machine's image lacks,
+# the small test models and the reference JSON (../shared does not travel).
+#
+#   cmake -S . -B build-cuda -G Ninja -DFLASHDLLM_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90
+#   ninja -C build-cuda test_gpu flashdllm bench_gpu
+#   scripts/gpu/stage.sh            # then run scripts/gpu/run_on_device.sh there
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SHARED=${FLASHDLLM_SHARED:-../shared}
+BUILD=${BUILD:-build-cuda}
+rm -rf .device
+mkdir -p .device/bin .device/lib .device/shared/models .device/shared/reference .device/bench
+for b in test_gpu flashdllm bench_gpu; do
+  [ -x "$BUILD/bin/$b" ] || { echo "stage.sh: $BUILD/bin/$b is missing; build it first" >&2; exit 1; }
+  cp "$BUILD/bin/$b" .device/bin/
+  strip .device/bin/$b
+done
+# Libraries not on the GPU image (Ubuntu 24.04): Debian 12 builds of these, resolved via ldd.
+for lib in liburing.so.2 libspdlog.so.1.10 libfmt.so.9 libhiredis.so.0.14 libcpp-httplib.so.0.11 \
+           libpcre2-8.so.0 libxxhash.so.0 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+  [ -n "$path" ] && cp -L "$path" .device/lib/
+done
+cp "$SHARED/models/stories260K.gguf" "$SHARED/models/codelm-16m-f16.gguf" .device/shared/models/
+cp "$SHARED"/reference/*.json .device/shared/reference/
+cp bench/gpu/hf_peer.py .device/bench/
+du -sh .device

@@ -1,0 +1,400 @@
+// CudaModel: load, per-step input packing, the forward orchestration and graph replay
+// (design in cuda_model.h). Numeric steps are the kernels of kernels.h in the same order as
+// the CPU forward (src/model/llama_forward.cpp).
+#include "backend/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace fdl::cuda {
+
+namespace {
+/// Offsets (in int32 words) of the packed per-step inputs; fixed for a given (n, m), so the
+/// device pointers a captured graph holds stay valid across steps of the same shape.
+struct Layout {
+  size_t tokens, positions, dst_block, table_off, row_idx, cos_sin, tables;
+  Layout(int n, int m, int rope_dim)
+      : tokens(0), positions(size_t(n)), dst_block(2 * size_t(n)), table_off(3 * size_t(n)),
+        row_idx(4 * size_t(n)), cos_sin(4 * size_t(n) + size_t(m)),
+        tables(cos_sin + size_t(n) * size_t(rope_dim)) {}
+};
+enum ProfKind { kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kGateUp, kSilu, kDown, kOutput, kUpload, kProfKinds };
+constexpr const char* kProfNames[kProfKinds] = {"embed", "norm",  "qkv",  "rope",   "attention", "wo",
+                                                "gate_up", "silu", "down", "output", "upload"};
+}  // namespace
+
+CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
+    : file_(std::move(file)),
+      config_(ModelConfig::from_gguf(file_)),
+      host_weights_(bind_llama_weights(file_, config_)) {
+  (void)opt;
+  const ModelConfig& c = config_;
+  if (c.head_dim % 4 != 0 || c.head_dim > 256)
+    throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
+                     std::to_string(c.head_dim));
+  rope_.head_dim = c.head_dim;
+  rope_.rope_dim = c.rope_dim;
+  rope_.freq_base = c.rope_freq_base;
+  rope_.freq_scale = c.rope_freq_scale;
+  rope_.freq_factors = host_weights_.rope_freq_factors;
+
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, 0));
+  size_t free_b = 0, total_b = 0;
+  FDL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t need = device_weight_bytes(host_weights_, c);
+  if (need + (256u << 20) > free_b)
+    throw ModelError(file_.path() + ": --device cuda: the weights need " + std::to_string(need >> 20) +
+                     " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
+  weights_ = upload_weights(host_weights_, c);
+  FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FDL_CUBLAS_CHECK(cublasCreate(&cublas_));
+  FDL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // Plain fp32 SGEMM for F32 weights (no TF32): the F32 path stays close to the CPU's.
+  FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  if (const char* g = std::getenv("FLASHDLLM_CUDA_GRAPHS"); g && std::string(g) == "0") use_graphs_ = false;
+  if (const char* t = std::getenv("FLASHDLLM_ATTN_TILES"); t && std::string(t) == "0") tiles_enabled_ = false;
+  if (const char* p = std::getenv("FLASHDLLM_CUDA_PROFILE"); p && std::string(p) == "1") {
+    profile_ = true;
+    use_graphs_ = false;
+    prof_ms_.assign(kProfKinds, 0.0);
+  }
+}
+
+void CudaModel::prof(int kind) {
+  if (!profile_) return;
+  if (prof_used_ == prof_events_.size()) {
+    cudaEvent_t e;
+    FDL_CUDA_CHECK(cudaEventCreate(&e));
+    prof_events_.push_back(e);
+    prof_kinds_.push_back(0);
+  }
+  FDL_CUDA_CHECK(cudaEventRecord(prof_events_[prof_used_], stream_));
+  prof_kinds_[prof_used_++] = kind;
+}
+
+void CudaModel::collect_profile() {
+  if (!profile_) return;
+  for (size_t i = 1; i < prof_used_; ++i) {
+    float ms = 0;
+    FDL_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_events_[i - 1], prof_events_[i]));
+    prof_ms_[size_t(prof_kinds_[i])] += ms;
+  }
+  prof_used_ = 0;
+}
+
+std::vector<std::pair<std::string, double>> CudaModel::profile() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t k = 0; k < prof_ms_.size(); ++k) out.emplace_back(kProfNames[k], prof_ms_[k]);
+  return out;
+}
+
+void CudaModel::reset_profile() { prof_ms_.assign(prof_ms_.size(), 0.0); }
+
+CudaModel::~CudaModel() {
+  for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+KvShape CudaModel::kv_shape(int block_size) const {
+  if (block_size <= 0)
+    throw std::invalid_argument("kv_shape: block size must be positive, got " + std::to_string(block_size));
+  return KvShape{.n_layer = config_.n_layer, .n_kv_head = config_.n_head_kv, .head_dim = config_.head_dim,
+                 .block_size = block_size};
+}
+
+// The same checks, messages and exception types as the CPU model's validate.
+void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
+  const size_t n = b.tokens.size();
+  if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
+    throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " + std::to_string(n) +
+                                ", positions " + std::to_string(b.positions.size()) + ", seqs " +
+                                std::to_string(b.seqs.size()) + ", want_logits " +
+                                std::to_string(b.want_logits.size()) + ")");
+  const KvShape& s = kv.pool().shape();
+  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim)
+    throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) + ", kv heads " +
+                                std::to_string(s.n_kv_head) + ", head dim " + std::to_string(s.head_dim) +
+                                ") does not match the model");
+  for (size_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
+      throw std::out_of_range("forward: token " + std::to_string(i) + " has id " + std::to_string(b.tokens[i]) +
+                              " outside [0, " + std::to_string(config_.n_vocab) + ")");
+    const size_t len = kv.length(b.seqs[i]);
+    if (b.positions[i] < 0 || size_t(b.positions[i]) >= len)
+      throw std::out_of_range("forward: token " + std::to_string(i) + " position " + std::to_string(b.positions[i]) +
+                              " is not a reserved slot of sequence " + std::to_string(b.seqs[i]) + " (length " +
+                              std::to_string(len) + "; call append_slots first)");
+    const BlockId block = kv.block_table(b.seqs[i])[size_t(b.positions[i]) / size_t(s.block_size)];
+    if (kv.pool().meta(block).ref_count != 1)
+      throw std::invalid_argument("forward: token " + std::to_string(i) + " position " +
+                                  std::to_string(b.positions[i]) + " of sequence " + std::to_string(b.seqs[i]) +
+                                  " lies in block " + std::to_string(block) +
+                                  " shared with another sequence (forked); truncate and append_slots to get a "
+                                  "private slot");
+  }
+  if (&kv == last_kv_ && kv.blocks_copied() > last_blocks_copied_)
+    throw std::logic_error("forward: --device cuda does not support copy-on-write of forked KV blocks yet (the "
+                           "copy was made in the host arena only); avoid fork_sequence with the CUDA model");
+}
+
+void CudaModel::ensure_arena(const BlockPool& pool) {
+  if (arena_pool_ == &pool && arena_blocks_ == pool.capacity()) return;
+  const size_t floats = pool.capacity() * (pool.shape().block_bytes() / sizeof(float));
+  arena_.reset();
+  try {
+    arena_.grow(floats);
+  } catch (const CudaError& e) {
+    throw KvCacheFull("--device cuda: cannot allocate the KV arena of " + std::to_string(pool.capacity()) +
+                      " blocks (" + std::to_string(floats * 4 >> 20) + " MiB) on the device: " + e.what());
+  }
+  FDL_CUDA_CHECK(cudaMemsetAsync(arena_.get(), 0, floats * sizeof(float), stream_));
+  arena_pool_ = &pool;
+  arena_blocks_ = pool.capacity();
+  ++generation_;
+}
+
+void CudaModel::ensure_scratch(int n, int m, int splits) {
+  const ModelConfig& c = config_;
+  const size_t d = size_t(c.n_embd), q = size_t(c.n_head) * c.head_dim, kvd = size_t(c.n_head_kv) * c.head_dim,
+               ff = size_t(c.n_ff), nn = size_t(n), mm = size_t(std::max(m, 1));
+  bool moved = false;
+  moved |= x_.grow(nn * d);
+  moved |= xn_.grow(nn * d);
+  moved |= proj_.grow(nn * d);
+  moved |= qkv_.grow(nn * (q + 2 * kvd));
+  moved |= q_.grow(nn * q);
+  moved |= attn_.grow(nn * q);
+  moved |= gu_.grow(nn * 2 * ff);
+  moved |= h_.grow(nn * ff);
+  moved |= out_rows_.grow(mm * d);
+  moved |= logits_.grow(mm * size_t(c.n_vocab));
+  moved |= ids_.grow(mm);
+  moved |= partial_.grow(attention_partial_floats(n, c.n_head, c.head_dim, splits));
+  if (n > kGemvMaxTokens) moved |= xh_.grow(std::max(nn, mm) * std::max({d, q, ff}));
+  if (moved) ++generation_;
+}
+
+WType CudaModel::gemm_input_type(const DeviceMatrix& W, int n) const {
+  return n > kGemvMaxTokens ? W.type : WType::F32;
+}
+
+void CudaModel::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
+  if (n <= 0) return;
+  const auto* X = static_cast<const float*>(Xv);
+  if (n <= kGemvMaxTokens) return gemv(W, X, n, Y, stream_);
+  const float alpha = 1.f, beta = 0.f;
+  const int rows = int(W.rows), cols = int(W.cols);
+  // Row-major Y[n][rows] = X[n][cols] · Wᵀ is column-major Yᵀ = W(ᵀ as stored) · Xᵀ.
+  if (W.type == WType::F32) {
+    FDL_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha,
+                                 static_cast<const float*>(W.data), cols, X, cols, &beta, Y, rows));
+    return;
+  }
+  // X is already in W's type when it comes from a producer that wrote gemm_input_type().
+  const cudaDataType_t t = W.type == WType::F16 ? CUDA_R_16F : CUDA_R_16BF;
+  FDL_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, W.data, t, cols,
+                                Xv, t, cols, &beta, Y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaModel::run_kernels(int n, int m) {
+  const ModelConfig& c = config_;
+  const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
+  const int block_size = arena_pool_->shape().block_size;
+  embed_rows(weights_.token_embd.view, d_tokens_, n, x_.get(), stream_);
+  prof(kEmbed);
+  KvLayerView kv{arena_.get(), 0, int64_t(arena_pool_->shape().block_bytes() / sizeof(float)), block_size,
+                 c.n_head_kv, c.head_dim};
+  AttentionArgs att;
+  att.q = q_.get();
+  att.out = attn_.get();
+  att.positions = d_positions_;
+  att.table_off = d_table_off_;
+  att.tables = d_tables_;
+  att.n_tokens = n;
+  att.n_head = c.n_head;
+  att.scale = 1.0f / std::sqrt(float(c.head_dim));
+  att.n_splits = splits_;
+  att.tile_starts = d_tiles_;
+  att.n_tiles = n_tiles_;
+  att.partial = partial_.get();
+  for (int l = 0; l < c.n_layer; ++l) {
+    const CudaLayer& L = weights_.layers[size_t(l)];
+    // x += (previous layer's FFN output); xn = norm(x). Layer 0 has nothing to add.
+    const WType qkv_in = gemm_input_type(L.qkv.view, n);
+    void* xn_in = qkv_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
+    add_rms_norm(x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), xn_in, nullptr, n, d, c.rms_eps,
+                 true, stream_, qkv_in);
+    prof(kNorm);
+    matmul(L.qkv.view, xn_in, n, qkv_.get());
+    prof(kQkv);
+    kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
+    rope_qkv_store(qkv_.get(), d_cos_sin_, d_positions_, d_dst_block_, n, c.n_head, c.rope_dim, kv, q_.get(), stream_);
+    prof(kRope);
+    att.kv = kv;
+    paged_attention(att, stream_);
+    prof(kAttention);
+    if (gemm_input_type(L.wo.view, n) != WType::F32) {
+      cast_f32(attn_.get(), size_t(n) * size_t(c.n_head) * c.head_dim, L.wo.view.type, xh_.get(), stream_);
+      matmul(L.wo.view, xh_.get(), n, proj_.get());
+    } else {
+      matmul(L.wo.view, attn_.get(), n, proj_.get());
+    }
+    prof(kWo);
+    const WType gu_in = gemm_input_type(L.gate_up.view, n);
+    void* xn2 = gu_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
+    add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in);
+    prof(kNorm);
+    matmul(L.gate_up.view, xn2, n, gu_.get());
+    prof(kGateUp);
+    const WType down_in = gemm_input_type(L.down.view, n);
+    void* h_in = down_in == WType::F32 ? static_cast<void*>(h_.get()) : static_cast<void*>(xh_.get());
+    silu_mul(gu_.get(), h_in, n, c.n_ff, stream_, down_in);
+    prof(kSilu);
+    matmul(L.down.view, h_in, n, proj_.get());
+    prof(kDown);
+  }
+  if (m == 0) return;
+  // Only the rows that want logits: x + last FFN output, final norm, output projection.
+  const WType out_in = gemm_input_type(weights_.output.view, m);
+  void* rows_in = out_in == WType::F32 ? static_cast<void*>(out_rows_.get()) : static_cast<void*>(xh_.get());
+  add_rms_norm(x_.get(), proj_.get(), weights_.output_norm.get(), rows_in, d_row_idx_, m, d, c.rms_eps, false, stream_,
+               out_in);
+  matmul(weights_.output.view, rows_in, m, logits_.get());
+  prof(kOutput);
+}
+
+void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {
+  const int m = launch_step(batch, kv);
+  logits.resize(size_t(m) * size_t(config_.n_vocab));
+  if (m > 0)
+    FDL_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_));
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  collect_profile();
+}
+
+void CudaModel::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) {
+  const int m = launch_step(batch, kv);
+  ids.resize(size_t(m));
+  if (m > 0) {
+    argmax_rows(logits_.get(), m, config_.n_vocab, ids_.get(), stream_);
+    FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  }
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  collect_profile();
+}
+
+int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
+  validate(batch, kv);
+  const int n = int(batch.size());
+  if (n == 0) return 0;
+  const ModelConfig& c = config_;
+  last_kv_ = &kv;
+  last_blocks_copied_ = kv.blocks_copied();
+  ensure_arena(kv.pool());
+  int m = 0, max_ctx = 0;
+  for (uint8_t w : batch.want_logits) m += w ? 1 : 0;
+  for (int32_t p : batch.positions) max_ctx = std::max(max_ctx, p + 1);
+  splits_ = attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
+  ensure_scratch(n, m, splits_);
+
+  // Pack the step's inputs into one pinned buffer; block tables of distinct sequences last.
+  const Layout lay(n, m, c.rope_dim);
+  const int block_size = kv.pool().shape().block_size;
+  size_t tables_len = 0;
+  for (int t = 0; t < n; ++t) {
+    const SeqId s = batch.seqs[size_t(t)];
+    if (size_t(s) >= seq_table_off_.size()) seq_table_off_.resize(size_t(s) + 1, -1);
+    if (seq_table_off_[size_t(s)] < 0) {
+      seq_table_off_[size_t(s)] = int32_t(tables_len);
+      tables_len += kv.block_table(s).size();
+    }
+  }
+  // Prefill-sized steps (never graphed) use the tiled attention kernel when it fits.
+  // Tiles must be long enough to pay off (a batch of single decode tokens is not).
+  use_tiles_ = n > kGemvMaxTokens && tiles_enabled_ && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv);
+  if (use_tiles_) {
+    tile_starts_.resize(size_t(n) + 1);
+    n_tiles_ = attention_tiles(batch.seqs.data(), batch.positions.data(), n, c.n_head, c.n_head_kv, tile_starts_.data());
+    use_tiles_ = n_tiles_ * 8 <= n;
+  }
+  if (use_tiles_) {
+    splits_ = attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx);
+    ensure_scratch(n, m, splits_);
+  }
+  const size_t tiles_at = lay.tables + tables_len;
+  const size_t total = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);
+  staging_host_.grow(total);
+  if (staging_dev_.grow(total)) ++generation_;
+  int32_t* h = staging_host_.get();
+  int row = 0;
+  for (int t = 0; t < n; ++t) {
+    const SeqId s = batch.seqs[size_t(t)];
+    const int32_t pos = batch.positions[size_t(t)];
+    const std::span<const BlockId> table = kv.block_table(s);
+    h[lay.tokens + size_t(t)] = batch.tokens[size_t(t)];
+    h[lay.positions + size_t(t)] = pos;
+    h[lay.dst_block + size_t(t)] = table[size_t(pos / block_size)];
+    h[lay.table_off + size_t(t)] = seq_table_off_[size_t(s)];
+    if (batch.want_logits[size_t(t)]) h[lay.row_idx + size_t(row++)] = t;
+    cpu::rope_cos_sin(rope_, pos, reinterpret_cast<float*>(h + lay.cos_sin) + size_t(t) * size_t(c.rope_dim));
+  }
+  for (int t = 0; t < n; ++t) {
+    const SeqId s = batch.seqs[size_t(t)];
+    if (seq_table_off_[size_t(s)] < 0) continue;
+    const std::span<const BlockId> table = kv.block_table(s);
+    std::memcpy(h + lay.tables + size_t(seq_table_off_[size_t(s)]), table.data(), table.size() * sizeof(int32_t));
+    seq_table_off_[size_t(s)] = -1;  // copied; also resets the map for the next step
+  }
+  if (use_tiles_) std::memcpy(h + tiles_at, tile_starts_.data(), (size_t(n_tiles_) + 1) * sizeof(int32_t));
+  prof(kUpload);  // start mark
+  FDL_CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), h, total * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  prof(kUpload);
+  const int32_t* d = staging_dev_.get();
+  d_tokens_ = d + lay.tokens;
+  d_positions_ = d + lay.positions;
+  d_dst_block_ = d + lay.dst_block;
+  d_table_off_ = d + lay.table_off;
+  d_row_idx_ = d + lay.row_idx;
+  d_cos_sin_ = reinterpret_cast<const float*>(d + lay.cos_sin);
+  d_tables_ = d + lay.tables;
+  d_tiles_ = use_tiles_ ? d + tiles_at : nullptr;
+
+  if (use_graphs_ && n <= kGemvMaxTokens) {
+    if (graphs_generation_ != generation_) {
+      for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+      graphs_.clear();
+      graphs_generation_ = generation_;
+    }
+    const auto key = std::make_tuple(n, m, splits_);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cudaGraph_t graph = nullptr;
+      FDL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        run_kernels(n, m);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      FDL_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      FDL_CUDA_CHECK(e);
+      it = graphs_.emplace(key, exec).first;
+    }
+    FDL_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  } else {
+    run_kernels(n, m);
+  }
+  return m;
+}
+
+}  // namespace fdl::cuda

@@ -1,0 +1,133 @@
+// cuda_model.h — the Llama-family Model on an NVIDIA GPU (Device::Cuda).
+//
+// Memory: weights in HBM (cuda_weights.h); the KV cache in a device arena with the host
+// BlockPool's layout and block ids (the pool still hands out ids, refcounts and metadata; its
+// host arena is allocated by BlockPool but unused — a known waste of host memory until the
+// pool can be told not to allocate). The arena is allocated on the first forward with a
+// pool, sized from pool.capacity() and the pool's shape, and re-allocated if a different pool
+// is passed. Only K/V written by this model's forward are on the device: K/V written into the
+// host arena by other code are not seen.
+//
+// One forward: one packed host->device copy (token ids, positions, destination blocks, block
+// tables, RoPE cos/sin built on the host with the CPU code, rows that want logits), the
+// kernels of kernels.h on one stream, one device->host copy of the wanted logits.
+// Projections: gemv (fp32 activations) for up to kGemvMaxTokens tokens; above that cuBLAS —
+// SGEMM for F32 weights, GemmEx with fp32 accumulation for F16/BF16 weights after rounding
+// the activations to the weight type (as llama.cpp's GPU path does); this is the one place
+// the CUDA numerics differ from the CPU's beyond reduction order.
+// CUDA graphs: a forward of up to kGemvMaxTokens tokens is captured once per (tokens, rows
+// with logits, attention splits) shape and replayed (the split count changes only when the
+// longest context doubles); FLASHDLLM_CUDA_GRAPHS=0 launches kernel by kernel. Kernels are
+// launched with programmatic dependent launch (launch.h; FLASHDLLM_PDL=0 turns it off).
+//
+// Limits: head_dim a multiple of 4 and at most 256 (ModelError at load otherwise). A KV block
+// copied by copy-on-write after fork_sequence lives only in the host arena, so forward throws
+// std::logic_error when KvCache::blocks_copied() has grown since the last forward.
+// Thread-safety: as the Model interface — forward is not reentrant.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/device_buffer.h"
+#include "flashdllm/model.h"
+
+namespace fdl::cuda {
+
+class CudaModel final : public Model {
+ public:
+  /// Takes the mapped file; uploads the weights to the current device.
+  CudaModel(GgufFile file, const ModelOptions& opt);
+  ~CudaModel() override;
+
+  const ModelConfig& config() const override { return config_; }
+  const GgufFile& gguf() const override { return file_; }
+  KvShape kv_shape(int block_size) const override;
+  void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) override;
+  int n_threads() const override { return 1; }
+  /// As forward, but returns only the greedy id (argmax, lowest id on ties) of each row that
+  /// wants logits, computed on the GPU: m int32 cross PCIe instead of m * n_vocab floats.
+  void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
+
+  /// Device bytes of the weights, and the bytes one decode step streams (for bandwidth
+  /// reports).
+  uint64_t weight_bytes() const { return weights_.bytes; }
+  /// With FLASHDLLM_CUDA_PROFILE=1 (which also turns graphs off): device milliseconds per
+  /// op class (embed, norm, qkv, rope, attention, wo, gate_up, silu, down, output, upload),
+  /// summed over the forwards since the last reset, timed with events between the ops.
+  std::vector<std::pair<std::string, double>> profile() const;
+  void reset_profile();
+  uint64_t weight_bytes_per_step() const { return weights_.bytes_per_step; }
+  int n_sm() const { return n_sm_; }
+
+ private:
+  struct Staging;  // host-side offsets of the packed per-step inputs
+  void validate(const StepBatch& b, const KvCache& kv) const;
+  /// Validates, uploads the step's inputs and enqueues the kernels (or the graph); returns
+  /// the number of rows with logits. The caller copies results out and synchronizes.
+  int launch_step(const StepBatch& batch, KvCache& kv);
+  void ensure_arena(const BlockPool& pool);
+  void ensure_scratch(int n, int m, int splits);
+  void prof(int kind);      // records an event closing an op of `kind` (profiling only)
+  void collect_profile();   // after a synchronize
+  void run_kernels(int n, int m);
+  /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the
+  /// producers of GEMM inputs write that type directly: no separate cast pass).
+  void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
+  WType gemm_input_type(const DeviceMatrix& W, int n) const;
+
+  GgufFile file_;
+  ModelConfig config_;
+  LlamaWeights host_weights_;  // views into file_ (and the rope factors the rope table uses)
+  cpu::RopeParams rope_;
+  CudaWeights weights_;
+  int n_sm_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  bool use_graphs_ = true;
+  bool profile_ = false;
+  std::vector<cudaEvent_t> prof_events_;
+  std::vector<int> prof_kinds_;
+  size_t prof_used_ = 0;
+  std::vector<double> prof_ms_;
+  int splits_ = 1;  // attention context chunks of the current step
+  bool tiles_enabled_ = true;  // FLASHDLLM_ATTN_TILES=0 turns the tiled prefill kernel off
+  bool use_tiles_ = false;
+  int n_tiles_ = 0;
+  std::vector<int32_t> tile_starts_;
+  const int32_t* d_tiles_ = nullptr;
+
+  // KV arena on the device, for one pool at a time.
+  const BlockPool* arena_pool_ = nullptr;
+  size_t arena_blocks_ = 0;
+  DeviceBuffer<float> arena_;
+  const KvCache* last_kv_ = nullptr;
+  uint64_t last_blocks_copied_ = 0;
+
+  // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
+  // invalidates the captured graphs.
+  int cap_tokens_ = 0, cap_rows_ = 0;
+  DeviceBuffer<float> x_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
+  DeviceBuffer<int32_t> ids_;
+  DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
+  DeviceBuffer<int32_t> staging_dev_;
+  PinnedBuffer<int32_t> staging_host_;
+  std::vector<int32_t> seq_table_off_;
+  uint64_t generation_ = 0;
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;  // (tokens, logit rows, splits)
+  uint64_t graphs_generation_ = 0;
+  // Device pointers into staging_dev_ for the current (n, m).
+  const int32_t *d_tokens_ = nullptr, *d_positions_ = nullptr, *d_dst_block_ = nullptr,
+                *d_table_off_ = nullptr, *d_row_idx_ = nullptr, *d_tables_ = nullptr;
+  const float* d_cos_sin_ = nullptr;
+};
+
+}  // namespace fdl::cuda

@@ -1,0 +1,23 @@
+// cuda_model_factory.h — the entry points of the CUDA backend that the rest of the engine may
+// call. Plain C++ (no CUDA headers), so src/model can include it in every build; the
+// definitions exist only when the project is built with FLASHDLLM_CUDA (Model::load calls
+// them under FLASHDLLM_HAVE_CUDA).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "flashdllm/model.h"
+
+namespace fdl::cuda {
+
+/// True when a CUDA device can be used; otherwise false with a one-line reason in *why
+/// (no device, driver too old, ...). Cheap after the first call. Thread-safe.
+bool device_available(std::string* why = nullptr);
+
+/// Loads a Llama-family GGUF onto GPU 0 (see cuda_model.h). Throws ModelError with a one-line
+/// message when no device is usable or the weights do not fit, GgufError for a bad file.
+std::unique_ptr<Model> make_cuda_model(const std::filesystem::path& path, const ModelOptions& opt);
+
+}  // namespace fdl::cuda

@@ -1,0 +1,133 @@
+// Weight upload (see cuda_weights.h): raw copies when the GGUF type is kept, row-chunked host
+// conversion otherwise.
+#include "backend/cuda/cuda_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "flashdllm/dtype.h"
+
+namespace fdl::cuda {
+namespace {
+
+WType natural_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return WType::F32;
+    case GgmlType::BF16: return WType::BF16;
+    default: return WType::F16;  // F16, and Q8_0 dequantized to F16
+  }
+}
+
+WType fused_type(std::initializer_list<const cpu::WeightMatrix*> parts) {
+  const WType first = natural_type((*parts.begin())->type);
+  for (const auto* p : parts)
+    if (natural_type(p->type) != first) return WType::F32;
+  return first;
+}
+
+bool same_layout(GgmlType g, WType w) {
+  return (g == GgmlType::F32 && w == WType::F32) || (g == GgmlType::F16 && w == WType::F16) ||
+         (g == GgmlType::BF16 && w == WType::BF16);
+}
+
+/// Writes `m`'s rows as `type` to dst (device), converting on the host in chunks.
+void upload_rows(const cpu::WeightMatrix& m, WType type, uint8_t* dst) {
+  const size_t out_row = size_t(m.cols) * wtype_size(type);
+  if (same_layout(m.type, type)) {
+    FDL_CUDA_CHECK(cudaMemcpy(dst, m.data, out_row * size_t(m.rows), cudaMemcpyHostToDevice));
+    return;
+  }
+  const size_t in_row = cpu::weight_row_bytes(m.type, m.cols);
+  const int64_t chunk = std::max<int64_t>(1, int64_t((16u << 20) / out_row));
+  std::vector<float> row(size_t(m.cols));
+  std::vector<uint8_t> staged(out_row * size_t(chunk));
+  for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
+    const int64_t nr = std::min(chunk, m.rows - r0);
+    for (int64_t r = 0; r < nr; ++r) {
+      dequantize_row(m.type, static_cast<const uint8_t*>(m.data) + size_t(r0 + r) * in_row, row.data(), row.size());
+      uint8_t* out = staged.data() + size_t(r) * out_row;
+      for (size_t k = 0; k < row.size(); ++k) {
+        if (type == WType::F32) {
+          std::memcpy(out + 4 * k, &row[k], 4);
+        } else {
+          if (type == WType::F16 && !(std::fabs(row[k]) <= 65504.f))
+            throw ModelError("--device cuda: a Q8_0 weight (" + std::to_string(row[k]) +
+                             ") does not fit F16, the type Q8_0 is dequantized to on the GPU");
+          const uint16_t h = type == WType::F16 ? fp32_to_fp16(row[k]) : fp32_to_bf16(row[k]);
+          std::memcpy(out + 2 * k, &h, 2);
+        }
+      }
+    }
+    FDL_CUDA_CHECK(cudaMemcpy(dst + size_t(r0) * out_row, staged.data(), size_t(nr) * out_row, cudaMemcpyHostToDevice));
+  }
+}
+
+CudaMatrix fuse(std::initializer_list<const cpu::WeightMatrix*> parts) {
+  const WType type = fused_type(parts);
+  const int64_t cols = (*parts.begin())->cols;
+  int64_t rows = 0;
+  for (const auto* p : parts) rows += p->rows;
+  CudaMatrix out;
+  out.storage.grow(size_t(rows) * size_t(cols) * wtype_size(type));
+  int64_t at = 0;
+  for (const auto* p : parts) {
+    upload_rows(*p, type, out.storage.get() + size_t(at) * size_t(cols) * wtype_size(type));
+    at += p->rows;
+  }
+  out.view = DeviceMatrix{type, out.storage.get(), rows, cols};
+  return out;
+}
+
+DeviceBuffer<float> upload_vector(const float* v, int64_t n) {
+  DeviceBuffer<float> out{size_t(n)};
+  FDL_CUDA_CHECK(cudaMemcpy(out.get(), v, size_t(n) * sizeof(float), cudaMemcpyHostToDevice));
+  return out;
+}
+
+uint64_t matrix_bytes(std::initializer_list<const cpu::WeightMatrix*> parts) {
+  uint64_t elems = 0;
+  for (const auto* p : parts) elems += uint64_t(p->rows) * uint64_t(p->cols);
+  return elems * wtype_size(fused_type(parts));
+}
+
+}  // namespace
+
+uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c) {
+  uint64_t total = matrix_bytes({&w.token_embd}) + (c.tied_output ? 0 : matrix_bytes({&w.output}));
+  for (const LlamaLayerWeights& L : w.layers)
+    total += matrix_bytes({&L.wq, &L.wk, &L.wv}) + matrix_bytes({&L.wo}) +
+             matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down}) + 2 * uint64_t(c.n_embd) * 4;
+  return total + uint64_t(c.n_embd) * 4;
+}
+
+CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
+  CudaWeights out;
+  out.token_embd = fuse({&w.token_embd});
+  if (c.tied_output) {
+    out.output.view = out.token_embd.view;
+  } else {
+    out.output = fuse({&w.output});
+  }
+  out.output_norm = upload_vector(w.output_norm, c.n_embd);
+  out.layers.resize(w.layers.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LlamaLayerWeights& src = w.layers[l];
+    CudaLayer& dst = out.layers[l];
+    dst.attn_norm = upload_vector(src.attn_norm, c.n_embd);
+    dst.ffn_norm = upload_vector(src.ffn_norm, c.n_embd);
+    dst.qkv = fuse({&src.wq, &src.wk, &src.wv});
+    dst.wo = fuse({&src.wo});
+    dst.gate_up = fuse({&src.w_gate, &src.w_up});
+    dst.down = fuse({&src.w_down});
+    out.bytes_per_step += dst.qkv.storage.bytes() + dst.wo.storage.bytes() + dst.gate_up.storage.bytes() +
+                          dst.down.storage.bytes() + 2 * dst.attn_norm.bytes();
+  }
+  const uint64_t out_bytes = uint64_t(out.output.view.rows) * out.output.view.cols * wtype_size(out.output.view.type);
+  out.bytes_per_step += out_bytes + out.output_norm.bytes();
+  out.bytes = device_weight_bytes(w, c);
+  return out;
+}
+
+}  // namespace fdl::cuda

@@ -1,0 +1,51 @@
+// cuda_weights.h — a Llama model's weights in device memory (HBM).
+//
+// Dtypes: F32, F16 and BF16 matrices keep their GGUF type (so an F32 model computes in fp32
+// exactly like the CPU backend, and a BF16 model streams 2 bytes per weight); Q8_0 is
+// dequantized at load to F16 (d*q has up to 18 significant bits, so this rounds; F16 keeps 11,
+// BF16 would keep 8). Norm vectors are fp32.
+//
+// Fusion at load: Q, K and V are stored as one [q_dim + 2*kv_dim][n_embd] matrix, gate and up
+// as one [2*n_ff][n_embd] matrix, so a decode step launches 4 projections per layer, not 7,
+// and each launch has enough rows to fill the GPU. Parts of different types are widened to
+// the widest (F32) before fusing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/kernels.h"
+#include "model/llama_weights.h"
+
+namespace fdl::cuda {
+
+struct CudaMatrix {
+  DeviceBuffer<uint8_t> storage;
+  DeviceMatrix view;  ///< points into storage (or into another matrix's, for tied output)
+};
+
+struct CudaLayer {
+  DeviceBuffer<float> attn_norm, ffn_norm;
+  CudaMatrix qkv, wo, gate_up, down;
+};
+
+struct CudaWeights {
+  CudaMatrix token_embd;
+  CudaMatrix output;  ///< view == token_embd.view when the model ties them (no copy)
+  DeviceBuffer<float> output_norm;
+  std::vector<CudaLayer> layers;
+  uint64_t bytes = 0;  ///< device bytes held
+  /// Bytes one decode step streams: every layer matrix plus the output projection (the
+  /// embedding table is only gathered from).
+  uint64_t bytes_per_step = 0;
+};
+
+/// Device bytes upload_weights() will allocate for these host weights (for a fit check).
+uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c);
+
+/// Copies (and where needed converts) every tensor to the current device.
+/// Throws ModelError for a Q8_0 value outside the F16 range, CudaError on device failures.
+CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c);
+
+}  // namespace fdl::cuda

@@ -1,0 +1,244 @@
+// Per-row kernels of the forward pass: embedding gather, residual add + RMSNorm, RoPE with
+// the K/V store into the paged cache, SwiGLU, casts and argmax (contracts in kernels.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+namespace fdl::cuda {
+namespace {
+
+__device__ __forceinline__ float load_as_float(const void* p, int64_t i, WType t) {
+  switch (t) {
+    case WType::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    case WType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__global__ void embed_kernel(WType type, const void* E, int64_t cols, const int32_t* ids, float* out) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int t = blockIdx.x;
+  const int64_t row = ids[t];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    out[t * cols + c] = load_as_float(E, row * cols + c, type);
+}
+
+// One block per row, up to 1024 threads, each holding up to kNormPer elements in registers:
+// all loads of a thread are issued before the first use (a single-row decode step is pure
+// latency otherwise).
+constexpr int kNormMaxThreads = 1024, kNormPer = 16;
+
+__device__ __forceinline__ void store_as(void* p, int64_t i, float v, WType t) {
+  switch (t) {
+    case WType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case WType::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    default: static_cast<float*>(p)[i] = v;
+  }
+}
+
+__global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, void* y, WType y_type,
+                                    const int32_t* row_idx, int width, float eps, bool write_back) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int r = blockIdx.x;
+  const int64_t src = row_idx ? row_idx[r] : r;
+  float* xr = x + src * width;
+  const float* ar = add ? add + src * width : nullptr;
+  float v[kNormPer];
+#pragma unroll
+  for (int k = 0; k < kNormPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = i < width ? xr[i] : 0.f;
+  }
+  if (ar) {
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i < width) v[k] += ar[i];
+    }
+  }
+  // fp64 sum of fp32 squares, as the CPU backend (and ggml) do: the order of the partial sums
+  // then no longer matters at fp32 precision.
+  double sum = 0.0;
+#pragma unroll
+  for (int k = 0; k < kNormPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < width) {
+      if (ar && write_back) xr[i] = v[k];
+      sum += double(__fmul_rn(v[k], v[k]));
+    }
+  }
+  __shared__ double partial[kNormMaxThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const int n_warps = (blockDim.x + 31) / 32;
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    double s = threadIdx.x < n_warps ? partial[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) partial[0] = s;
+  }
+  __syncthreads();
+  const float mean = float(partial[0] / double(width));
+  const float scale = 1.0f / sqrtf(mean + eps);  // IEEE div and sqrt (no fast-math)
+#pragma unroll
+  for (int k = 0; k < kNormPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < width) store_as(y, int64_t(r) * width + i, __fmul_rn(__fmul_rn(v[k], scale), w[i]), y_type);
+  }
+}
+
+// Grid (token, item chunk): item i < (n_head + n_head_kv) * head_dim/2 rotates one pair of a
+// q or k head; the following kv_dim items copy v. One item per thread.
+__global__ void rope_qkv_kernel(const float* qkv, const float* cos_sin, const int32_t* positions,
+                                const int32_t* dst_block, int n_head, int rope_dim, KvLayerView kv,
+                                float* q_out) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int t = blockIdx.x;
+  const int hd = kv.head_dim;
+  const int q_dim = n_head * hd, kv_dim = kv.n_head_kv * hd;
+  const int half_hd = hd / 2;
+  const int n_pairs = (n_head + kv.n_head_kv) * half_hd;
+  const int item = blockIdx.y * blockDim.x + threadIdx.x;
+  if (item >= n_pairs + kv_dim) return;
+  const float* row = qkv + int64_t(t) * (q_dim + 2 * kv_dim);
+  const int pos = positions[t];
+  float* k_dst = kv.base + int64_t(dst_block[t]) * kv.block_stride + kv.layer_offset +
+                 int64_t(pos % kv.block_size) * kv_dim;
+  if (item >= n_pairs) {  // v copy
+    const int i = item - n_pairs;
+    k_dst[int64_t(kv.block_size) * kv_dim + i] = row[q_dim + kv_dim + i];
+    return;
+  }
+  const int head = item / half_hd, i = item % half_hd;  // pair i of a q head (head < n_head) or k head
+  const float* src = row + int64_t(head) * hd + 2 * i;  // k heads follow q heads in the row
+  float* dst = head < n_head ? q_out + int64_t(t) * q_dim + int64_t(head) * hd + 2 * i
+                             : k_dst + int64_t(head - n_head) * hd + 2 * i;
+  const float x0 = src[0], x1 = src[1];
+  if (2 * i < rope_dim) {
+    const float* cs = cos_sin + int64_t(t) * rope_dim;
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    // Same operation order as the CPU (x0*c - x1*s), without FMA contraction.
+    dst[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    dst[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  } else {
+    dst[0] = x0;
+    dst[1] = x1;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gu, void* out, WType out_type, int n_ff) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int t = blockIdx.y;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= n_ff) return;
+  const float g = gu[int64_t(t) * 2 * n_ff + c], u = gu[int64_t(t) * 2 * n_ff + n_ff + c];
+  store_as(out, int64_t(t) * n_ff + c, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u), out_type);
+}
+
+__global__ void cast_kernel(const float* x, size_t count, WType type, void* dst) {
+  launch_dependents();
+  grid_dependency_wait();
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    if (type == WType::F16)
+      static_cast<__half*>(dst)[i] = __float2half_rn(x[i]);
+    else
+      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+constexpr int kArgmaxThreads = 512;
+
+__global__ void argmax_kernel(const float* logits, int n_cols, int32_t* ids) {
+  launch_dependents();
+  grid_dependency_wait();
+  const float* row = logits + int64_t(blockIdx.x) * n_cols;
+  float best = -FLT_MAX;
+  int best_i = 0x7fffffff;
+  for (int c = threadIdx.x; c < n_cols; c += kArgmaxThreads) {
+    const float v = row[c];
+    if (v > best) best = v, best_i = c;  // increasing c: the first max of this thread wins
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (ov > best || (ov == best && oi < best_i)) best = ov, best_i = oi;
+  }
+  __shared__ float sv[kArgmaxThreads / 32];
+  __shared__ int si[kArgmaxThreads / 32];
+  if ((threadIdx.x & 31) == 0) sv[threadIdx.x / 32] = best, si[threadIdx.x / 32] = best_i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w)
+      if (sv[w] > best || (sv[w] == best && si[w] < best_i)) best = sv[w], best_i = si[w];
+    ids[blockIdx.x] = best_i == 0x7fffffff ? 0 : best_i;
+  }
+}
+
+int grid_for(int64_t total, int threads) {
+  const int64_t blocks = (total + threads - 1) / threads;
+  return int(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+}  // namespace
+
+const char* wtype_name(WType t) {
+  switch (t) {
+    case WType::F16: return "F16";
+    case WType::BF16: return "BF16";
+    default: return "F32";
+  }
+}
+
+void embed_rows(const DeviceMatrix& E, const int32_t* ids, int n, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_pdl(embed_kernel, dim3(n), dim3(256), 0, stream, E.type, E.data, E.cols, ids, out);
+}
+
+void add_rms_norm(float* x, const float* add, const float* w, void* y, const int32_t* row_idx,
+                  int n_rows, int width, float eps, bool write_back, cudaStream_t stream, WType y_type) {
+  if (n_rows <= 0) return;
+  if (width > kNormMaxThreads * kNormPer)
+    throw CudaError("add_rms_norm: rows wider than " + std::to_string(kNormMaxThreads * kNormPer) + " are not supported");
+  const int threads = std::min(kNormMaxThreads, std::max(32, ((width + kNormPer - 1) / kNormPer + 31) / 32 * 32));
+  launch_pdl(add_rms_norm_kernel, dim3(n_rows), dim3(threads), 0, stream, x, add, w, y, y_type, row_idx, width, eps,
+             write_back);
+}
+
+void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* positions,
+                    const int32_t* dst_block, int n, int n_head, int rope_dim, const KvLayerView& kv,
+                    float* q_out, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int items = (n_head + kv.n_head_kv) * (kv.head_dim / 2) + kv.n_head_kv * kv.head_dim;
+  launch_pdl(rope_qkv_kernel, dim3(unsigned(n), unsigned((items + 127) / 128)), dim3(128), 0, stream, qkv, cos_sin,
+             positions, dst_block, n_head, rope_dim, kv, q_out);
+}
+
+void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type) {
+  const int64_t total = int64_t(n) * n_ff;
+  if (total <= 0) return;
+  launch_pdl(silu_mul_kernel, dim3(unsigned((n_ff + 255) / 256), unsigned(n)), dim3(256), 0, stream, gu, out, out_type,
+             n_ff);
+}
+
+void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream) {
+  if (count == 0) return;
+  launch_pdl(cast_kernel, dim3(grid_for(int64_t(count), 256)), dim3(256), 0, stream, X, count, type, dst);
+}
+
+void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  launch_pdl(argmax_kernel, dim3(n_rows), dim3(kArgmaxThreads), 0, stream, logits, n_cols, ids);
+}
+
+}  // namespace fdl::cuda

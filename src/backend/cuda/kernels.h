@@ -1,0 +1,119 @@
+// kernels.h — host-callable launchers of the CUDA kernels of a Llama forward pass.
+//
+// Conventions for every launcher: all pointers are device pointers; activations are fp32,
+// row-major, one row per batch token; every reduction accumulates in fp32 (RMSNorm in fp64,
+// like the CPU backend); launches go on `stream` and return immediately; launch errors are
+// thrown as CudaError (cuda_check.h). None of them allocates, so all may be captured in a
+// CUDA graph. Thread-safety: as safe as the stream they are given.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fdl::cuda {
+
+/// Element types of weight matrices in device memory.
+enum class WType : int { F32 = 0, F16 = 1, BF16 = 2 };
+inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }
+const char* wtype_name(WType t);
+
+/// `rows` rows of `cols` elements of `type`, row-major, contiguous (W[r][k]).
+struct DeviceMatrix {
+  WType type = WType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+/// out[t][c] = float(E[ids[t]][c]) for t < n. Ids must be in [0, E.rows) (checked on the host
+/// by the caller; the kernel clamps nothing).
+void embed_rows(const DeviceMatrix& E, const int32_t* ids, int n, float* out, cudaStream_t stream);
+
+/// Residual add fused with RMSNorm, for r < n_rows (row width `width`):
+///   src = row_idx ? row_idx[r] : r;   v = x[src] + (add ? add[src] : 0)
+///   if write_back: x[src] = v;        y[r] = (v * scale) * w,  scale = 1/sqrt(mean(v²) + eps)
+/// with the mean of squares summed in fp64 (as the CPU backend does). y must not alias x; it
+/// is written as `y_type` (F16/BF16: rounded once, feeding a tensor-core GEMM directly).
+/// width <= 16384.
+void add_rms_norm(float* x, const float* add, const float* w, void* y, const int32_t* row_idx,
+                  int n_rows, int width, float eps, bool write_back, cudaStream_t stream,
+                  WType y_type = WType::F32);
+
+/// Geometry of one layer of the paged KV arena on the device; the layout is the host pool's
+/// (flashdllm/kv_cache.h): per block [layer][k|v][slot][kv_head][head_dim], fp32.
+struct KvLayerView {
+  float* base = nullptr;       ///< the arena (block 0)
+  int64_t layer_offset = 0;    ///< floats from a block's start to this layer's K
+  int64_t block_stride = 0;    ///< floats per block
+  int block_size = 0;          ///< token slots per block
+  int n_head_kv = 0;
+  int head_dim = 0;
+};
+
+/// Splits the fused projection qkv[t] = [q (n_head*hd) | k (n_head_kv*hd) | v (n_head_kv*hd)]:
+/// rotates q and k with llama.cpp's normal-mode RoPE using the per-token table
+/// cos_sin[t][2i] = cos θ_i, [2i+1] = sin θ_i (i < rope_dim/2, built on the host), writes q
+/// to q_out[t] and k, v into slot positions[t] % block_size of block dst_block[t].
+void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* positions,
+                    const int32_t* dst_block, int n, int n_head, int rope_dim, const KvLayerView& kv,
+                    float* q_out, cudaStream_t stream);
+
+/// Paged causal attention for n tokens of any number of sequences in one launch (GQA-aware,
+/// split over the context). Token t attends to positions [0, positions[t]] of its sequence,
+/// whose block table is tables[table_off[t] ...]. q, out: [n][n_head][head_dim].
+/// `partial` must hold attention_partial_floats() floats. head_dim must be a multiple of 4
+/// and at most 256.
+struct AttentionArgs {
+  KvLayerView kv;
+  const float* q = nullptr;
+  float* out = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* table_off = nullptr;
+  const int32_t* tables = nullptr;
+  int n_tokens = 0;
+  int n_head = 0;
+  float scale = 1.f;
+  int n_splits = 1;            ///< context chunks per (token, head); see attention_splits()
+  float* partial = nullptr;
+  /// Optional (prefill): tiles from attention_tiles(), n_tiles + 1 starts in device memory.
+  /// When set, the tiled kernel runs instead of the per-token one, with n_splits from
+  /// attention_tile_splits() (partial must then hold attention_partial_floats() floats).
+  const int32_t* tile_starts = nullptr;
+  int n_tiles = 0;
+};
+/// Context shares per tile for the tiled kernel (fills the GPU; shares of >= 64 positions).
+int attention_tile_splits(int n_tiles, int n_head_kv, int n_sm, int max_ctx);
+/// Whether the tiled kernel handles this shape (head_dim 64 or 128).
+bool attention_tiles_supported(int head_dim, int n_head, int n_head_kv);
+/// Groups batch tokens into tiles for the tiled kernel: runs of consecutive tokens of one
+/// sequence at consecutive positions, at most 128 / (n_head / n_head_kv) tokens each.
+/// Host arrays; writes n_tiles + 1 starts (the last is n; room for n + 1 needed); returns
+/// n_tiles.
+int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_head, int n_head_kv,
+                    int32_t* starts);
+/// Context chunks per (token, kv head): enough blocks to fill `n_sm` multiprocessors and
+/// chunks of ~128 positions for the longest context `max_ctx`; a power of two (<= 256).
+/// Any value >= 1 is correct (empty chunks are skipped in the merge).
+int attention_splits(int n_tokens, int n_head, int n_head_kv, int n_sm, int max_ctx);
+size_t attention_partial_floats(int n_tokens, int n_head, int head_dim, int n_splits);
+void paged_attention(const AttentionArgs& a, cudaStream_t stream);
+
+/// out[t][i] = silu(gu[t][i]) * gu[t][n_ff + i] for t < n, i < n_ff (gate and up fused as
+/// one [n][2*n_ff] projection), written as `out_type`.
+void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type = WType::F32);
+
+/// Y[t][r] = sum_k X[t][k] * W[r][k] for t < n, r < W.rows; X fp32 [n][W.cols], Y fp32
+/// [n][W.rows]. fp32 activations and accumulation; W is widened exactly. For n up to
+/// kGemvMaxTokens; weight-bandwidth bound (each weight byte is read once per call).
+constexpr int kGemvMaxTokens = 16;
+void gemv(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t stream);
+
+/// dst[i] = X[i] rounded to `type` (F16 or BF16, round to nearest even) for i < count.
+void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream);
+
+/// ids[r] = argmax_c logits[r][c] (lowest index on ties) for r < n_rows.
+void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream);
+
+}  // namespace fdl::cuda

@@ -1,0 +1,144 @@
+// Paged attention against a double-precision reference: many sequences of different lengths
+// in one launch, a mix of prefill chunks and single decode tokens, scattered block tables,
+// GQA groups smaller and larger than one block's head group, and several split counts.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cuda/kernels.h"
+#include "gpu/gpu_test_util.h"
+
+namespace fdl::test {
+namespace {
+
+struct AttnCase {
+  int n_head, n_head_kv, head_dim, block_size;
+};
+
+class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
+  FDL_SKIP_WITHOUT_GPU();
+  const AttnCase c = GetParam();
+  const int n_layer = 2, layer = 1, kv_dim = c.n_head_kv * c.head_dim;
+  std::uniform_int_distribution<int> len_dist(1, 700);
+  const int n_seqs = 9;
+  std::vector<int> lens(n_seqs);
+  for (int& l : lens) l = len_dist(rng());
+  lens[0] = 1;  // a sequence with a single position
+  int total_blocks = 0;
+  for (int l : lens) total_blocks += (l + c.block_size - 1) / c.block_size;
+  std::vector<int32_t> ids(size_t(total_blocks) + 5);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());  // scattered physical blocks
+  const int64_t block_stride = int64_t(n_layer) * 2 * c.block_size * kv_dim;
+  const std::vector<float> arena = random_floats(ids.size() * size_t(block_stride), -2.f, 2.f);
+
+  // Tables, concatenated; tokens: the last 1..6 positions of each sequence.
+  std::vector<int32_t> tables, positions, table_off;
+  std::vector<int32_t> token_seq;
+  size_t next = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    const int off = int(tables.size());
+    for (int b = 0; b < (lens[size_t(s)] + c.block_size - 1) / c.block_size; ++b) tables.push_back(ids[next++]);
+    // Decode-like single tokens and prefill-like runs of up to 70 positions.
+    const int chunk = std::min(lens[size_t(s)], 1 + (s * 29) % 70);
+    for (int p = lens[size_t(s)] - chunk; p < lens[size_t(s)]; ++p) {
+      positions.push_back(p);
+      table_off.push_back(off);
+      token_seq.push_back(s);
+    }
+  }
+  const int n = int(positions.size());
+  const auto q = random_floats(size_t(n) * c.n_head * c.head_dim);
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+
+  std::vector<double> ref(q.size());
+  const int group = c.n_head / c.n_head_kv;
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < c.n_head; ++h) {
+      const int g = h / group;
+      std::vector<double> s(size_t(positions[size_t(t)]) + 1);
+      for (int j = 0; j <= positions[size_t(t)]; ++j) {
+        const int64_t blk = tables[size_t(table_off[size_t(t)] + j / c.block_size)];
+        const float* k = arena.data() + blk * block_stride + int64_t(layer) * 2 * c.block_size * kv_dim +
+                         int64_t(j % c.block_size) * kv_dim + g * c.head_dim;
+        double d = 0;
+        for (int i = 0; i < c.head_dim; ++i) d += double(q[(size_t(t) * c.n_head + h) * c.head_dim + i]) * k[i];
+        s[size_t(j)] = d * scale;
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int j = 0; j <= positions[size_t(t)]; ++j) {
+        const int64_t blk = tables[size_t(table_off[size_t(t)] + j / c.block_size)];
+        const float* v = arena.data() + blk * block_stride + int64_t(layer) * 2 * c.block_size * kv_dim +
+                         int64_t(c.block_size + j % c.block_size) * kv_dim + g * c.head_dim;
+        for (int i = 0; i < c.head_dim; ++i) ref[(size_t(t) * c.n_head + h) * c.head_dim + i] += s[size_t(j)] / sum * v[i];
+      }
+    }
+
+  auto darena = to_device(arena), dq = to_device(q);
+  auto dpos = to_device(positions), doff = to_device(table_off), dtab = to_device(tables);
+  int sm = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+  for (int splits : {1, 7, cuda::attention_splits(n, c.n_head, c.n_head_kv, sm, 701)}) {
+    cuda::DeviceBuffer<float> out(q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+    poison(out);
+    poison(partial);
+    cuda::AttentionArgs a;
+    a.kv = cuda::KvLayerView{darena.get(), int64_t(layer) * 2 * c.block_size * kv_dim, block_stride, c.block_size,
+                             c.n_head_kv, c.head_dim};
+    a.q = dq.get();
+    a.out = out.get();
+    a.positions = dpos.get();
+    a.table_off = doff.get();
+    a.tables = dtab.get();
+    a.n_tokens = n;
+    a.n_head = c.n_head;
+    a.scale = scale;
+    a.n_splits = splits;
+    a.partial = partial.get();
+    cuda::paged_attention(a, nullptr);
+    EXPECT_LT(rel_error(to_host(out, q.size()), ref), 2e-6) << "splits=" << splits << " tokens=" << n;
+  }
+  if (cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) {
+    std::vector<int32_t> starts(size_t(n) + 1);
+    const int n_tiles = cuda::attention_tiles(token_seq.data(), positions.data(), n, c.n_head, c.n_head_kv, starts.data());
+    EXPECT_GE(n_tiles, n_seqs);
+    auto dstarts = to_device(starts);
+    for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
+      cuda::DeviceBuffer<float> out(q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+      poison(out);
+      poison(partial);
+      cuda::AttentionArgs a;
+      a.kv = cuda::KvLayerView{darena.get(), int64_t(layer) * 2 * c.block_size * kv_dim, block_stride, c.block_size,
+                               c.n_head_kv, c.head_dim};
+      a.q = dq.get();
+      a.out = out.get();
+      a.positions = dpos.get();
+      a.table_off = doff.get();
+      a.tables = dtab.get();
+      a.n_tokens = n;
+      a.n_head = c.n_head;
+      a.scale = scale;
+      a.tile_starts = dstarts.get();
+      a.n_tiles = n_tiles;
+      a.n_splits = splits;
+      a.partial = partial.get();
+      cuda::paged_attention(a, nullptr);
+      EXPECT_LT(rel_error(to_host(out, q.size()), ref), 2e-6) << "tiled, splits=" << splits << " tokens=" << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
+                         ::testing::Values(AttnCase{32, 8, 128, 16}, AttnCase{6, 2, 64, 16}, AttnCase{8, 4, 8, 7},
+                                           AttnCase{12, 1, 16, 5}, AttnCase{4, 4, 256, 16}, AttnCase{3, 1, 4, 1}),
+                         [](const auto& info) {
+                           const AttnCase& c = info.param;
+                           return "h" + std::to_string(c.n_head) + "_kv" + std::to_string(c.n_head_kv) + "_d" +
+                                  std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
+                         });
+
+}  // namespace
+}  // namespace fdl::test

@@ -1,0 +1,183 @@
+// The CUDA model end to end: greedy ids equal the reference ids for every reference prompt
+// (stories260K: llama.cpp; codelm-16m: HF fp32), logits close to the CPU model's (fp32
+// prefill through SGEMM, F16 prefill through the tensor-core path), a mixed batch equal to
+// separate runs, and a one-line error where no GPU is present.
+#include "gpu/gpu_test_util.h"
+#include "model/model_test_util.h"
+
+namespace fdl::test {
+namespace {
+
+Model& cuda_model(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<Model>> cache;
+  auto& slot = cache[file];
+  if (!slot) slot = Model::load(model_path(file), ModelOptions{.device = Device::Cuda});
+  return *slot;
+}
+
+struct GreedyCase {
+  std::string reference;
+  std::string model;
+  size_t index;
+};
+
+class CudaGreedy : public ::testing::TestWithParam<GreedyCase> {};
+
+TEST_P(CudaGreedy, MatchesReferenceIds) {
+  FDL_SKIP_WITHOUT_GPU();
+  const GreedyCase& gc = GetParam();
+  const nlohmann::json ref = load_reference(gc.reference)[gc.index];
+  const auto prompt = ref["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto expected = ref["output_token_ids"].get<std::vector<int32_t>>();
+  Model& m = cuda_model(gc.model);
+  auto pool = make_pool(m, prompt.size() + expected.size());
+  KvCache kv(*pool);
+  const std::vector<int32_t> got = greedy_decode(m, kv, prompt, int(expected.size()));
+  const size_t binding = binding_prefix(ref);
+  size_t same = 0;
+  while (same < got.size() && same < expected.size() && got[same] == expected[same]) ++same;
+  std::cout << "  " << same << " of " << expected.size() << " ids equal the reference (binding: " << binding << ")\n";
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < binding; ++i) ASSERT_EQ(got[i], expected[i]) << "first difference at output step " << i;
+}
+
+std::vector<GreedyCase> cases(const std::string& reference, const std::string& model) {
+  std::vector<GreedyCase> out;
+  const size_t n = load_reference(reference).size();
+  for (size_t i = 0; i < n; ++i) out.push_back({reference, model, i});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stories260K, CudaGreedy,
+                         ::testing::ValuesIn(cases("stories260K_greedy.json", "stories260K.gguf")),
+                         [](const auto& info) { return "case" + std::to_string(info.param.index); });
+INSTANTIATE_TEST_SUITE_P(CodeLm16M, CudaGreedy, ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-f16.gguf")),
+                         [](const auto& info) { return "case" + std::to_string(info.param.index); });
+
+/// Logits of the last prompt token (one forward over the whole prompt), then of `extra`
+/// decode steps feeding back the CPU's greedy choice, on both models.
+double max_rel_error_vs_cpu(const std::string& file, const std::vector<int32_t>& prompt, int extra) {
+  Model& gpu = cuda_model(file);
+  Model& cpu = shared_model(file, 2);
+  auto pool_g = make_pool(gpu, prompt.size() + size_t(extra) + 1), pool_c = make_pool(cpu, prompt.size() + size_t(extra) + 1);
+  KvCache kv_g(*pool_g), kv_c(*pool_c);
+  std::vector<std::vector<float>> lg, lc;
+  greedy_decode(cpu, kv_c, prompt, extra + 1, false, &lc);
+  // Feed the GPU the CPU's ids so both see the same inputs even if an argmax differs.
+  const SeqId seq = kv_g.create_sequence();
+  StepBatch b;
+  std::vector<float> logits;
+  const size_t first = kv_g.append_slots(seq, prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(first + i), seq, i + 1 == prompt.size());
+  gpu.forward(b, kv_g, logits);
+  lg.push_back(logits);
+  for (int s = 0; s < extra; ++s) {
+    b.clear();
+    b.add(argmax(lc[size_t(s)].data(), cpu.config().n_vocab), int32_t(kv_g.append_slots(seq, 1)), seq, true);
+    gpu.forward(b, kv_g, logits);
+    lg.push_back(logits);
+  }
+  double worst = 0;
+  for (size_t s = 0; s < lg.size(); ++s)
+    worst = std::max(worst, rel_error(lg[s], std::vector<double>(lc[s].begin(), lc[s].end())));
+  return worst;
+}
+
+TEST(CudaModel, Fp32LogitsMatchCpuThroughPrefillGemmAndDecode) {
+  FDL_SKIP_WITHOUT_GPU();
+  const auto prompt = load_reference("stories260K_greedy.json")[6]["prompt_token_ids"].get<std::vector<int32_t>>();
+  ASSERT_GT(prompt.size(), 16u);  // exercises the SGEMM path
+  EXPECT_LT(max_rel_error_vs_cpu("stories260K.gguf", prompt, 20), 1e-5);
+}
+
+TEST(CudaModel, F16LogitsCloseToCpuThroughTensorCorePrefill) {
+  FDL_SKIP_WITHOUT_GPU();
+  std::vector<int32_t> prompt;
+  std::uniform_int_distribution<int32_t> tok(1, 8191);
+  for (int i = 0; i < 57; ++i) prompt.push_back(tok(rng()));
+  // Prefill rounds activations to F16 for cuBLAS (see cuda_model.h); decode keeps fp32.
+  EXPECT_LT(max_rel_error_vs_cpu("codelm-16m-f16.gguf", prompt, 10), 3e-3);
+  prompt.resize(9);  // GEMV path for the prompt too
+  EXPECT_LT(max_rel_error_vs_cpu("codelm-16m-f16.gguf", prompt, 10), 1e-5);
+}
+
+TEST(CudaModel, MixedBatchOfPrefillAndDecodeEqualsSeparateRuns) {
+  FDL_SKIP_WITHOUT_GPU();
+  Model& m = cuda_model("codelm-16m-f16.gguf");
+  const int V = m.config().n_vocab;
+  const std::vector<int32_t> a = {791, 1529, 369, 515, 199, 473, 12}, bp = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  // Separate: a's prompt; b's prompt then one decode token.
+  auto pool = make_pool(m, 64);
+  KvCache kv(*pool);
+  std::vector<float> la, lb, tmp;
+  const SeqId sa = kv.create_sequence(), sb = kv.create_sequence();
+  StepBatch batch;
+  size_t f = kv.append_slots(sb, bp.size());
+  for (size_t i = 0; i < bp.size(); ++i) batch.add(bp[i], int32_t(f + i), sb, false);
+  m.forward(batch, kv, tmp);
+  EXPECT_TRUE(tmp.empty());
+  // One batch: a's whole prompt (logits at its last two tokens) + b's decode token.
+  batch.clear();
+  f = kv.append_slots(sa, a.size());
+  for (size_t i = 0; i < a.size(); ++i) batch.add(a[i], int32_t(f + i), sa, i + 2 >= a.size());
+  batch.add(42, int32_t(kv.append_slots(sb, 1)), sb, true);
+  std::vector<float> mixed;
+  m.forward(batch, kv, mixed);
+  ASSERT_EQ(mixed.size(), size_t(3) * V);
+
+  auto pool2 = make_pool(m, 64);
+  KvCache kv2(*pool2);
+  const SeqId s2 = kv2.create_sequence();
+  batch.clear();
+  f = kv2.append_slots(s2, a.size());
+  for (size_t i = 0; i < a.size(); ++i) batch.add(a[i], int32_t(f + i), s2, i + 2 >= a.size());
+  m.forward(batch, kv2, la);
+  const SeqId s3 = kv2.create_sequence();
+  batch.clear();
+  f = kv2.append_slots(s3, bp.size() + 1);
+  for (size_t i = 0; i < bp.size(); ++i) batch.add(bp[i], int32_t(f + i), s3, false);
+  batch.add(42, int32_t(f + bp.size()), s3, true);
+  m.forward(batch, kv2, lb);
+  const std::vector<float> got_a(mixed.begin(), mixed.begin() + 2 * V), got_b(mixed.begin() + 2 * V, mixed.end());
+  EXPECT_LT(rel_error(got_a, std::vector<double>(la.begin(), la.end())), 1e-6);
+  EXPECT_LT(rel_error(got_b, std::vector<double>(lb.begin(), lb.end())), 1e-6);
+}
+
+TEST(CudaModel, RejectsBadBatchesBeforeWriting) {
+  FDL_SKIP_WITHOUT_GPU();
+  Model& m = cuda_model("stories260K.gguf");
+  auto pool = make_pool(m, 32);
+  KvCache kv(*pool);
+  const SeqId s = kv.create_sequence();
+  kv.append_slots(s, 2);
+  StepBatch b;
+  std::vector<float> logits;
+  b.add(100000, 0, s, true);
+  EXPECT_THROW(m.forward(b, kv, logits), std::out_of_range);
+  b.clear();
+  b.add(1, 5, s, true);
+  EXPECT_THROW(m.forward(b, kv, logits), std::out_of_range);
+  auto other = std::make_unique<BlockPool>(KvShape{.n_layer = 1, .n_kv_head = 1, .head_dim = 8, .block_size = 16}, 2);
+  KvCache kv_bad(*other);
+  const SeqId s2 = kv_bad.create_sequence();
+  kv_bad.append_slots(s2, 1);
+  b.clear();
+  b.add(1, 0, s2, true);
+  EXPECT_THROW(m.forward(b, kv_bad, logits), std::invalid_argument);
+}
+
+TEST(CudaModel, WithoutGpuLoadFailsWithOneLineError) {
+  std::string why;
+  if (cuda::device_available(&why)) GTEST_SKIP() << "a GPU is present; this checks the GPU-less path";
+  try {
+    Model::load(model_path("stories260K.gguf"), ModelOptions{.device = Device::Cuda});
+    FAIL() << "expected ModelError";
+  } catch (const ModelError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--device cuda"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace fdl::test

@@ -1,0 +1,74 @@
+// Helpers for the GPU tests: skipping without a device, host<->device copies, fresh random
+// inputs (a new seed per call, printed on failure), and the relative error of METHOD.md.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_model_factory.h"
+#include "backend/cuda/device_buffer.h"
+
+#define FDL_SKIP_WITHOUT_GPU()                                          \
+  do {                                                                  \
+    std::string fdl_why_;                                               \
+    if (!::fdl::cuda::device_available(&fdl_why_))                      \
+      GTEST_SKIP() << "no GPU: " << fdl_why_;                           \
+  } while (0)
+
+namespace fdl::test {
+
+template <typename T>
+cuda::DeviceBuffer<T> to_device(const std::vector<T>& v) {
+  cuda::DeviceBuffer<T> d(std::max<size_t>(v.size(), 1));
+  FDL_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <typename T>
+std::vector<T> to_host(const cuda::DeviceBuffer<T>& d, size_t n) {
+  FDL_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> v(n);
+  FDL_CUDA_CHECK(cudaMemcpy(v.data(), d.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+/// Fills a device buffer with NaN bytes so that unwritten outputs fail the comparison.
+template <typename T>
+void poison(cuda::DeviceBuffer<T>& d) {
+  FDL_CUDA_CHECK(cudaMemset(d.get(), 0xff, d.bytes()));
+}
+
+/// A random engine seeded freshly per test (the seed is printed so a failure can be replayed).
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 r = [] {
+    const uint64_t seed = std::random_device{}();
+    std::printf("[gpu tests] random seed %llu\n", static_cast<unsigned long long>(seed));
+    return std::mt19937_64(seed);
+  }();
+  return r;
+}
+
+inline std::vector<float> random_floats(size_t n, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng());
+  return v;
+}
+
+/// ‖out − ref‖ / ‖ref‖ (NaN in `out` gives NaN, which fails every bound).
+inline double rel_error(const std::vector<float>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(out[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num) / std::sqrt(den);
+}
+
+}  // namespace fdl::test
