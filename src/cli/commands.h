@@ -20,5 +20,6 @@ void add_bench_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 /// `tools` groups developer utilities; today only `tools make-model`.
 void add_tools_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace fdl::cli

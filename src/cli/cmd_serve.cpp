@@ -1,0 +1,232 @@
+// `flashdllm serve` — the OpenAI-compatible HTTP server (src/server, docs/SERVER.md).
+//
+// Loads the model, starts the Engine (continuous batching on its own thread), optionally a
+// Redis control subscriber for the breakers, then serves HTTP until SIGINT/SIGTERM.
+// Shutdown is graceful: new generation requests get 503, in-flight ones finish (their
+// streams are written to the end), then the process exits 0.
+// The chosen address is printed on stderr as `flashdllm: listening on http://HOST:PORT`
+// (flushed), so a test or supervisor that passed --port 0 can read the port.
+#include <CLI/CLI.hpp>
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "cli/cli_error.h"
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "cli/model_path.h"
+#include "cli/option_checks.h"
+#include "control/redis_control.h"
+#include "flashdllm/engine.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+
+namespace fdl::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  int ctx_size = 0;
+  int max_num_seqs = 8;
+  int max_num_batched_tokens = 512;
+  int block_size = 16;
+  bool no_length_buckets = false;
+  int short_prompt_tokens = 128;
+  int long_prompt_tokens = 512;
+  bool no_prefix_cache = false;
+  std::string chat_template;  // "" = detect from the GGUF
+  std::string spec = "off";
+  int spec_window = 5;
+  std::string control_redis;
+  int threads = 0;
+  bool mmap = false;
+  long long max_body_bytes = 1 << 20;
+  std::string served_model_name;
+  int http_threads = 64;
+};
+
+// How long shutdown waits for running streams to write their last chunks after the engine
+// has drained (a client that stopped reading must not hold the process forever).
+constexpr auto kStreamFlushTimeout = std::chrono::seconds(10);
+
+void check_options(const ServeOptions& o) {
+  check_int_in("--port", o.port, 0, 65535);
+  check_ctx_size("--ctx-size", o.ctx_size);
+  check_int_in("--max-num-seqs", o.max_num_seqs, 1, 4096);
+  check_int_in("--max-num-batched-tokens", o.max_num_batched_tokens, 1, 1 << 20);
+  if (o.max_num_batched_tokens < o.max_num_seqs) {
+    throw CliError("--max-num-batched-tokens must be >= --max-num-seqs (each running request "
+                   "needs one token per step)");
+  }
+  check_int_in("--block-size", o.block_size, 1, kMaxBlockSize);
+  check_int_in("--short-prompt-tokens", o.short_prompt_tokens, 1, 1 << 20);
+  check_int_in("--long-prompt-tokens", o.long_prompt_tokens, o.short_prompt_tokens, 1 << 20);
+  check_int_in("--spec-window", o.spec_window, 0, 64);
+  check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
+  check_int_in("--max-body-bytes", o.max_body_bytes, 1024, 1LL << 30);
+  check_int_in("--http-threads", o.http_threads, 2, 4096);
+  if (!o.chat_template.empty() && !server::parse_chat_template_name(o.chat_template)) {
+    throw CliError("--chat-template " + o.chat_template + ": must be llama2, llama3 or chatml");
+  }
+}
+
+std::optional<server::ChatTemplate> pick_chat_template(const ServeOptions& o, const Model& model) {
+  if (!o.chat_template.empty()) return server::parse_chat_template_name(o.chat_template);
+  const std::string jinja = model.gguf().get_string_or("tokenizer.chat_template", "");
+  return server::detect_chat_template(jinja);
+}
+
+EngineOptions engine_options(const ServeOptions& o) {
+  EngineOptions e;
+  e.generator.block_size = o.block_size;
+  e.generator.n_ctx = o.ctx_size;
+  e.generator.max_sequences = o.max_num_seqs;
+  try {
+    e.generator.spec.mode = parse_spec_mode(o.spec);
+  } catch (const std::invalid_argument& ex) {
+    throw CliError(std::string("--spec: ") + ex.what());
+  }
+  e.generator.spec.window = o.spec_window;
+  e.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  e.scheduler.length_buckets = !o.no_length_buckets;
+  e.scheduler.short_prompt_tokens = o.short_prompt_tokens;
+  e.scheduler.long_prompt_tokens = o.long_prompt_tokens;
+  e.scheduler.prefix_cache = !o.no_prefix_cache;
+  return e;
+}
+
+void run_serve(const ServeOptions& o) {
+  check_options(o);
+  // Logs go to stderr: stdout stays free for whatever a supervisor wants to pipe.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("flashdllm-serve"));
+
+  // Block the shutdown signals before any thread exists, so every thread inherits the mask
+  // and only the waiter below receives them (no async-signal-safety concerns).
+  // An ignored signal is discarded even while blocked, so sigwait() would never see it.
+  // SIGTERM is always honoured (a supervisor's stop); an inherited "ignore SIGINT" is kept,
+  // as the shell sets it for background jobs so that Ctrl-C does not reach them.
+  ::signal(SIGTERM, SIG_DFL);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a vanished client must never kill the server
+
+  std::optional<control::RedisUrl> redis_url;
+  if (!o.control_redis.empty()) {
+    try {
+      redis_url = control::parse_redis_url(o.control_redis);
+    } catch (const std::invalid_argument& e) {
+      throw CliError(std::string("--control-redis: ") + e.what());
+    }
+  }
+
+  const auto path = resolve_model_path(o.model);
+  LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap));
+  const int n_ctx_train = loaded.model->config().n_ctx_train;
+  if (n_ctx_train > 0 && o.ctx_size > n_ctx_train) {
+    throw CliError("--ctx-size " + std::to_string(o.ctx_size) +
+                   ": exceeds the model's context of " + std::to_string(n_ctx_train) + " tokens");
+  }
+  Engine engine(*loaded.model, *loaded.tokenizer, engine_options(o));
+
+  std::unique_ptr<control::RedisControl> redis;
+  if (redis_url) {
+    redis = std::make_unique<control::RedisControl>(*redis_url, [&engine](const control::ControlCommand& c) {
+      if (c.action == "trip") {
+        engine.trip_breaker(c.breaker, c.reason.empty() ? "tripped via Redis control" : c.reason);
+      } else {
+        engine.reset_breaker(c.breaker);
+      }
+      spdlog::info("breaker '{}' {} via Redis control", c.breaker, c.action);
+    });
+  }
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.api_key = o.api_key;
+  so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
+  so.chat_template = pick_chat_template(o, *loaded.model);
+  so.max_body_bytes = size_t(o.max_body_bytes);
+  so.http_threads = o.http_threads;
+  server::HttpServer server(engine, so);
+  const int port = server.bind();
+
+  spdlog::info("model {} (n_ctx {}, max-num-seqs {}, KV blocks {}), chat template: {}",
+               path.string(), engine.options().generator.n_ctx, o.max_num_seqs,
+               engine.options().kv_blocks,
+               so.chat_template ? server::chat_template_name(*so.chat_template) : "none");
+  std::fprintf(stderr, "flashdllm: listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("signal {}: draining in-flight requests", sig);
+    server.begin_drain();
+    engine.drain();
+    const auto deadline = std::chrono::steady_clock::now() + kStreamFlushTimeout;
+    while (server.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    server.stop();
+  });
+  const bool ok = server.run();
+  if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);  // release the waiter
+  waiter.join();
+  if (!ok) throw CliError("the HTTP server stopped unexpectedly");
+  spdlog::info("stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/SERVER.md)");
+  cmd->add_option("-m,--model", o->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", o->port, "TCP port (0 = any free port, printed on stderr)")->capture_default_str();
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");
+  cmd->add_option("-c,--ctx-size", o->ctx_size, "Context per request in tokens (0 = min(model context, 4096))")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per engine step")
+      ->capture_default_str();
+  cmd->add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
+  cmd->add_flag("--no-length-buckets", o->no_length_buckets, "First-come first-served admission");
+  cmd->add_option("--short-prompt-tokens", o->short_prompt_tokens, "Prompts shorter than this are short")
+      ->capture_default_str();
+  cmd->add_option("--long-prompt-tokens", o->long_prompt_tokens, "Prompts longer than this are long")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks of common prompt prefixes");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "llama2, llama3 or chatml (default: detected from the GGUF's tokenizer.chat_template)");
+  cmd->add_option("--spec", o->spec, "Speculative decoding: off, lookup, lookahead or auto")
+      ->capture_default_str();
+  cmd->add_option("--spec-window", o->spec_window, "Max draft tokens verified per step")->capture_default_str();
+  cmd->add_option("--control-redis", o->control_redis,
+                  "Breaker commands from Redis Pub/Sub, e.g. redis://127.0.0.1:6379/flashdllm-control");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
+  add_mmap_flag(cmd, o->mmap);
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (larger: 413)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", o->served_model_name, "Model name reported (default: file stem)");
+  cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads (bounds concurrent streams)")
+      ->capture_default_str();
+  cmd->callback([o] { run_serve(*o); });
+}
+
+}  // namespace fdl::cli

@@ -1,0 +1,284 @@
+#include "server/generation_handler.h"
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "server/chat_request.h"
+#include "server/completion_request.h"
+#include "server/openai_error.h"
+#include "server/request_stream.h"
+#include "server/response_json.h"
+#include "server/sse.h"
+
+namespace fdl::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// How long a stream may stay silent before a keep-alive comment probes the client.
+constexpr auto kKeepAliveAfter = std::chrono::seconds(1);
+// How long the HTTP thread waits for engine output before re-checking the client.
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Prepared {
+  Endpoint endpoint;
+  GenerationParams params;
+  std::vector<int32_t> prompt_ids;
+  std::vector<std::string> extra_stops;  // the chat template's end marker, if text
+};
+
+Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) {
+  const Tokenizer& tok = ctx.engine.tokenizer();
+  Prepared p{endpoint, {}, {}, {}};
+  const char* prompt_param = "prompt";
+  if (endpoint == Endpoint::Completions) {
+    CompletionRequest r = parse_completion_request(body, tok.n_vocab());
+    p.params = std::move(r.params);
+    // Text is plain text (special-token text stays text); ids are used exactly as sent.
+    p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
+  } else {
+    ChatRequest r = parse_chat_request(body);  // validate the request before the config check
+    if (!ctx.options.chat_template) {
+      throw ApiError(400,
+                     "this model has no known chat template (its GGUF has no "
+                     "tokenizer.chat_template in a recognised format): start the server with "
+                     "--chat-template llama2|llama3|chatml, or use /v1/completions",
+                     "messages", "invalid_request_error", "chat_template_missing");
+    }
+    p.params = std::move(r.params);
+    const ChatTemplate t = *ctx.options.chat_template;
+    p.prompt_ids = encode_prompt(tok, render_chat(t, r.messages), /*parse_special=*/true);
+    p.extra_stops = template_stop_strings(t, tok);
+    prompt_param = "messages";
+  }
+  check_prompt_fits(p.prompt_ids.size(), ctx.engine.options().generator.n_ctx, prompt_param);
+  return p;
+}
+
+struct Submitted {
+  std::shared_ptr<RequestStream> stream;
+  std::vector<RequestId> ids;
+};
+
+void abort_all(Engine& engine, const std::vector<RequestId>& ids) {
+  for (const RequestId id : ids) engine.abort(id);
+}
+
+Submitted submit_all(ServerContext& ctx, const Prepared& p, Clock::time_point arrived) {
+  std::vector<GenerationRequest> requests =
+      make_engine_requests(p.params, p.prompt_ids, p.extra_stops, std::random_device{}());
+  Submitted s{std::make_shared<RequestStream>(requests.size()), {}};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto sink = [stream = s.stream, metrics = ctx.metrics, i, arrived](const RequestOutput& out) {
+      stream->push(i, out);
+      if (out.finished) {
+        metrics->observe_finished(
+            out, std::chrono::duration<double, std::milli>(Clock::now() - arrived).count());
+      }
+    };
+    try {
+      s.ids.push_back(ctx.engine.submit(std::move(requests[i]), std::move(sink)));
+    } catch (const std::invalid_argument& e) {
+      abort_all(ctx.engine, s.ids);
+      throw ApiError(400, e.what());
+    } catch (const std::exception& e) {
+      abort_all(ctx.engine, s.ids);
+      throw ApiError(503, std::string("the server is shutting down: ") + e.what(), "",
+                     "server_error");
+    }
+  }
+  return s;
+}
+
+// The error a choice that ended without "stop"/"length" turns into.
+ApiError choice_failure(const RequestOutput& out) {
+  if (out.finish_reason == "error") {
+    return ApiError(500, "generation failed: " + out.error, "", "server_error");
+  }
+  return ApiError(503, "the request was aborted (the server is shutting down)", "", "server_error");
+}
+
+// ---- whole responses --------------------------------------------------------------------
+
+void respond_whole(ServerContext& ctx, const Prepared& p, Submitted s, httplib::Response& res) {
+  const size_t n = s.ids.size();
+  std::vector<ChoiceResult> choices(n);
+  Usage usage;
+  size_t finished = 0;
+  std::optional<ApiError> failure;
+  while (finished < n) {
+    for (RequestStream::Event& ev : s.stream->pop(std::chrono::milliseconds(500))) {
+      ChoiceResult& c = choices[ev.choice];
+      c.text += ev.output.text;
+      for (SampledToken& t : ev.output.tokens) c.tokens.push_back(std::move(t));
+      if (!ev.output.finished) continue;
+      ++finished;
+      c.finish_reason = ev.output.finish_reason;
+      if (c.finish_reason != "stop" && c.finish_reason != "length" && !failure) {
+        failure = choice_failure(ev.output);
+      }
+      if (ev.choice == 0) {
+        usage.prompt_tokens = ev.output.prompt_tokens;
+        usage.cached_tokens = ev.output.cached_prompt_tokens;
+      }
+      usage.completion_tokens += ev.output.completion_tokens;
+    }
+  }
+  if (failure) throw *failure;
+  const ResponseMeta m{new_response_id(p.endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"),
+                       unix_now(), ctx.options.served_model_name};
+  const bool lp = p.params.logprobs >= 0;
+  const Tokenizer& tok = ctx.engine.tokenizer();
+  const json body = p.endpoint == Endpoint::Chat ? chat_response(m, choices, usage, tok, lp)
+                                                 : completion_response(m, choices, usage, tok, lp);
+  res.status = 200;
+  res.set_content(dump_json(body), "application/json");
+}
+
+// ---- streams ----------------------------------------------------------------------------
+
+struct StreamState {
+  StreamState(ServerContext& c, Prepared pr, Submitted s)
+      : ctx(c), p(std::move(pr)), sub(std::move(s)), guard(c.active),
+        offsets(sub.ids.size(), 0) {
+    meta = ResponseMeta{new_response_id(p.endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"),
+                        unix_now(), ctx.options.served_model_name};
+  }
+  ~StreamState() { abort_all(ctx.engine, sub.ids); }  // no-op for finished requests
+
+  ServerContext& ctx;
+  Prepared p;
+  Submitted sub;
+  ActiveGuard guard;
+  ResponseMeta meta;
+  std::vector<size_t> offsets;  // bytes of text sent per choice (completions text_offset)
+  size_t n_done = 0;            // choices whose final output was rendered
+  Usage usage;
+  bool started = false;
+  bool failed = false;
+  Clock::time_point last_write = Clock::now();
+};
+
+bool is_chat(const StreamState& st) { return st.p.endpoint == Endpoint::Chat; }
+
+json text_chunk(const StreamState& st, size_t i, const std::string& text,
+                const std::vector<SampledToken>& tokens) {
+  const Tokenizer& tok = st.ctx.engine.tokenizer();
+  const bool lp = st.p.params.logprobs >= 0;
+  if (is_chat(st)) {
+    return chat_chunk(st.meta, i, {{"content", text}}, lp ? chat_logprobs(tok, tokens) : json(nullptr),
+                      "", st.p.params.include_usage);
+  }
+  return completion_chunk(st.meta, i, text,
+                          lp ? completion_logprobs(tok, tokens, st.offsets[i]) : json(nullptr), "",
+                          st.p.params.include_usage);
+}
+
+json finish_chunk(const StreamState& st, size_t i, const std::string& reason) {
+  if (is_chat(st)) {
+    return chat_chunk(st.meta, i, json::object(), nullptr, reason, st.p.params.include_usage);
+  }
+  return completion_chunk(st.meta, i, "", nullptr, reason, st.p.params.include_usage);
+}
+
+// SSE text for one engine delivery.
+std::string render_event(StreamState& st, const RequestStream::Event& ev) {
+  std::string out;
+  const size_t i = ev.choice;
+  const RequestOutput& o = ev.output;
+  const bool lp = st.p.params.logprobs >= 0;
+  if (!o.text.empty() || (lp && !o.tokens.empty())) {
+    out += sse_event(text_chunk(st, i, o.text, o.tokens));
+    st.offsets[i] += o.text.size();
+  }
+  if (!o.finished) return out;
+  ++st.n_done;
+  if (i == 0) {
+    st.usage.prompt_tokens = o.prompt_tokens;
+    st.usage.cached_tokens = o.cached_prompt_tokens;
+  }
+  st.usage.completion_tokens += o.completion_tokens;
+  if (o.finish_reason == "stop" || o.finish_reason == "length") {
+    out += sse_event(finish_chunk(st, i, o.finish_reason));
+  } else {
+    st.failed = true;
+    out += sse_event(error_body(choice_failure(o)));
+  }
+  return out;
+}
+
+// One call of httplib's chunked content provider: waits briefly for engine output and writes
+// it. Returning false ends the response (client gone); the StreamState destructor then
+// aborts the engine requests.
+bool provide(StreamState& st, httplib::DataSink& sink) {
+  std::string out;
+  if (!st.started) {
+    st.started = true;
+    if (is_chat(st)) {  // OpenAI opens every chat choice with the role
+      for (size_t i = 0; i < st.sub.ids.size(); ++i) {
+        out += sse_event(chat_chunk(st.meta, i, {{"role", "assistant"}, {"content", ""}}, nullptr,
+                                    "", st.p.params.include_usage));
+      }
+    }
+  }
+  for (const RequestStream::Event& ev : st.sub.stream->pop(kPollInterval)) out += render_event(st, ev);
+  const bool all_done = st.n_done == st.sub.ids.size();
+  if (all_done) {
+    if (st.p.params.include_usage && !st.failed) {
+      out += sse_event(usage_chunk(st.meta, is_chat(st) ? "chat.completion.chunk" : "text_completion",
+                                   st.usage));
+    }
+    out += sse_done();
+  }
+  if (out.empty() && Clock::now() - st.last_write >= kKeepAliveAfter) out = sse_comment();
+  if (!out.empty()) {
+    if (!sink.write(out.data(), out.size())) return false;
+    st.last_write = Clock::now();
+  }
+  if (all_done) sink.done();
+  return true;
+}
+
+void respond_stream(ServerContext& ctx, Prepared p, Submitted s, httplib::Response& res) {
+  auto st = std::make_shared<StreamState>(ctx, std::move(p), std::move(s));
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t /*offset*/, httplib::DataSink& sink) { return provide(*st, sink); },
+      [st](bool success) {
+        if (!success) abort_all(st->ctx.engine, st->sub.ids);  // client gone: free the KV now
+      });
+}
+
+}  // namespace
+
+void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint,
+                       httplib::Response& res) {
+  const auto arrived = Clock::now();
+  if (ctx.draining) {
+    throw ApiError(503, "the server is shutting down", "", "server_error");
+  }
+  Prepared p = prepare(ctx, body, endpoint);
+  if (p.params.stream) {
+    Submitted s = submit_all(ctx, p, arrived);
+    respond_stream(ctx, std::move(p), std::move(s), res);
+    return;
+  }
+  ActiveGuard guard(ctx.active);
+  Submitted s = submit_all(ctx, p, arrived);
+  respond_whole(ctx, p, std::move(s), res);
+}
+
+}  // namespace fdl::server

@@ -1,0 +1,232 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "control/control_command.h"
+#include "metrics/prometheus.h"
+#include "server/generation_handler.h"
+#include "server/openai_error.h"
+#include "server/server_context.h"
+
+namespace fdl::server {
+namespace {
+
+using nlohmann::json;
+
+// Debian builds cpp-httplib with a listen backlog of 5; a burst of clients connecting at once
+// would see dropped SYNs and 1 s retransmits. listen() again on the bound socket raises it.
+constexpr int kListenBacklog = 512;
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_body(e)); }
+
+// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+bool needs_auth(const std::string& path) {
+  return path.rfind("/v1/", 0) == 0 || path == "/v1" || path.rfind("/admin/", 0) == 0;
+}
+
+json parse_body(const httplib::Request& req) {
+  try {
+    return json::parse(req.body);
+  } catch (const json::exception& e) {  // parse errors, and numbers beyond a double (1e999)
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
+
+json breakers_json(const Engine& engine) {
+  json list = json::array();
+  for (const BreakerState& b : engine.breakers()) {
+    list.push_back({{"name", b.name}, {"open", b.open}, {"trips", b.trips}, {"reason", b.reason}});
+  }
+  return {{"breakers", std::move(list)}};
+}
+
+json model_json(const ServerContext& ctx) {
+  return {{"id", ctx.options.served_model_name},
+          {"object", "model"},
+          {"created", ctx.started_unix},
+          {"owned_by", "flashdllm"}};
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Engine& engine, ServerOptions options) : ctx(engine, std::move(options)) {}
+
+  ServerContext ctx;
+  httplib::Server http;
+  int listen_fd = -1;
+
+  // Runs `fn` and turns every failure into an OpenAI error response.
+  template <class Fn>
+  void guarded(httplib::Response& res, Fn&& fn) {
+    try {
+      fn();
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      spdlog::error("request failed: {}", e.what());
+      send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+    }
+  }
+
+  void routes() {
+    auto generation = [this](Endpoint ep) {
+      return [this, ep](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] { handle_generation(ctx, parse_body(req), ep, res); });
+      };
+    };
+    http.Post("/v1/completions", generation(Endpoint::Completions));
+    http.Post("/v1/chat/completions", generation(Endpoint::Chat));
+
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"object", "list"}, {"data", json::array({model_json(ctx)})}});
+    });
+    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] == ctx.options.served_model_name) {
+        send_json(res, 200, model_json(ctx));
+      } else {
+        send_error(res, ApiError(404, "model '" + std::string(req.matches[1]) + "' does not exist",
+                                 "model", "invalid_request_error", "model_not_found"));
+      }
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (ctx.draining) {
+        send_json(res, 503, {{"status", "draining"}});
+      } else {
+        send_json(res, 200, {{"status", "ok"}});
+      }
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      guarded(res, [&] {
+        res.status = 200;
+        res.set_content(ctx.metrics->render(ctx.engine.metrics(), ctx.engine.breakers()),
+                        metrics::kContentType);
+      });
+    });
+    http.Get("/admin/breakers", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, breakers_json(ctx.engine));
+    });
+    http.Post("/admin/breakers", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        control::ControlCommand cmd;
+        try {
+          cmd = control::parse_control_command(req.body);
+        } catch (const std::invalid_argument& e) {
+          throw ApiError(400, e.what());
+        }
+        try {
+          if (cmd.action == "trip") {
+            ctx.engine.trip_breaker(cmd.breaker, cmd.reason.empty() ? "tripped via /admin/breakers" : cmd.reason);
+          } else {
+            ctx.engine.reset_breaker(cmd.breaker);
+          }
+        } catch (const std::invalid_argument& e) {
+          throw ApiError(400, e.what(), "breaker");
+        }
+        spdlog::info("breaker '{}' {} via /admin/breakers", cmd.breaker, cmd.action);
+        send_json(res, 200, breakers_json(ctx.engine));
+      });
+    });
+  }
+
+  void hooks() {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (ctx.options.api_key.empty() || !needs_auth(req.path)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      const std::string given = req.get_header_value("Authorization");
+      if (same_secret(given, "Bearer " + ctx.options.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      send_error(res, ApiError(401,
+                               given.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                             : "incorrect API key",
+                               "", "invalid_request_error", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Errors httplib produces itself (404 no route, 413 body too large, 400 bad request
+    // line) arrive with an empty body: give them the OpenAI shape too.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string message;
+      switch (res.status) {
+        case 404: message = "no route for " + req.method + " " + req.path; break;
+        case 413: message = "the request body is larger than the server accepts (--max-body-bytes)"; break;
+        default: message = "HTTP " + std::to_string(res.status);
+      }
+      send_json(res, res.status, error_body(message, "invalid_request_error"));
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      spdlog::error("unhandled exception in a request: {}", what);
+      send_json(res, 500, error_body("internal error: " + what, "server_error"));
+    });
+    http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+      ctx.metrics->count_response(res.status);
+    });
+    http.set_payload_max_length(ctx.options.max_body_bytes);
+    const size_t threads = size_t(ctx.options.http_threads);
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_socket_options([this](int fd) {
+      const int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      listen_fd = fd;
+    });
+  }
+};
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {
+  impl_->routes();
+  impl_->hooks();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  const ServerOptions& o = impl_->ctx.options;
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    if (port < 0) throw std::runtime_error("cannot bind " + o.host + " to a free port");
+  } else if (!impl_->http.bind_to_port(o.host, port)) {
+    throw std::runtime_error("cannot bind " + o.host + ":" + std::to_string(port) +
+                             " (address in use, or not a local address)");
+  }
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, kListenBacklog);
+  return port;
+}
+
+bool HttpServer::run() { return impl_->http.listen_after_bind(); }
+
+void HttpServer::begin_drain() { impl_->ctx.draining = true; }
+
+size_t HttpServer::active_requests() const { return impl_->ctx.active.load(); }
+
+void HttpServer::stop() { impl_->http.stop(); }
+
+}  // namespace fdl::server

@@ -1,0 +1,35 @@
+// json_fields.h — typed, range-checked reads of request body fields.
+//
+// OpenAI's API is strict about types (a string where a number belongs is a 400 naming the
+// field), so every known field goes through one of these. Absent and JSON null both mean
+// "not given" (nullopt): clients such as the official Python SDK send null for unset
+// optionals. Errors are ApiError 400 with `param` = the field name.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fdl::server {
+
+/// The field if present and not null, else nullptr.
+const nlohmann::json* find_field(const nlohmann::json& body, const char* name);
+
+/// An integer in [min, max]. Integral floats such as 10.0 are accepted (JSON has one number
+/// type); 10.5, strings, booleans and out-of-range values are refused.
+std::optional<int64_t> read_int(const nlohmann::json& body, const char* name, int64_t min,
+                                int64_t max);
+/// A number in [min, max] (booleans and strings refused; JSON cannot carry NaN/Infinity, and
+/// numbers too large for a double fail at parse time).
+std::optional<double> read_number(const nlohmann::json& body, const char* name, double min,
+                                  double max);
+std::optional<bool> read_bool(const nlohmann::json& body, const char* name);
+std::optional<std::string> read_string(const nlohmann::json& body, const char* name);
+
+/// "a string", "an integer", ... for messages ("expected an integer, got a string").
+std::string json_type_name(const nlohmann::json& v);
+
+}  // namespace fdl::server

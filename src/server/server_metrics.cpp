@@ -1,0 +1,108 @@
+#include "server/server_metrics.h"
+
+namespace fdl::server {
+namespace {
+
+// Adds the growth of an engine total to a mirrored counter (never negative).
+void mirror(metrics::Counter& c, double now, double before) {
+  if (now > before) c.inc(now - before);
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics()
+    : ttft_(registry_.histogram("flashdllm_time_to_first_token_ms",
+                                "Time from submission to the first generated token (ms)",
+                                metrics::latency_buckets_ms())),
+      itl_(registry_.histogram("flashdllm_inter_token_latency_ms",
+                               "Time between consecutive generated tokens (ms)",
+                               metrics::latency_buckets_ms())),
+      queue_(registry_.histogram("flashdllm_queue_time_ms",
+                                 "Time from submission to admission by the scheduler (ms)",
+                                 metrics::latency_buckets_ms())),
+      e2e_(registry_.histogram("flashdllm_e2e_request_latency_ms",
+                               "Time from HTTP request arrival to the request's last output (ms)",
+                               metrics::latency_buckets_ms())) {}
+
+void ServerMetrics::observe_finished(const RequestOutput& out, double e2e_ms) {
+  registry_
+      .counter("flashdllm_requests_finished_total", "Engine requests finished, by finish reason",
+               {{"finish_reason", out.finish_reason}})
+      .inc();
+  if (out.timings.gen_tokens > 0) ttft_.observe(out.timings.ttft_ms);
+  for (const double gap : out.timings.token_latencies_ms) itl_.observe(gap);
+  queue_.observe(out.queue_ms);
+  e2e_.observe(e2e_ms);
+}
+
+void ServerMetrics::count_response(int status) {
+  registry_
+      .counter("flashdllm_http_responses_total", "HTTP responses sent, by status code",
+               {{"code", std::to_string(status)}})
+      .inc();
+}
+
+std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<BreakerState>& breakers) {
+  auto gauge = [&](const char* name, const char* help, double v) {
+    registry_.gauge(name, help).set(v);
+  };
+  gauge("flashdllm_requests_running", "Requests admitted and not finished", double(m.running));
+  gauge("flashdllm_requests_waiting", "Requests queued, not yet admitted (preempted included)",
+        double(m.waiting));
+  const double used = double(m.kv_blocks_total) - double(m.kv_blocks_free) - double(m.kv_blocks_cached);
+  gauge("flashdllm_kv_blocks_total", "KV cache blocks in the pool", double(m.kv_blocks_total));
+  gauge("flashdllm_kv_blocks_free", "KV cache blocks free", double(m.kv_blocks_free));
+  gauge("flashdllm_kv_blocks_cached",
+        "KV cache blocks held only by the prefix cache (evictable)", double(m.kv_blocks_cached));
+  gauge("flashdllm_kv_blocks_used", "KV cache blocks held by requests", used);
+  gauge("flashdllm_kv_block_bytes", "Bytes per KV cache block", double(m.kv_block_bytes));
+  gauge("flashdllm_kv_bytes_total", "Bytes of the KV cache pool",
+        double(m.kv_blocks_total) * double(m.kv_block_bytes));
+  gauge("flashdllm_kv_bytes_used", "Bytes of KV cache blocks held by requests",
+        used * double(m.kv_block_bytes));
+  gauge("flashdllm_kv_usage_ratio", "Fraction of KV blocks held by requests",
+        m.kv_blocks_total > 0 ? used / double(m.kv_blocks_total) : 0.0);
+  gauge("flashdllm_prefix_cache_hit_rate",
+        "Prompt tokens served from the prefix cache / prompt tokens looked up",
+        m.prefix_cache_queries > 0 ? double(m.prefix_cache_hits) / double(m.prefix_cache_queries)
+                                   : 0.0);
+  gauge("flashdllm_spec_acceptance_rate", "Accepted / drafted speculative tokens",
+        m.spec.drafted > 0 ? double(m.spec.accepted) / double(m.spec.drafted) : 0.0);
+  for (const BreakerState& b : breakers) {
+    registry_
+        .gauge("flashdllm_breaker_open", "1 when the named breaker is open (feature off)",
+               {{"name", b.name}})
+        .set(b.open ? 1.0 : 0.0);
+    registry_
+        .gauge("flashdllm_breaker_trips", "Times the named breaker has opened", {{"name", b.name}})
+        .set(double(b.trips));
+  }
+  {
+    std::lock_guard lock(mirror_mu_);
+    auto counter = [&](const char* name, const char* help) -> metrics::Counter& {
+      return registry_.counter(name, help);
+    };
+    mirror(counter("flashdllm_prompt_tokens_total", "Prompt tokens of admitted requests"),
+           double(m.prompt_tokens), double(last_.prompt_tokens));
+    mirror(counter("flashdllm_generation_tokens_total", "Tokens generated"),
+           double(m.generation_tokens), double(last_.generation_tokens));
+    mirror(counter("flashdllm_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache"),
+           double(m.prefix_cache_queries), double(last_.prefix_cache_queries));
+    mirror(counter("flashdllm_prefix_cache_hits_total", "Prompt tokens served from the prefix cache"),
+           double(m.prefix_cache_hits), double(last_.prefix_cache_hits));
+    mirror(counter("flashdllm_spec_drafted_tokens_total", "Speculative draft tokens verified"),
+           double(m.spec.drafted), double(last_.spec.drafted));
+    mirror(counter("flashdllm_spec_accepted_tokens_total", "Speculative draft tokens accepted"),
+           double(m.spec.accepted), double(last_.spec.accepted));
+    mirror(counter("flashdllm_preemptions_total", "Requests preempted for lack of KV blocks"),
+           double(m.preemptions), double(last_.preemptions));
+    mirror(counter("flashdllm_requests_submitted_total", "Engine requests submitted"),
+           double(m.requests_submitted), double(last_.requests_submitted));
+    mirror(counter("flashdllm_engine_steps_total", "Engine forwards run"), double(m.steps),
+           double(last_.steps));
+    last_ = m;
+  }
+  return registry_.render();
+}
+
+}  // namespace fdl::server
