@@ -22,8 +22,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace fdl {
@@ -132,6 +134,14 @@ class KvCache {
   /// Blocks copied by copy-on-write since construction (one per append into a shared,
   /// partially filled tail block). A metric, and how the tests prove "never the whole cache".
   uint64_t blocks_copied() const { return blocks_copied_; }
+  /// Called by append_slots right after each copy-on-write copy, with the shared block `src`
+  /// (still live: another sequence holds it) and its private copy `dst`, once the host bytes
+  /// and dst's metadata are in place. For backends that keep their own copy of the arena
+  /// (the CUDA model mirrors the copy on the device). One observer at a time: a new call
+  /// replaces the previous one; an empty function removes it. It runs on the thread calling
+  /// append_slots and must not throw (an exception would leave append_slots half done).
+  using BlockCopyObserver = std::function<void(BlockId src, BlockId dst)>;
+  void set_block_copy_observer(BlockCopyObserver observer) { copy_observer_ = std::move(observer); }
 
   /// K (or V) vector of `seq` at `pos` in `layer`: n_kv_head * head_dim floats, laid out
   /// [kv_head][head_dim]. `pos` must be < length(seq) (std::out_of_range otherwise).
@@ -150,6 +160,7 @@ class KvCache {
   std::vector<Seq> seqs_;
   std::vector<SeqId> free_ids_;
   uint64_t blocks_copied_ = 0;
+  BlockCopyObserver copy_observer_;
 };
 
 }  // namespace fdl

@@ -123,6 +123,7 @@ size_t KvCache::append_slots(SeqId seq, size_t n) {
     pool_.release(shared);
     s.blocks.back() = copy;
     ++blocks_copied_;
+    if (copy_observer_) copy_observer_(shared, copy);
   }
   for (size_t i = 0; i < new_blocks; ++i) s.blocks.push_back(pool_.allocate());
 

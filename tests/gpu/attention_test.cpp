@@ -1,7 +1,9 @@
 // Paged attention against a double-precision reference: many sequences of different lengths
 // in one launch, a mix of prefill chunks and single decode tokens, scattered block tables,
-// GQA groups smaller and larger than one block's head group, and several split counts.
+// GQA groups smaller and larger than one block's head group, and several split counts;
+// the prefill tiles on CUDA cores (fp32) and, in a test of their own, on tensor cores (TF32).
 #include <algorithm>
+#include <iostream>
 #include <numeric>
 
 #include "backend/cuda/kernels.h"
@@ -16,10 +18,21 @@ struct AttnCase {
 
 class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
 
-TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
-  FDL_SKIP_WITHOUT_GPU();
-  const AttnCase c = GetParam();
-  const int n_layer = 2, layer = 1, kv_dim = c.n_head_kv * c.head_dim;
+constexpr int kLayers = 2, kLayer = 1;
+
+/// Random sequences, block tables, K/V arena and queries for case `c`, and the attention
+/// output computed in double on the host.
+struct Problem {
+  std::vector<float> arena, q;
+  std::vector<int32_t> tables, positions, table_off, token_seq;
+  std::vector<double> ref;
+  int n = 0, n_seqs = 0;
+  int64_t block_stride = 0;
+  float scale = 1.f;
+};
+
+Problem make_problem(const AttnCase& c) {
+  const int n_layer = kLayers, layer = kLayer, kv_dim = c.n_head_kv * c.head_dim;
   std::uniform_int_distribution<int> len_dist(1, 700);
   const int n_seqs = 9;
   std::vector<int> lens(n_seqs);
@@ -77,7 +90,33 @@ TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
       }
     }
 
-  auto darena = to_device(arena), dq = to_device(q);
+  Problem pb;
+  pb.arena = arena;
+  pb.q = q;
+  pb.tables = tables;
+  pb.positions = positions;
+  pb.table_off = table_off;
+  pb.token_seq = token_seq;
+  pb.ref = ref;
+  pb.n = n;
+  pb.n_seqs = n_seqs;
+  pb.block_stride = block_stride;
+  pb.scale = scale;
+  return pb;
+}
+
+TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
+  FDL_SKIP_WITHOUT_GPU();
+  const AttnCase c = GetParam();
+  const Problem pb = make_problem(c);
+  const int layer = kLayer, kv_dim = c.n_head_kv * c.head_dim, n = pb.n, n_seqs = pb.n_seqs;
+  const int64_t block_stride = pb.block_stride;
+  const float scale = pb.scale;
+  const std::vector<float>& q = pb.q;
+  const std::vector<int32_t>&positions = pb.positions, &table_off = pb.table_off, &tables = pb.tables,
+                            &token_seq = pb.token_seq;
+  const std::vector<double>& ref = pb.ref;
+  auto darena = to_device(pb.arena), dq = to_device(q);
   auto dpos = to_device(positions), doff = to_device(table_off), dtab = to_device(tables);
   int sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
@@ -128,6 +167,50 @@ TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
       cuda::paged_attention(a, nullptr);
       EXPECT_LT(rel_error(to_host(out, q.size()), ref), 2e-6) << "tiled, splits=" << splits << " tokens=" << n;
     }
+  }
+}
+
+// The opt-in tensor-core tiles (attention_tc.cu) on the same problems: TF32 keeps 10 mantissa
+// bits of q, k, p and v, so ~1e-3 relative error is expected instead of ~1e-6.
+TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
+  FDL_SKIP_WITHOUT_GPU();
+  const AttnCase c = GetParam();
+  if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv))
+    GTEST_SKIP() << "no tiles for head_dim " << c.head_dim;
+  const Problem pb = make_problem(c);
+  const int n = pb.n, kv_dim = c.n_head_kv * c.head_dim;
+  auto darena = to_device(pb.arena), dq = to_device(pb.q);
+  auto dpos = to_device(pb.positions), doff = to_device(pb.table_off), dtab = to_device(pb.tables);
+  int sm = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+  std::vector<int32_t> starts(size_t(n) + 1);
+  const int n_tiles =
+      cuda::attention_tiles(pb.token_seq.data(), pb.positions.data(), n, c.n_head, c.n_head_kv, starts.data());
+  auto dstarts = to_device(starts);
+  for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
+    cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+    poison(out);
+    poison(partial);
+    cuda::AttentionArgs a;
+    a.kv = cuda::KvLayerView{darena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride, c.block_size,
+                             c.n_head_kv, c.head_dim};
+    a.q = dq.get();
+    a.out = out.get();
+    a.positions = dpos.get();
+    a.table_off = doff.get();
+    a.tables = dtab.get();
+    a.n_tokens = n;
+    a.n_head = c.n_head;
+    a.scale = pb.scale;
+    a.tile_starts = dstarts.get();
+    a.n_tiles = n_tiles;
+    a.n_splits = splits;
+    a.partial = partial.get();
+    a.tensor_cores = true;
+    cuda::paged_attention(a, nullptr);
+    const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
+    std::cout << "  tensor-core tiles, splits " << splits << ": rel error " << err << "\n";
+    EXPECT_LT(err, 4e-3) << "splits=" << splits << " tokens=" << n;
   }
 }
 

@@ -2,6 +2,9 @@
 // (stories260K: llama.cpp; codelm-16m: HF fp32), logits close to the CPU model's (fp32
 // prefill through SGEMM, F16 prefill through the tensor-core path), a mixed batch equal to
 // separate runs, and a one-line error where no GPU is present.
+#include <cstdlib>
+
+#include "backend/cuda/kernels.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_util.h"
 
@@ -99,6 +102,36 @@ TEST(CudaModel, F16LogitsCloseToCpuThroughTensorCorePrefill) {
   EXPECT_LT(max_rel_error_vs_cpu("codelm-16m-f16.gguf", prompt, 10), 3e-3);
   prompt.resize(9);  // GEMV path for the prompt too
   EXPECT_LT(max_rel_error_vs_cpu("codelm-16m-f16.gguf", prompt, 10), 1e-5);
+}
+
+/// Logits at the last token of a one-forward prefill of `prompt` in a fresh cache.
+std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& prompt) {
+  auto pool = make_pool(m, prompt.size());
+  KvCache kv(*pool);
+  const SeqId s = kv.create_sequence();
+  StepBatch b;
+  const size_t f = kv.append_slots(s, prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(f + i), s, i + 1 == prompt.size());
+  std::vector<float> logits;
+  m.forward(b, kv, logits);
+  return logits;
+}
+
+TEST(CudaModel, TensorCorePrefillAttentionCloseToFp32Tiles) {
+  FDL_SKIP_WITHOUT_GPU();
+  ::setenv("FLASHDLLM_ATTN_TC", "1", 1);  // read by the CudaModel constructor
+  std::unique_ptr<Model> tc = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  ::unsetenv("FLASHDLLM_ATTN_TC");
+  Model& fp32 = cuda_model("codelm-16m-f16.gguf");
+  ASSERT_TRUE(cuda::attention_tiles_supported(fp32.config().head_dim, fp32.config().n_head, fp32.config().n_head_kv));
+  std::vector<int32_t> prompt;
+  std::uniform_int_distribution<int32_t> tok(1, 8191);
+  for (int i = 0; i < 300; ++i) prompt.push_back(tok(rng()));  // several tiles and splits
+  const std::vector<float> a = prefill_logits(*tc, prompt), b = prefill_logits(fp32, prompt);
+  const double err = rel_error(a, std::vector<double>(b.begin(), b.end()));
+  std::cout << "  tensor-core vs fp32 tiles: logits rel error " << err << "\n";
+  EXPECT_GT(err, 0.0) << "the tensor-core path did not run (identical logits)";
+  EXPECT_LT(err, 1e-2);
 }
 
 TEST(CudaModel, MixedBatchOfPrefillAndDecodeEqualsSeparateRuns) {

@@ -399,7 +399,9 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.tile_starts) {
     if (!attention_tiles_supported(hd, a.n_head, a.kv.n_head_kv))
       throw CudaError("paged_attention: tiles need head_dim 64 or 128 and at most 128 query heads per kv head");
-    if (hd == 64)
+    if (a.tensor_cores)
+      attention_tiles_tc(a, stream);
+    else if (hd == 64)
       launch_tiles<64>(a, stream);
     else
       launch_tiles<128>(a, stream);

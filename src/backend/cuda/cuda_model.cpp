@@ -56,6 +56,8 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   if (const char* g = std::getenv("FLASHDLLM_CUDA_GRAPHS"); g && std::string(g) == "0") use_graphs_ = false;
   if (const char* t = std::getenv("FLASHDLLM_ATTN_TILES"); t && std::string(t) == "0") tiles_enabled_ = false;
+  if (const char* f = std::getenv("FLASHDLLM_CUDA_FUSE"); f && std::string(f) == "0") fuse_enabled_ = false;
+  if (const char* t = std::getenv("FLASHDLLM_ATTN_TC"); t && std::string(t) == "1") attn_tc_ = true;
   if (const char* p = std::getenv("FLASHDLLM_CUDA_PROFILE"); p && std::string(p) == "1") {
     profile_ = true;
     use_graphs_ = false;
@@ -137,9 +139,31 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
                                   " shared with another sequence (forked); truncate and append_slots to get a "
                                   "private slot");
   }
-  if (&kv == last_kv_ && kv.blocks_copied() > last_blocks_copied_)
-    throw std::logic_error("forward: --device cuda does not support copy-on-write of forked KV blocks yet (the "
-                           "copy was made in the host arena only); avoid fork_sequence with the CUDA model");
+  if (&kv == last_kv_ && kv.blocks_copied() >= last_blocks_copied_ &&
+      kv.blocks_copied() - last_blocks_copied_ != copy_log_->size())
+    throw std::logic_error("forward: --device cuda: " + std::to_string(kv.blocks_copied() - last_blocks_copied_) +
+                           " copy-on-write block copies since the last forward but " +
+                           std::to_string(copy_log_->size()) +
+                           " reported to the CUDA model (was its KvCache block-copy observer replaced?)");
+}
+
+void CudaModel::sync_block_copies(KvCache& kv) {
+  if (&kv == last_kv_ && arena_pool_ == &kv.pool()) {
+    const size_t block_bytes = kv.pool().shape().block_bytes();
+    const size_t block_floats = block_bytes / sizeof(float);
+    // In order: a block copied to may itself be the source of a later copy.
+    for (const auto& [src, dst] : *copy_log_)
+      FDL_CUDA_CHECK(cudaMemcpyAsync(arena_.get() + size_t(dst) * block_floats, arena_.get() + size_t(src) * block_floats,
+                                     block_bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  copy_log_->clear();
+  last_kv_ = &kv;
+  last_blocks_copied_ = kv.blocks_copied();
+  // Re-registered every step: cheap (the weak_ptr fits std::function's inline storage), and
+  // a KvCache created at the address of a destroyed one gets the observer too.
+  kv.set_block_copy_observer([log = std::weak_ptr<CopyLog>(copy_log_)](BlockId src, BlockId dst) {
+    if (const auto l = log.lock()) l->emplace_back(src, dst);
+  });
 }
 
 void CudaModel::ensure_arena(const BlockPool& pool) {
@@ -164,6 +188,7 @@ void CudaModel::ensure_scratch(int n, int m, int splits) {
                ff = size_t(c.n_ff), nn = size_t(n), mm = size_t(std::max(m, 1));
   bool moved = false;
   moved |= x_.grow(nn * d);
+  moved |= x2_.grow(d);  // the fused single-token path's second residual buffer
   moved |= xn_.grow(nn * d);
   moved |= proj_.grow(nn * d);
   moved |= qkv_.grow(nn * (q + 2 * kvd));
@@ -221,9 +246,17 @@ void CudaModel::run_kernels(int n, int m) {
   att.n_splits = splits_;
   att.tile_starts = d_tiles_;
   att.n_tiles = n_tiles_;
+  att.tensor_cores = attn_tc_;
   att.partial = partial_.get();
+  // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
+  const bool fused = n == 1 && fuse_enabled_;
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaLayer& L = weights_.layers[size_t(l)];
+    kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
+    if (fused) {
+      run_fused_layer(l, kv, att);
+      continue;
+    }
     // x += (previous layer's FFN output); xn = norm(x). Layer 0 has nothing to add.
     const WType qkv_in = gemm_input_type(L.qkv.view, n);
     void* xn_in = qkv_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
@@ -232,7 +265,6 @@ void CudaModel::run_kernels(int n, int m) {
     prof(kNorm);
     matmul(L.qkv.view, xn_in, n, qkv_.get());
     prof(kQkv);
-    kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
     rope_qkv_store(qkv_.get(), d_cos_sin_, d_positions_, d_dst_block_, n, c.n_head, c.rope_dim, kv, q_.get(), stream_);
     prof(kRope);
     att.kv = kv;
@@ -268,6 +300,28 @@ void CudaModel::run_kernels(int n, int m) {
   prof(kOutput);
 }
 
+// Residual stream: x_ -> (attention norm, fused into qkv) -> x2_ -> (FFN norm, fused into
+// gate_up) -> x_, so a layer ends with it in x_ as on the unfused path. A kernel reads one
+// buffer and its block 0 writes the other: no block overwrites what another still reads.
+void CudaModel::run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  const NormIn attn_in{x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), x2_.get(), c.rms_eps};
+  gemv_norm_rope_qkv(L.qkv.view, attn_in, d_cos_sin_, d_positions_, d_dst_block_, c.n_head, c.rope_dim, kv, q_.get(),
+                     stream_);
+  prof(kQkv);
+  att.kv = kv;
+  paged_attention(att, stream_);
+  prof(kAttention);
+  gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
+  prof(kWo);
+  const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps};
+  gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_);
+  prof(kGateUp);
+  gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
+  prof(kDown);
+}
+
 void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {
   const int m = launch_step(batch, kv);
   logits.resize(size_t(m) * size_t(config_.n_vocab));
@@ -294,9 +348,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   const int n = int(batch.size());
   if (n == 0) return 0;
   const ModelConfig& c = config_;
-  last_kv_ = &kv;
-  last_blocks_copied_ = kv.blocks_copied();
   ensure_arena(kv.pool());
+  sync_block_copies(kv);
   int m = 0, max_ctx = 0;
   for (uint8_t w : batch.want_logits) m += w ? 1 : 0;
   for (int32_t p : batch.positions) max_ctx = std::max(max_ctx, p + 1);

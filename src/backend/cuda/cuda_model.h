@@ -15,14 +15,26 @@
 // SGEMM for F32 weights, GemmEx with fp32 accumulation for F16/BF16 weights after rounding
 // the activations to the weight type (as llama.cpp's GPU path does); this is the one place
 // the CUDA numerics differ from the CPU's beyond reduction order.
+// A single-token step (batch-1 decode) runs each layer as gemv_norm_rope_qkv, attention, wo,
+// gemv_norm_swiglu, down (kernels.h: the norms, RoPE and SwiGLU fused into the projections;
+// FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain). FLASHDLLM_ATTN_TC=1 runs the prefill
+// attention tiles on tensor cores (TF32; opt-in: slower than the fp32 tiles so far, see
+// docs/GPU.md).
 // CUDA graphs: a forward of up to kGemvMaxTokens tokens is captured once per (tokens, rows
 // with logits, attention splits) shape and replayed (the split count changes only when the
 // longest context doubles); FLASHDLLM_CUDA_GRAPHS=0 launches kernel by kernel. Kernels are
 // launched with programmatic dependent launch (launch.h; FLASHDLLM_PDL=0 turns it off).
 //
-// Limits: head_dim a multiple of 4 and at most 256 (ModelError at load otherwise). A KV block
-// copied by copy-on-write after fork_sequence lives only in the host arena, so forward throws
-// std::logic_error when KvCache::blocks_copied() has grown since the last forward.
+// Copy-on-write (fork_sequence, then append_slots into the shared tail): each forward
+// registers an observer on its KvCache (KvCache::set_block_copy_observer) that logs the
+// (src, dst) block pairs copied in the host arena; the next forward on that cache first
+// replays them in order as device-to-device copies on the compute stream, before any kernel
+// (the device arena is written only by forwards, so the source still holds its data then).
+// The observer holds only a weak reference to the log: it outlives the model harmlessly.
+// Copies made in a cache before its first forward with this model are not logged (the device
+// holds nothing of that cache yet); if another observer replaced ours in between, forward
+// throws std::logic_error (blocks_copied() grew by more than the log holds).
+// Limits: head_dim a multiple of 4 and at most 256 (ModelError at load otherwise).
 // Thread-safety: as the Model interface — forward is not reentrant.
 #pragma once
 
@@ -79,6 +91,8 @@ class CudaModel final : public Model {
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
   void collect_profile();   // after a synchronize
   void run_kernels(int n, int m);
+  /// One layer of a single-token step through the fused kernels (gemv_norm_*).
+  void run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att);
   /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
@@ -99,6 +113,8 @@ class CudaModel final : public Model {
   size_t prof_used_ = 0;
   std::vector<double> prof_ms_;
   int splits_ = 1;  // attention context chunks of the current step
+  bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
+  bool attn_tc_ = false;  // FLASHDLLM_ATTN_TC=1: prefill tiles on tensor cores (TF32; opt-in)
   bool tiles_enabled_ = true;  // FLASHDLLM_ATTN_TILES=0 turns the tiled prefill kernel off
   bool use_tiles_ = false;
   int n_tiles_ = 0;
@@ -109,13 +125,18 @@ class CudaModel final : public Model {
   const BlockPool* arena_pool_ = nullptr;
   size_t arena_blocks_ = 0;
   DeviceBuffer<float> arena_;
+  // Copy-on-write log (see the header comment): filled by the observer, replayed and cleared
+  // by sync_block_copies at the start of each forward.
+  using CopyLog = std::vector<std::pair<BlockId, BlockId>>;
+  void sync_block_copies(KvCache& kv);
+  std::shared_ptr<CopyLog> copy_log_ = std::make_shared<CopyLog>();
   const KvCache* last_kv_ = nullptr;
   uint64_t last_blocks_copied_ = 0;
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.
   int cap_tokens_ = 0, cap_rows_ = 0;
-  DeviceBuffer<float> x_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
+  DeviceBuffer<float> x_, x2_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
   DeviceBuffer<int32_t> ids_;
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
   DeviceBuffer<int32_t> staging_dev_;

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_widen.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 
@@ -21,43 +22,6 @@ namespace fdl::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;
-
-template <typename WT>
-struct Widen;
-template <>
-struct Widen<float> {
-  static constexpr int kVec = 4;
-  __device__ static void run(const uint4& v, float* f) {
-    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
-  }
-  __device__ static float one(float w) { return w; }
-};
-template <>
-struct Widen<__half> {
-  static constexpr int kVec = 8;
-  __device__ static void run(const uint4& v, float* f) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-      f[2 * i] = p.x, f[2 * i + 1] = p.y;
-    }
-  }
-  __device__ static float one(__half w) { return __half2float(w); }
-};
-template <>
-struct Widen<__nv_bfloat16> {
-  static constexpr int kVec = 8;
-  __device__ static void run(const uint4& v, float* f) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // bf16 is the top half of an fp32: widening is a shift.
-      f[2 * i] = __uint_as_float(u[i] << 16), f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-  }
-  __device__ static float one(__nv_bfloat16 w) { return __bfloat162float(w); }
-};
 
 template <int NT>
 __device__ __forceinline__ void reduce_store(float (&acc)[NT], int n, float* Y, int64_t rows, int64_t r) {

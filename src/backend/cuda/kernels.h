@@ -82,7 +82,13 @@ struct AttentionArgs {
   /// attention_tile_splits() (partial must then hold attention_partial_floats() floats).
   const int32_t* tile_starts = nullptr;
   int n_tiles = 0;
+  /// With tiles: run them on tensor cores (attention_tc.cu: TF32 products, fp32 softmax and
+  /// accumulation; ~1e-3 relative error instead of ~1e-6), same splits and partials.
+  bool tensor_cores = false;
 };
+/// The tiled kernel on tensor cores (called by paged_attention when a.tensor_cores is set;
+/// writes a.out when a.n_splits == 1, else the partials the combine kernel merges).
+void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream);
 /// Context shares per tile for the tiled kernel (fills the GPU; shares of >= 64 positions).
 int attention_tile_splits(int n_tiles, int n_head_kv, int n_sm, int max_ctx);
 /// Whether the tiled kernel handles this shape (head_dim 64 or 128).
@@ -109,6 +115,29 @@ void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, 
 /// kGemvMaxTokens; weight-bandwidth bound (each weight byte is read once per call).
 constexpr int kGemvMaxTokens = 16;
 void gemv(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t stream);
+
+/// Input of the fused single-token projections below: the row v = x + add (add may be null)
+/// of `W.cols` floats, normalized as add_rms_norm does: xn = (v * scale) * w. When x_out is
+/// set, v is also written there (the updated residual stream); x_out must not alias x or add.
+struct NormIn {
+  const float* x = nullptr;
+  const float* add = nullptr;
+  const float* w = nullptr;
+  float* x_out = nullptr;
+  float eps = 0.f;
+};
+/// Whether the fused kernels take W: cols a multiple of 4, 16-byte rows, cols <= 16384, an
+/// even row count, 16-byte-aligned data.
+bool gemv_norm_supported(const DeviceMatrix& W);
+/// One decode token: add_rms_norm, then gemv with the fused QKV matrix W ([q|k|v] rows), then
+/// rope_qkv_store for token 0 — one kernel, the same values (up to the order of the fp64
+/// norm sum). W.rows must be (n_head + 2 * kv.n_head_kv) * kv.head_dim.
+void gemv_norm_rope_qkv(const DeviceMatrix& W, const NormIn& in, const float* cos_sin, const int32_t* positions,
+                        const int32_t* dst_block, int n_head, int rope_dim, const KvLayerView& kv, float* q_out,
+                        cudaStream_t stream);
+/// One decode token: add_rms_norm, then gemv with the fused gate/up matrix W ([gate|up],
+/// 2*n_ff rows), then silu_mul: h[i] = silu(gate_i) * up_i for i < W.rows / 2 (fp32).
+void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream);
 
 /// dst[i] = X[i] rounded to `type` (F16 or BF16, round to nearest even) for i < count.
 void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream);

@@ -1,0 +1,237 @@
+// Fused single-token (decode) projections: residual add + RMSNorm in the GEMV's prologue,
+// and RoPE + K/V store or SwiGLU in its epilogue (contracts in kernels.h). At batch 1 the
+// per-layer chain was norm -> qkv -> rope -> ... -> norm -> gate_up -> silu -> down: three
+// of those kernels were single-block or tiny and each cost a launch, a ramp-up and a PDL
+// hand-off while the GPU's HBM idled. Here every block of the projection
+//  1. issues its first weight loads (they depend on nothing), then waits for the previous
+//     kernel (PDL);
+//  2. recomputes v = x + add and sum(v²) for the whole row (a few KB from L2; the fp64 sum in
+//     the same order in every block, so every block gets the same scale), and writes the
+//     normalized row into shared memory — block 0 also writes v to x_out (the residual
+//     stream ping-pongs between two buffers: no block may overwrite x while others read it);
+//  3. streams groups of 8 weight rows (one warp each, as gemv.cu) against the shared-memory
+//     row — the grid is one wave of resident blocks, each taking several groups, so step 2
+//     runs once per block (~500 times), not once per group (3584 times for gate/up);
+//  4. finishes each group in the epilogue: rotates q/k pairs and stores q, K and V (the 8 rows
+//     of a block are 4 whole RoPE pairs), or combines gate row p with up row p.
+// The arithmetic is the unfused kernels' operation for operation (fp32, no FMA contraction
+// where they avoid it), so the fused path gives the same values up to the fp64 sum order.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_widen.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+#include <string>
+
+namespace fdl::cuda {
+namespace {
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps, kUnroll = 8;
+constexpr int kMaxCols = 16384;  // 64 KiB of shared memory for the normalized row
+enum Epilogue { kRopeQkv = 0, kSwiglu = 1 };
+
+struct RopeOut {  // the rope_qkv_store arguments for token 0
+  const float* cos_sin;
+  const int32_t* positions;
+  const int32_t* dst_block;
+  int n_head, rope_dim;
+  KvLayerView kv;
+  float* q_out;
+};
+
+template <typename WT, int EPI>
+__global__ void __launch_bounds__(kThreads)
+    gemv_norm_kernel(const WT* __restrict__ W, int64_t rows, int cols, NormIn in, RopeOut ro, float* __restrict__ h) {
+  extern __shared__ float4 xs4[];
+  float* xs = reinterpret_cast<float*>(xs4);
+  __shared__ double red[kWarps];
+  __shared__ float res[kWarps];
+  launch_dependents();
+  constexpr int kVec = Widen<WT>::kVec;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  // Groups of 8 rows (SwiGLU: 4 gate rows and the 4 matching up rows) are dealt round-robin
+  // to a grid sized to the resident blocks, so the norm prologue runs once per block, not
+  // once per group.
+  const int64_t n_groups = EPI == kSwiglu ? (rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (rows + kWarps - 1) / kWarps;
+  int64_t r = 0;
+  bool valid = false;
+  auto row_of = [&](int64_t g) {  // this warp's weight row in group g, and whether it exists
+    if constexpr (EPI == kSwiglu) {
+      const int64_t n_ff = rows / 2, p = g * (kWarps / 2) + (warp & 3);
+      valid = p < n_ff;
+      r = warp < 4 ? p : n_ff + p;
+    } else {
+      r = g * kWarps + warp;
+      valid = r < rows;
+    }
+  };
+  const int nvec = cols / kVec;
+  const uint4* wrow = nullptr;
+  uint4 w[kUnroll];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int idx = base + u * 32;
+      w[u] = idx < nvec ? __ldcs(wrow + idx) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  int64_t g = blockIdx.x;
+  row_of(g);
+  wrow = reinterpret_cast<const uint4*>(W + (valid ? r : 0) * cols);
+  load(lane);
+  grid_dependency_wait();
+
+  // Residual add + RMSNorm of the single row into shared memory.
+  double sum = 0.0;
+  const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
+  for (int i = threadIdx.x; i < cols; i += kThreads) {
+    const float v = in.add ? in.x[i] + in.add[i] : in.x[i];
+    if (write_x) in.x_out[i] = v;
+    xs[i] = v;
+    sum += double(__fmul_rn(v, v));
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) red[warp] = sum;
+  __syncthreads();
+  double total = 0.0;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) total += red[k];
+  const float mean = float(total / double(cols));
+  const float scale = 1.0f / sqrtf(mean + in.eps);
+  for (int i = threadIdx.x; i < cols; i += kThreads) xs[i] = __fmul_rn(__fmul_rn(xs[i], scale), in.w[i]);
+  __syncthreads();
+
+  for (; g < n_groups; g += gridDim.x) {
+    // The weight row against the normalized row (gemv.cu's loop with X in shared memory).
+    float acc = 0.f;
+    for (int base = lane; base < nvec; base += 32 * kUnroll) {
+      if (base != lane) load(base);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int idx = base + u * 32;
+        if (idx < nvec) {
+          float wf[kVec];
+          Widen<WT>::run(w[u], wf);
+#pragma unroll
+          for (int v = 0; v < kVec / 4; ++v) {
+            const float4 x = xs4[idx * (kVec / 4) + v];
+            acc = fmaf(wf[4 * v], x.x, acc);
+            acc = fmaf(wf[4 * v + 1], x.y, acc);
+            acc = fmaf(wf[4 * v + 2], x.z, acc);
+            acc = fmaf(wf[4 * v + 3], x.w, acc);
+          }
+        }
+      }
+    }
+    // Start the next group's loads now: they fly during the reduction and the epilogue.
+    if (g + gridDim.x < n_groups) {
+      row_of(g + gridDim.x);
+      wrow = reinterpret_cast<const uint4*>(W + (valid ? r : 0) * cols);
+      load(lane);
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) res[warp] = acc;
+    __syncthreads();
+
+    if constexpr (EPI == kSwiglu) {
+      // out[p] = silu(gate[p]) * up[p], as silu_mul_kernel computes it.
+      if (threadIdx.x < kWarps / 2) {
+        const int64_t p = g * (kWarps / 2) + threadIdx.x;
+        if (p < rows / 2) {
+          const float gt = res[threadIdx.x], u = res[threadIdx.x + kWarps / 2];
+          h[p] = __fmul_rn(__fdiv_rn(gt, __fadd_rn(1.0f, expf(-gt))), u);
+        }
+      }
+    } else {
+      // Pair j of the group: rows r0, r0+1 = elements 2i, 2i+1 of a q, k or v head (head_dim
+      // is even and groups start at multiples of 8, so a pair never straddles two groups).
+      if (threadIdx.x < kWarps / 2) {
+        const int64_t r0 = g * kWarps + 2 * threadIdx.x;
+        if (r0 < rows) {
+          const KvLayerView& kv = ro.kv;
+          const int hd = kv.head_dim, q_dim = ro.n_head * hd, kv_dim = kv.n_head_kv * hd;
+          const int pos = ro.positions[0];
+          float* k_dst = kv.base + int64_t(ro.dst_block[0]) * kv.block_stride + kv.layer_offset +
+                         int64_t(pos % kv.block_size) * kv_dim;
+          const float x0 = res[2 * threadIdx.x], x1 = res[2 * threadIdx.x + 1];
+          const int ri = int(r0);
+          if (ri >= q_dim + kv_dim) {  // v: stored as computed
+            float* v_dst = k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim);
+            v_dst[0] = x0;
+            v_dst[1] = x1;
+          } else {
+            float* dst = ri < q_dim ? ro.q_out + ri : k_dst + (ri - q_dim);
+            const int e = ri % hd;  // element within its head (q and k heads start at multiples of hd)
+            if (e < ro.rope_dim) {
+              const float c = ro.cos_sin[e], sn = ro.cos_sin[e + 1];  // pair e/2: cos at 2i, sin at 2i+1
+              dst[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+              dst[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+            } else {
+              dst[0] = x0;
+              dst[1] = x1;
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // res is consumed before the next group writes it
+  }
+}
+
+template <typename WT, int EPI>
+void launch_fused(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float* h, cudaStream_t stream) {
+  const int64_t groups = EPI == kSwiglu ? (W.rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (W.rows + kWarps - 1) / kWarps;
+  const size_t smem = size_t(W.cols) * sizeof(float);
+  if (smem > 48 * 1024)  // opt in to more than the default 48 KiB of dynamic shared memory
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(gemv_norm_kernel<WT, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem)));
+  // One wave of resident blocks, each taking the same number of groups (no partial last wave).
+  // Cached per kernel on first use (launches come from one thread: forward is not reentrant).
+  static int n_sm = 0;
+  static size_t occ_smem = 0;
+  static int per_sm = 0;
+  if (n_sm == 0) FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+  if (occ_smem != smem || per_sm == 0) {
+    FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_norm_kernel<WT, EPI>, kThreads, smem));
+    per_sm = per_sm > 0 ? per_sm : 1;
+    occ_smem = smem;
+  }
+  const int64_t resident = int64_t(n_sm) * per_sm;
+  const int64_t per_block = (groups + resident - 1) / resident;
+  const int64_t blocks = (groups + per_block - 1) / per_block;
+  launch_pdl(gemv_norm_kernel<WT, EPI>, dim3(unsigned(blocks)), dim3(kThreads), smem, stream,
+             static_cast<const WT*>(W.data), W.rows, int(W.cols), in, ro, h);
+}
+
+template <int EPI>
+void dispatch(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float* h, cudaStream_t stream) {
+  if (!gemv_norm_supported(W))
+    throw CudaError("gemv_norm: unsupported matrix (" + std::to_string(W.rows) + "x" + std::to_string(W.cols) + " " +
+                    wtype_name(W.type) + ")");
+  switch (W.type) {
+    case WType::F32: return launch_fused<float, EPI>(W, in, ro, h, stream);
+    case WType::F16: return launch_fused<__half, EPI>(W, in, ro, h, stream);
+    case WType::BF16: return launch_fused<__nv_bfloat16, EPI>(W, in, ro, h, stream);
+  }
+}
+
+}  // namespace
+
+bool gemv_norm_supported(const DeviceMatrix& W) {
+  return W.cols > 0 && W.cols <= kMaxCols && W.cols % 4 == 0 && (W.cols * int64_t(wtype_size(W.type))) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(W.data) % 16 == 0 && W.rows > 0 && W.rows % 2 == 0;
+}
+
+void gemv_norm_rope_qkv(const DeviceMatrix& W, const NormIn& in, const float* cos_sin, const int32_t* positions,
+                        const int32_t* dst_block, int n_head, int rope_dim, const KvLayerView& kv, float* q_out,
+                        cudaStream_t stream) {
+  if (W.rows != int64_t(n_head + 2 * kv.n_head_kv) * kv.head_dim || kv.head_dim % 2 != 0)
+    throw CudaError("gemv_norm_rope_qkv: " + std::to_string(W.rows) + " rows do not match the heads");
+  dispatch<kRopeQkv>(W, in, RopeOut{cos_sin, positions, dst_block, n_head, rope_dim, kv, q_out}, nullptr, stream);
+}
+
+void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream) {
+  dispatch<kSwiglu>(W, in, RopeOut{}, h, stream);
+}
+
+}  // namespace fdl::cuda

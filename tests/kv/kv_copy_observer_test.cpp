@@ -1,0 +1,95 @@
+// KvCache::set_block_copy_observer: called once per copy-on-write copy with (shared source,
+// private copy), after the copy's bytes and metadata are in place; never for appends that
+// copy nothing; replaceable and removable.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "flashdllm/kv_cache.h"
+
+namespace fdl {
+namespace {
+
+KvShape shape() { return KvShape{.n_layer = 2, .n_kv_head = 1, .head_dim = 2, .block_size = 4}; }
+
+struct Seen {
+  BlockId src, dst;
+  bool bytes_equal;    // dst's bytes already equal src's when the observer runs
+  uint32_t dst_filled; // dst's n_filled at that time
+  int32_t src_refs;    // src is still held by the other sequence
+};
+
+TEST(KvCopyObserver, ReportsEachCopyOnWriteWithSourceAndDestination) {
+  BlockPool pool(shape(), 8);
+  KvCache kv(pool);
+  std::vector<Seen> seen;
+  kv.set_block_copy_observer([&](BlockId src, BlockId dst) {
+    const auto a = pool.block_bytes(src), b = pool.block_bytes(dst);
+    seen.push_back({src, dst, std::memcmp(a.data(), b.data(), a.size()) == 0, pool.meta(dst).n_filled,
+                    pool.meta(src).ref_count});
+  });
+  const SeqId a = kv.create_sequence();
+  kv.append_slots(a, 6);  // one full block, a tail block with 2 of 4 slots used
+  for (size_t p = 0; p < 6; ++p) kv.k_slot(a, 1, p)[1] = float(p + 1);
+  EXPECT_TRUE(seen.empty()) << "no copy for appends into private blocks";
+
+  const SeqId b = kv.fork_sequence(a);
+  const BlockId shared_tail = kv.block_table(b)[1];
+  kv.append_slots(b, 1);  // writes into the shared partial tail: copy-on-write
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].src, shared_tail);
+  EXPECT_EQ(seen[0].dst, kv.block_table(b)[1]);
+  EXPECT_NE(seen[0].src, seen[0].dst);
+  EXPECT_TRUE(seen[0].bytes_equal);
+  EXPECT_EQ(seen[0].dst_filled, 2u);
+  EXPECT_EQ(seen[0].src_refs, 1) << "the source is still the parent's block";
+  EXPECT_EQ(kv.block_table(a)[1], shared_tail);
+  EXPECT_EQ(kv.blocks_copied(), 1u);
+
+  kv.append_slots(a, 1);  // a's tail is private again (b took a copy): nothing copied
+  EXPECT_EQ(seen.size(), 1u);
+
+  // A fork at a block boundary shares only full blocks: appending allocates, copies nothing.
+  kv.append_slots(a, 1);  // a: 8 tokens, two full blocks
+  const SeqId c = kv.fork_sequence(a);
+  kv.append_slots(c, 1);
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_EQ(kv.blocks_copied(), 1u);
+}
+
+TEST(KvCopyObserver, CanBeReplacedAndRemoved) {
+  BlockPool pool(shape(), 8);
+  KvCache kv(pool);
+  int first = 0, second = 0;
+  kv.set_block_copy_observer([&](BlockId, BlockId) { ++first; });
+  kv.set_block_copy_observer([&](BlockId, BlockId) { ++second; });
+  const SeqId a = kv.create_sequence();
+  kv.append_slots(a, 1);
+  const SeqId b = kv.fork_sequence(a);
+  kv.append_slots(b, 1);
+  EXPECT_EQ(first, 0);
+  EXPECT_EQ(second, 1);
+  kv.set_block_copy_observer({});
+  const SeqId c = kv.fork_sequence(a);
+  kv.append_slots(c, 1);
+  EXPECT_EQ(second, 1);
+  EXPECT_EQ(kv.blocks_copied(), 2u);
+}
+
+TEST(KvCopyObserver, NotCalledWhenTheAppendFailsForLackOfBlocks) {
+  BlockPool pool(shape(), 2);
+  KvCache kv(pool);
+  int calls = 0;
+  kv.set_block_copy_observer([&](BlockId, BlockId) { ++calls; });
+  const SeqId a = kv.create_sequence();
+  kv.append_slots(a, 5);  // both blocks used, the tail partly
+  const SeqId b = kv.fork_sequence(a);
+  EXPECT_THROW(kv.append_slots(b, 1), KvCacheFull);  // the copy would need a third block
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(kv.blocks_copied(), 0u);
+}
+
+}  // namespace
+}  // namespace fdl
