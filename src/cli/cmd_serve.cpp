@@ -13,8 +13,11 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -59,6 +62,8 @@ struct ServeOptions {
 // How long shutdown waits for running streams to write their last chunks after the engine
 // has drained (a client that stopped reading must not hold the process forever).
 constexpr auto kStreamFlushTimeout = std::chrono::seconds(10);
+// How long shutdown then waits for idle or stalled connections to close.
+constexpr auto kConnectionCloseTimeout = std::chrono::seconds(5);
 
 void check_options(const ServeOptions& o) {
   check_int_in("--port", o.port, 0, 65535);
@@ -172,6 +177,9 @@ void run_serve(const ServeOptions& o) {
   std::fprintf(stderr, "flashdllm: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
 
+  std::mutex run_mu;
+  std::condition_variable run_cv;
+  bool run_returned = false;
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -183,8 +191,23 @@ void run_serve(const ServeOptions& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     server.stop();
+    // httplib's stop() joins its connection threads; a client still trickling a request body
+    // (slowloris) would hold one, and the process, forever. Every request has been answered
+    // or drained by now, so past the grace period the process ends without them.
+    std::unique_lock lk(run_mu);
+    if (!run_cv.wait_for(lk, kConnectionCloseTimeout, [&] { return run_returned; })) {
+      spdlog::warn("connections still open {} s after shutdown: exiting without them",
+                   kConnectionCloseTimeout.count());
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
   });
   const bool ok = server.run();
+  {
+    std::lock_guard lk(run_mu);
+    run_returned = true;
+  }
+  run_cv.notify_all();
   if (!ok) pthread_kill(waiter.native_handle(), SIGTERM);  // release the waiter
   waiter.join();
   if (!ok) throw CliError("the HTTP server stopped unexpectedly");

@@ -117,11 +117,12 @@ void Scheduler::step() {
     forward(rows);
     const auto t1 = Clock::now();
     finish_decode();
-    // Speculation's cost model and breaker see the whole step: what a step of this many
-    // tokens costs, and what it produced.
+    // Speculation's cost model and breaker see the whole decode side of the step: drafting,
+    // the forward and verification (on a tiny model the drafters and the verification scans
+    // are a visible share), and what it produced.
     SpecState& sp = ctx_.spec;
     if (sp.enabled()) {
-      const double ms = ms_between(t0, t1);
+      const double ms = ms_between(t0, Clock::now());
       const size_t tokens = ctx_.batch.size();
       if (!decode_.empty() || sp.cost.has_data()) sp.cost.observe(double(tokens), ms);
       const size_t emitted = step_emitted_;
@@ -224,7 +225,9 @@ void Scheduler::plan_prefill(size_t budget) {
   }
   std::vector<LiveSequence*> admitted;
   for (LiveSequence* s : order) {
-    if (budget == 0 || running_.size() >= size_t(ctx_.options.max_sequences)) break;
+    // Admitted ones join running_ after this loop: count them too.
+    if (budget == 0 || running_.size() + admitted.size() >= size_t(ctx_.options.max_sequences))
+      break;
     const bool starved = s->waited_steps >= opt_.max_wait_steps;
     if (opt_.length_buckets && s->length_class == LengthClass::Long && long_active && !starved)
       continue;

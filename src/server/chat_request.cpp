@@ -73,7 +73,8 @@ void refuse_unsupported(const nlohmann::json& body) {
     }
   }
   if (const nlohmann::json* rf = find_field(body, "response_format")) {
-    if (!rf->is_object() || rf->value("type", std::string()) != "text") {
+    const auto type = rf->is_object() ? rf->find("type") : rf->end();
+    if (!rf->is_object() || type == rf->end() || !type->is_string() || *type != "text") {
       throw invalid_param("response_format",
                           "only 'response_format' {\"type\": \"text\"} is supported");
     }

@@ -169,7 +169,14 @@ struct HttpServer::Impl {
       std::string message;
       switch (res.status) {
         case 404: message = "no route for " + req.method + " " + req.path; break;
-        case 413: message = "the request body is larger than the server accepts (--max-body-bytes)"; break;
+        case 413:
+          // cpp-httplib caps form-encoded bodies (curl -d's default Content-Type) at 8 KiB
+          // whatever --max-body-bytes says: name the real cause.
+          message = req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded")
+                        ? "form-encoded request bodies are limited to 8192 bytes: send JSON with "
+                          "'Content-Type: application/json' (curl: -H 'Content-Type: application/json')"
+                        : "the request body is larger than the server accepts (--max-body-bytes)";
+          break;
         default: message = "HTTP " + std::to_string(res.status);
       }
       send_json(res, res.status, error_body(message, "invalid_request_error"));

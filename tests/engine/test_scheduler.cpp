@@ -150,6 +150,23 @@ TEST(SchedulerPreemption, ASmallPoolPreemptsAndRecomputesWithoutChangingOutputs)
   }
 }
 
+TEST(SchedulerAdmission, NeverRunsMoreThanMaxSequencesEvenWhenAllArriveTogether) {
+  // Found by a fresh-eyes test: requests admitted in one step were not counted until the
+  // end of the admission loop, so 16 ran at once with max_sequences 2 (and then preempted
+  // each other, the pool being sized for 2).
+  const auto& m = test::stories_model();
+  GeneratorOptions g = small_context();
+  g.max_sequences = 2;
+  test::SchedulerFixture f(m, g, SchedulerOptions{});
+  for (uint32_t i = 0; i < 16; ++i) f.add(i, test::greedy_request(random_prompt(8, 30 + i), 20));
+  while (f.scheduler.has_work()) {
+    f.scheduler.step();
+    ASSERT_LE(f.scheduler.n_running(), 2u);
+  }
+  EXPECT_EQ(f.scheduler.counters().preemptions, 0);
+  for (uint32_t i = 0; i < 16; ++i) EXPECT_EQ(f.records[i].ids.size(), 20u);
+}
+
 TEST(SchedulerBuckets, ShortPromptsOvertakeALongOneOnlyWithBuckets) {
   const auto& m = test::stories_model();
   GeneratorOptions g = small_context();

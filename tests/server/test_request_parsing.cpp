@@ -287,6 +287,9 @@ TEST(ChatRequest, UnsupportedFeaturesAreRefused) {
   EXPECT_EQ(chat_error(with(kChat, {{"tools", {{{"type", "function"}}}}})).param(), "tools");
   EXPECT_EQ(chat_error(with(kChat, {{"tool_choice", "auto"}})).param(), "tool_choice");
   EXPECT_EQ(chat_error(with(kChat, {{"response_format", {{"type", "json_object"}}}})).param(), "response_format");
+  // A non-string type is a bad request, not a server error (found by a fresh-eyes test).
+  EXPECT_EQ(chat_error(with(kChat, {{"response_format", {{"type", 1}}}})).param(), "response_format");
+  EXPECT_EQ(chat_error(with(kChat, {{"response_format", json::object()}})).param(), "response_format");
   EXPECT_NO_THROW(parse_chat_request(with(kChat, {{"response_format", {{"type", "text"}}}, {"tools", json::array()}})));
 }
 
