@@ -73,6 +73,8 @@ struct EngineOptions {
   SchedulerOptions scheduler{};
   /// KV pool size in blocks; 0 = max_sequences full contexts (never preempts). Smaller pools
   /// are allowed (down to one full context) and make the scheduler preempt under load.
+  /// When 0, generator.kv_blocks is used if set. Lower tiers: generator.kv_tiers; the
+  /// "disk_offload" breaker is the tier manager's (it pauses tier-2 offload).
   size_t kv_blocks = 0;
 };
 
@@ -133,6 +135,9 @@ struct EngineMetrics {
   uint64_t kv_blocks_copied = 0;  ///< copy-on-write copies (KvCache::blocks_copied)
   SpecMetrics spec;
   double forward_ms = 0;          ///< total time inside Model::forward
+  /// Lower KV tiers (EngineOptions::generator.kv_tiers): per-tier occupancy, blocks/bytes
+  /// moved each way, transfer latency, prefetch hits/late, checksum failures, lost tokens.
+  KvTierMetrics kv_tiers;
 };
 
 /// A runtime switch (docs/SCHEDULER.md): "speculation" and "disk_offload".

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "flashdllm/kv_cache.h"
+#include "flashdllm/kv_tiers.h"
 #include "flashdllm/model.h"
 #include "flashdllm/sampling.h"
 #include "flashdllm/speculative.h"
@@ -101,6 +102,51 @@ struct GeneratorStats {
   double total_ms = 0;           ///< the whole generate() call
 };
 
+/// Where the prefix cache sends a tier-0 block it must give up (docs/KV_TIERS.md):
+/// Auto = the cost rule over the measured storage profile and the model's measured prefill
+/// speed; Recompute = always drop (recompute on reuse); Host = tier 1, dropped when tier 1 is
+/// full; Disk = tier 1, ageing to tier 2 when tier 1 is full (tier 2 directly without a
+/// tier 1). A tier that is not configured (or disabled by an error) is skipped.
+enum class KvPlacementMode : uint8_t { Auto, Recompute, Host, Disk };
+const char* to_string(KvPlacementMode m);
+/// "auto", "recompute", "host" or "disk"; std::invalid_argument otherwise.
+KvPlacementMode parse_kv_placement(std::string_view text);
+
+/// Lower KV tiers for a Generator / Engine. Tiers are on when `tiers` gives tier 1 or tier 2
+/// a capacity (tier 2 also needs tiers.disk_path).
+struct KvTierOptions {
+  TierConfig tiers{};
+  KvPlacementMode placement = KvPlacementMode::Auto;
+  /// Auto only: a StorageProfile as JSON (`flashdllm profile --json`); empty = the cached
+  /// profile for this disk path and block size, measured (about a second) when missing.
+  std::string profile_json;
+  std::filesystem::path profile_cache_dir;  ///< empty = $XDG_CACHE_HOME/flashdllm
+  /// Reuse-score half-life of a cached block, in engine steps (decayed access frequency).
+  double reuse_half_life_steps = 256.0;
+  bool enabled() const {
+    return tiers.host.bytes > 0 || tiers.host.fraction > 0 ||
+           (!tiers.disk_path.empty() && (tiers.disk.bytes > 0 || tiers.disk.fraction > 0));
+  }
+};
+
+/// What the tiered KV layer did (Generator::tier_metrics, EngineMetrics::kv_tiers).
+struct KvTierMetrics {
+  bool enabled = false;
+  std::string placement;            ///< the mode ("auto", ...)
+  TierStats tiers;                  ///< occupancy, moves, latency, checksums, breaker
+  int64_t demoted_host = 0;         ///< prefix-cache blocks sent tier 0 -> 1
+  int64_t demoted_disk = 0;         ///< ... tier 0 -> 2 or tier 1 -> 2
+  int64_t dropped = 0;              ///< ... released (recompute if reused)
+  int64_t promoted = 0;             ///< offloaded blocks brought back into tier 0 on a hit
+  int64_t failed_promotions = 0;    ///< Corrupt / IoError / Lost on the way back
+  int64_t lost_tokens = 0;          ///< cached tokens lost that way (recomputed by prefill)
+  int64_t prefetches = 0;           ///< promotions started early for waiting requests
+  double recompute_tok_per_s = 0;   ///< the prefill speed the cost rule uses now
+  double disk_write_ms_per_block = 0;  ///< measured engine-side cost of a tier-2 write (0 = none yet)
+  double disk_read_ms_per_block = 0;   ///< ... of bringing a tier-2 block back
+  std::string profile;              ///< the storage profile used (JSON), empty if none
+};
+
 struct GeneratorOptions {
   int block_size = 16;      ///< tokens per KV block (--block-size), >= 1
   /// Context limit per sequence in tokens (prompt + generated); 0 = min(model's training
@@ -112,6 +158,15 @@ struct GeneratorOptions {
   /// on, outputs stay exactly those of plain decoding (greedy: the same ids; sampling: the
   /// same distribution), only faster when drafts are accepted.
   SpecOptions spec{};
+  /// Tier-0 KV pool size in blocks (--kv-tier0-bytes / block bytes); 0 = max_sequences full
+  /// contexts (never preempts). Smaller pools (at least one full context) make the scheduler
+  /// preempt, and with kv_tiers configured, move cached blocks down the tiers.
+  size_t kv_blocks = 0;
+  /// Lower KV tiers (host DRAM, disk) under the prefix cache; off unless configured.
+  KvTierOptions kv_tiers{};
+  /// When set, a Chrome trace-event JSON (Perfetto opens it) of the last generate() call is
+  /// written here: per-step forward spans and demote/promote spans with byte counts.
+  std::filesystem::path trace_file{};
 };
 
 /// Called with (request index, text piece) for every non-empty piece of generated text.
@@ -143,6 +198,10 @@ class Generator {
   /// Test hook: the next `n` audit comparisons count as mismatches, as if the speculative
   /// and the shadow ids had differed. Needs spec.audit_fraction > 0 to have any effect.
   void force_audit_mismatches(int n);
+  /// Tier counters since construction (enabled = false when no lower tier is configured).
+  KvTierMetrics tier_metrics() const;
+  /// Test hook: the tier manager (nullptr without lower tiers), e.g. to corrupt a block.
+  TierManager* tier_manager_for_test();
 
  private:
   struct Impl;

@@ -21,6 +21,7 @@
 #include "cli/cli_error.h"
 #include "cli/commands.h"
 #include "cli/json_output.h"
+#include "cli/kv_tier_flags.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
 #include "cli/stdout_io.h"
@@ -57,6 +58,8 @@ struct GenerateOptions {
   bool mmap = false;  // --mmap: zero-copy weights (GgufBacking::Mmap)
   std::string spec = "off";  // --spec off|lookup|lookahead|auto
   int spec_window = 5;
+  KvTierFlags kv;
+  std::string trace;  // --trace FILE: Chrome trace-event JSON of the run
 };
 
 void check_options(const GenerateOptions& opt) {
@@ -122,6 +125,22 @@ nlohmann::json spec_json(const SpecMetrics& m) {
           {"breaker_trips", m.breaker_trips}};
 }
 
+nlohmann::json kv_tiers_json(const KvTierMetrics& m) {
+  nlohmann::json j = {{"enabled", m.enabled},
+                      {"placement", m.placement},
+                      {"demoted_host", m.demoted_host},
+                      {"demoted_disk", m.demoted_disk},
+                      {"dropped", m.dropped},
+                      {"promoted", m.promoted},
+                      {"failed_promotions", m.failed_promotions},
+                      {"lost_tokens", m.lost_tokens},
+                      {"prefetches", m.prefetches},
+                      {"recompute_tok_per_s", m.recompute_tok_per_s},
+                      {"tiers", nlohmann::json::parse(m.tiers.to_json())}};
+  if (!m.profile.empty()) j["profile"] = nlohmann::json::parse(m.profile);
+  return j;
+}
+
 nlohmann::json timings_json(const GenerationTimings& t, double load_ms) {
   return {{"load_ms", load_ms},
           {"prompt_tokens", t.prompt_tokens},
@@ -155,6 +174,7 @@ void print_spec_summary(const SpecMetrics& m, const std::string& mode) {
 }
 
 void run_generate(const GenerateOptions& opt) {
+  kv_logs_to_stderr();
   check_options(opt);
   const std::optional<uint64_t> given =
       opt.seed_given ? parse_seed("--seed", opt.seed, /*allow_random=*/true) : std::nullopt;
@@ -184,11 +204,20 @@ void run_generate(const GenerateOptions& opt) {
     throw CliError(std::string("--spec: ") + e.what());
   }
   spec.window = opt.spec_window;
-  Generator generator(*loaded.model, *loaded.tokenizer,
-                      GeneratorOptions{.block_size = opt.block_size,
-                                       .n_ctx = opt.ctx_size,
-                                       .max_sequences = 1,
-                                       .spec = spec});
+  GeneratorOptions gopt{.block_size = opt.block_size,
+                        .n_ctx = opt.ctx_size,
+                        .max_sequences = 1,
+                        .spec = spec};
+  gopt.kv_tiers = kv_tier_options(opt.kv);
+  gopt.kv_blocks = kv_tier0_blocks(opt.kv, loaded.model->kv_shape(opt.block_size).block_bytes());
+  gopt.trace_file = opt.trace;
+  std::optional<Generator> made;
+  try {
+    made.emplace(*loaded.model, *loaded.tokenizer, gopt);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(e.what());  // e.g. a tier 0 too small for one context
+  }
+  Generator& generator = *made;
   const int n_ctx = generator.options().n_ctx;
   if (request.prompt_ids.size() >= size_t(n_ctx)) {
     throw CliError("prompt has " + std::to_string(request.prompt_ids.size()) +
@@ -216,7 +245,8 @@ void run_generate(const GenerateOptions& opt) {
                      {"matched_stop", result.matched_stop},
                      {"seed", seed},
                      {"timings", timings_json(result.timings, load_ms)},
-                     {"spec", spec_json(generator.spec_metrics())}});
+                     {"spec", spec_json(generator.spec_metrics())},
+                     {"kv_tiers", kv_tiers_json(generator.tier_metrics())}});
   } else if (::isatty(STDOUT_FILENO) && !result.text.empty() && result.text.back() != '\n') {
     write_stdout("\n");  // keep the shell prompt off the last line; pipes get exact text
   }
@@ -266,6 +296,9 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
       ->capture_default_str();
+  add_kv_tier_flags(cmd, opt->kv);
+  cmd->add_option("--trace", opt->trace,
+                  "Write a Chrome trace-event JSON (open in Perfetto) of the run to this file");
   cmd->callback([opt, prompt, file, seed] {
     if (prompt->count() == 0 && file->count() == 0) {
       throw CliError("generate needs -p PROMPT (use -p \"\" to start from BOS) or -f FILE");

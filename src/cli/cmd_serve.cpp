@@ -24,6 +24,7 @@
 
 #include "cli/cli_error.h"
 #include "cli/commands.h"
+#include "cli/kv_tier_flags.h"
 #include "cli/model_flags.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
@@ -57,6 +58,7 @@ struct ServeOptions {
   long long max_body_bytes = 1 << 20;
   std::string served_model_name;
   int http_threads = 64;
+  KvTierFlags kv;  // --kv-tier0-bytes, --kv-host-bytes, --kv-disk-*, --kv-placement
 };
 
 // How long shutdown waits for running streams to write their last chunks after the engine
@@ -145,7 +147,10 @@ void run_serve(const ServeOptions& o) {
     throw CliError("--ctx-size " + std::to_string(o.ctx_size) +
                    ": exceeds the model's context of " + std::to_string(n_ctx_train) + " tokens");
   }
-  Engine engine(*loaded.model, *loaded.tokenizer, engine_options(o));
+  EngineOptions eo = engine_options(o);
+  eo.generator.kv_tiers = kv_tier_options(o.kv);
+  eo.kv_blocks = kv_tier0_blocks(o.kv, loaded.model->kv_shape(o.block_size).block_bytes());
+  Engine engine(*loaded.model, *loaded.tokenizer, eo);
 
   std::unique_ptr<control::RedisControl> redis;
   if (redis_url) {
@@ -244,6 +249,7 @@ void add_serve_command(CLI::App& app) {
                   "Breaker commands from Redis Pub/Sub, e.g. redis://127.0.0.1:6379/flashdllm-control");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
   add_mmap_flag(cmd, o->mmap);
+  add_kv_tier_flags(cmd, o->kv);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (larger: 413)")
       ->capture_default_str();
   cmd->add_option("--served-model-name", o->served_model_name, "Model name reported (default: file stem)");

@@ -21,5 +21,7 @@ void add_profile_command(CLI::App& app);
 /// `tools` groups developer utilities; today only `tools make-model`.
 void add_tools_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+/// `multiturn`: a multi-turn chat workload for the KV tier benchmark (cmd_multiturn.cpp).
+void add_multiturn_command(CLI::App& app);
 
 }  // namespace fdl::cli

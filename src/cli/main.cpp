@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   fdl::cli::add_info_command(app);
   fdl::cli::add_tools_command(app);
   fdl::cli::add_serve_command(app);
+  fdl::cli::add_multiturn_command(app);
 
   try {
     check_command_words(app, argc, argv);

@@ -18,10 +18,11 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/engine_context.h"
+#include "engine/kv_offload.h"
 #include "engine/request_validation.h"
 #include "engine/resolved_options.h"
 #include "engine/scheduler.h"
-#include "kv/offload_breaker.h"
+#include "engine/step_trace.h"
 
 namespace fdl {
 namespace {
@@ -32,17 +33,9 @@ constexpr const char* kDiskOffload = "disk_offload";
 EngineOptions resolve(const Model& model, EngineOptions o) {
   o.generator = engine::resolve_options(model, o.generator);
   engine::validate_scheduler_options(o.scheduler, o.generator);
-  const size_t per_sequence =
-      (size_t(o.generator.n_ctx) + size_t(o.generator.block_size) - 1) /
-      size_t(o.generator.block_size);
-  if (o.kv_blocks == 0) o.kv_blocks = engine::default_pool_blocks(o.generator);
-  // One request may always run alone: it needs a full context (plus a shadow copy when
-  // audited, which the scheduler drops first under pressure).
-  if (o.kv_blocks < per_sequence)
-    throw std::invalid_argument("Engine: kv_blocks = " + std::to_string(o.kv_blocks) +
-                                " cannot hold one full context (" + std::to_string(per_sequence) +
-                                " blocks of " + std::to_string(o.generator.block_size) +
-                                " tokens for n_ctx " + std::to_string(o.generator.n_ctx) + ")");
+  o.kv_blocks = engine::resolve_pool_blocks(
+      o.generator, o.kv_blocks != 0 ? o.kv_blocks : o.generator.kv_blocks, "Engine");
+  o.generator.kv_blocks = o.kv_blocks;
   return o;
 }
 
@@ -53,8 +46,12 @@ struct Engine::Impl {
       : model(m), tokenizer(t), options(resolve(m, o)), n_vocab(m.config().n_vocab),
         pool(m.kv_shape(options.generator.block_size), options.kv_blocks), kv(pool),
         spec(options.generator.spec),
-        ctx{model, tokenizer, kv, options.generator, n_vocab, batch, logits, stats, spec},
+        tiers(engine::make_tier_manager(pool, options.generator.kv_tiers)),
+        offload(engine::make_offload(m, *tiers, options.generator)),
+        ctx{model, tokenizer, kv, options.generator, n_vocab, batch, logits, stats, spec,
+            offload.get(), options.generator.trace_file.empty() ? nullptr : &trace},
         scheduler(ctx, options.scheduler) {
+    if (offload) offload->set_trace(ctx.trace);
     if (tokenizer.n_vocab() > n_vocab)
       throw std::invalid_argument("Engine: tokenizer has " + std::to_string(tokenizer.n_vocab()) +
                                   " tokens but the model's vocabulary is " +
@@ -74,9 +71,14 @@ struct Engine::Impl {
   std::vector<float> logits;
   GeneratorStats stats;
   engine::SpecState spec;
+  engine::StepTrace trace;
+  // The tier manager outlives the scheduler (its prefix cache holds OffloadIds) and dies
+  // before the pool (it finishes in-flight transfers into it). It always exists: its breaker
+  // is the "disk_offload" breaker.
+  std::unique_ptr<TierManager> tiers;
+  std::unique_ptr<engine::KvOffload> offload;
   engine::EngineContext ctx;
   engine::Scheduler scheduler;
-  kv::OffloadBreaker offload_breaker;
 
   struct NewRequest {
     RequestId id;
@@ -153,6 +155,14 @@ Engine::~Engine() {
   }
   impl_->inbox_cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  const auto& file = impl_->options.generator.trace_file;
+  if (!file.empty()) {
+    try {
+      impl_->trace.write(file);
+    } catch (const std::exception& e) {
+      spdlog::error("engine: {}", e.what());  // a destructor must not throw
+    }
+  }
 }
 
 RequestId Engine::submit(GenerationRequest request, OutputSink sink) {
@@ -230,6 +240,12 @@ EngineMetrics Engine::metrics() const {
   m.spec.breaker_trips = im.spec.breaker.trips();
   m.spec.breaker_reason = im.spec.breaker.reason();
   m.forward_ms = im.stats.forward_ms;
+  if (im.offload) {
+    m.kv_tiers = im.offload->metrics();
+  } else {
+    m.kv_tiers.placement = to_string(im.options.generator.kv_tiers.placement);
+    m.kv_tiers.tiers = im.tiers->stats();
+  }
   return m;
 }
 
@@ -239,8 +255,8 @@ std::vector<BreakerState> Engine::breakers() const {
   std::vector<BreakerState> out;
   out.push_back({kSpeculation, im.spec.breaker.open(), im.spec.breaker.trips(),
                  im.spec.breaker.reason()});
-  out.push_back({kDiskOffload, im.offload_breaker.is_open(), int64_t(im.offload_breaker.trips()),
-                 im.offload_breaker.reason()});
+  const TierStats ts = im.tiers->stats();
+  out.push_back({kDiskOffload, ts.breaker_open, int64_t(ts.breaker_trips), ts.breaker_reason});
   return out;
 }
 
@@ -251,7 +267,7 @@ void Engine::trip_breaker(const std::string& name, const std::string& reason) {
   if (name == kSpeculation)
     im.spec.breaker.trip(why);
   else if (name == kDiskOffload)
-    im.offload_breaker.trip(std::chrono::steady_clock::now(), why);
+    im.tiers->trip_breaker(why);
   else
     throw std::invalid_argument("unknown breaker '" + name + "' (expected " + kSpeculation +
                                 " or " + kDiskOffload + ")");
@@ -263,7 +279,7 @@ void Engine::reset_breaker(const std::string& name) {
   if (name == kSpeculation)
     im.spec.breaker.reset();
   else if (name == kDiskOffload)
-    im.offload_breaker.reset();
+    im.tiers->reset_breaker();
   else
     throw std::invalid_argument("unknown breaker '" + name + "' (expected " + kSpeculation +
                                 " or " + kDiskOffload + ")");

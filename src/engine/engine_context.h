@@ -10,6 +10,9 @@
 
 namespace fdl::engine {
 
+class KvOffload;
+class StepTrace;
+
 struct EngineContext {
   Model& model;
   const Tokenizer& tokenizer;
@@ -20,6 +23,8 @@ struct EngineContext {
   std::vector<float>& logits;       ///< scratch, written by Model::forward
   GeneratorStats& stats;
   SpecState& spec;                  ///< speculation state across calls
+  KvOffload* offload = nullptr;     ///< lower KV tiers under the prefix cache (null: none)
+  StepTrace* trace = nullptr;       ///< per-step Chrome trace (null: off)
 };
 
 }  // namespace fdl::engine

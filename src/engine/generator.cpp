@@ -9,6 +9,8 @@
 #include <string>
 
 #include "engine/engine_context.h"
+#include "engine/kv_offload.h"
+#include "engine/step_trace.h"
 #include "engine/scheduler.h"
 #include "engine/request_validation.h"
 #include "engine/resolved_options.h"
@@ -33,7 +35,11 @@ SchedulerOptions scheduler_options(const GeneratorOptions& o) {
 struct Generator::Impl {
   Impl(Model& m, const Tokenizer& t, const GeneratorOptions& o)
       : model(m), tokenizer(t), options(engine::resolve_options(m, o)), n_vocab(m.config().n_vocab),
-        pool(m.kv_shape(options.block_size), engine::default_pool_blocks(options)), kv(pool), spec(options.spec) {
+        pool(m.kv_shape(options.block_size),
+             engine::resolve_pool_blocks(options, options.kv_blocks, "Generator")),
+        kv(pool), spec(options.spec), tiers(engine::make_tier_manager(pool, options.kv_tiers)),
+        offload(engine::make_offload(m, *tiers, options)) {
+    options.kv_blocks = pool.capacity();
     if (tokenizer.n_vocab() > n_vocab)
       throw std::invalid_argument("Generator: tokenizer has " +
                                   std::to_string(tokenizer.n_vocab()) +
@@ -56,6 +62,10 @@ struct Generator::Impl {
   std::vector<float> logits;
   GeneratorStats stats;
   engine::SpecState spec;
+  engine::StepTrace trace;
+  // Declared after the pool: destroyed before it (in-flight transfers complete into it).
+  std::unique_ptr<TierManager> tiers;
+  std::unique_ptr<engine::KvOffload> offload;
 };
 
 Generator::Generator(Model& model, const Tokenizer& tokenizer, const GeneratorOptions& options)
@@ -71,8 +81,12 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
     engine::validate_request(requests[i], i, im.n_vocab, im.options.n_ctx);
   im.stats = {};
   const auto start = engine::Clock::now();
-  engine::EngineContext ctx{im.model,  im.tokenizer, im.kv,    im.options, im.n_vocab,
-                            im.batch,  im.logits,    im.stats, im.spec};
+  const bool tracing = !im.options.trace_file.empty();
+  if (tracing) im.trace.clear();
+  engine::EngineContext ctx{im.model,  im.tokenizer, im.kv,    im.options,          im.n_vocab,
+                            im.batch,  im.logits,    im.stats, im.spec,             im.offload.get(),
+                            tracing ? &im.trace : nullptr};
+  if (im.offload) im.offload->set_trace(ctx.trace);
   // The same scheduler as the Engine's, run inline. Its prefix cache lives for this call
   // only, so the pool is back to all-free when generate() returns.
   engine::Scheduler scheduler(ctx, scheduler_options(im.options));
@@ -108,6 +122,7 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
     if (callback_error) std::rethrow_exception(callback_error);
   }
   im.stats.total_ms = engine::ms_between(start, engine::Clock::now());
+  if (tracing) im.trace.write(im.options.trace_file);
   return results;
 }
 
@@ -122,6 +137,17 @@ const SpecMetrics& Generator::spec_metrics() const {
   st.metrics.breaker_reason = st.breaker.reason();
   return st.metrics;
 }
+KvTierMetrics Generator::tier_metrics() const {
+  const Impl& im = *impl_;
+  if (im.offload) return im.offload->metrics();
+  KvTierMetrics m;
+  m.placement = to_string(im.options.kv_tiers.placement);
+  m.tiers = im.tiers->stats();
+  return m;
+}
+
+TierManager* Generator::tier_manager_for_test() { return impl_->offload ? impl_->tiers.get() : nullptr; }
+
 void Generator::reset_spec_breaker() { impl_->spec.breaker.reset(); }
 void Generator::force_audit_mismatches(int n) { impl_->spec.forced_mismatches += n; }
 

@@ -58,6 +58,7 @@ struct LiveSequence {
   bool finished = false;
   LengthClass length_class = LengthClass::Short;
   uint64_t arrival = 0;        ///< submission order
+  uint64_t simhash = 0;        ///< prompt_simhash of the prompt (admission grouping)
   int64_t waited_steps = 0;    ///< steps spent waiting for admission (anti-starvation)
   bool admitted_once = false;
   size_t n_recompute = 0;      ///< context tokens to prefill again after a preemption

@@ -13,6 +13,15 @@
 // Only full blocks are cached: the scheduler never writes into a full block again, so a
 // shared block is immutable while cached.
 //
+// Tiers (optional KvOffload): an evicted block does not have to be released. The offload
+// layer says where it goes (tier 1 host, tier 2 disk, or drop); a demoted entry keeps its
+// key and tokens and holds an OffloadId instead of a BlockId. When tier 1 is full, its least
+// recently used entries age down to tier 2 (or are dropped); when tier 2 is full, its least
+// recently used entries are dropped. A hit on a demoted entry (acquire) brings it back into
+// a fresh tier-0 block (checksum verified by the TierManager); a Corrupt/IoError/Lost block
+// ends the hit there and is forgotten, so its tokens are recomputed by normal prefill.
+// Occupancy of every tier stays within its capacity (the stores refuse to overfill).
+//
 // Thread-safety: none; the scheduler (engine thread) owns it.
 #pragma once
 
@@ -24,13 +33,17 @@
 #include <vector>
 
 #include "flashdllm/kv_cache.h"
+#include "flashdllm/kv_tiers.h"
 
 namespace fdl::engine {
 
+class KvOffload;
+
 class PrefixCache {
  public:
-  PrefixCache(BlockPool& pool, int block_size);
-  ~PrefixCache();  ///< releases every cached block
+  /// `offload` (may be null: no lower tiers) must outlive the cache.
+  PrefixCache(BlockPool& pool, int block_size, KvOffload* offload = nullptr);
+  ~PrefixCache();  ///< releases every cached block (and discards offloaded copies)
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -39,16 +52,34 @@ class PrefixCache {
   /// (KvCache::create_sequence_from) before anything can evict them.
   std::vector<BlockId> lookup(std::string_view scope, std::span<const int32_t> tokens,
                               size_t max_blocks);
+  /// How many leading blocks of `tokens` (at most max_blocks) are cached, in any tier,
+  /// without touching their LRU order: what admission ordering asks of every waiting prompt.
+  size_t match_blocks(std::string_view scope, std::span<const int32_t> tokens,
+                      size_t max_blocks) const;
+  /// Like lookup, but offloaded entries on the path are brought back into tier 0 (evicting
+  /// other unused tier-0 entries for room), and every returned block is retained once for
+  /// the caller, who must release it (typically after KvCache::create_sequence_from). The
+  /// run ends at the first block that cannot be had (no room, or lost on the way back).
+  std::vector<BlockId> acquire(std::string_view scope, std::span<const int32_t> tokens,
+                               size_t max_blocks);
+  /// Starts tier-2 promotions for the offloaded entries on `tokens`' path, using at most
+  /// `max_new_blocks` tier-0 blocks; returns how many were started. No effect without tiers.
+  size_t prefetch(std::string_view scope, std::span<const int32_t> tokens, size_t max_blocks,
+                  size_t max_new_blocks);
   /// Caches blocks[i] as holding tokens[i*bs .. (i+1)*bs) for every full block i (up to
   /// blocks.size() and tokens.size() / bs). Blocks already cached under the same key are
   /// skipped (another sequence wrote the same prefix first); new ones are retained.
   void insert(std::string_view scope, std::span<const int32_t> tokens,
               std::span<const BlockId> blocks);
-  /// Releases up to `n` evictable blocks; returns how many went back to the pool.
+  /// Frees up to `n` tier-0 blocks held only by the cache (LRU, deepest first): each is
+  /// demoted to a lower tier or released, as the offload layer decides (released without
+  /// one). Returns how many tier-0 blocks went back to the pool.
   size_t evict(size_t n);
 
-  size_t size() const { return entries_.size(); }  ///< blocks listed
-  size_t n_evictable() const;                      ///< of those, held only by the cache
+  size_t size() const { return entries_.size(); }  ///< blocks listed (every tier)
+  size_t n_evictable() const;                      ///< tier-0 blocks held only by the cache
+  size_t n_offloaded() const;                      ///< entries stored in tier 1 or 2
+  std::vector<OffloadId> offloaded_ids() const;    ///< their ids (tests corrupt them)
   void clear();                                    ///< releases everything
 
  private:
@@ -60,15 +91,34 @@ class PrefixCache {
     size_t operator()(const Key& k) const { return size_t(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull)); }
   };
   struct Entry {
-    BlockId block = -1;
+    BlockId block = -1;           ///< tier-0 block (one reference), -1 when offloaded
+    OffloadId offload = 0;        ///< lower-tier copy when block == -1
     std::vector<int32_t> tokens;  ///< compared on every hit
     uint64_t last_used = 0;
     uint32_t depth = 0;           ///< block index in its chain (evict deeper first)
+    float reuse = 0.f;            ///< decayed access frequency (placement_policy.h)
+    uint64_t reuse_step = 0;      ///< engine step of the last update of `reuse`
+    bool pinned = false;          ///< being brought back: never aged down meanwhile
+    bool prefetching = false;     ///< a tier-2 read was started early
   };
+  using Victim = std::pair<Key, Entry*>;
   Key root(std::string_view scope) const;
   Key chain(const Key& parent, std::string_view scope, std::span<const int32_t> tokens) const;
+  void touch(Entry& e);
+  double reuse_probability(const Entry& e) const;
+  void drop(const Key& key, Entry& e);
+  /// Offloaded entries stored in tier `t`, least recently used first, deepest first.
+  std::vector<Victim> lru_in(BlockTier t);
+  /// Makes `n` tier-1 (tier-2) slots free by ageing LRU entries down or dropping them.
+  void make_room_host(size_t n);
+  void make_room_disk(size_t n);
+  /// Turns prefetched (still offloaded) entries into resident tier-0 entries.
+  size_t claim_prefetched();
+  /// Moves the victims' tier-0 blocks down (or releases them); all leave tier 0.
+  void demote_all(std::vector<Victim>& victims);
 
   BlockPool& pool_;
+  KvOffload* offload_;
   size_t block_size_;
   uint64_t tick_ = 0;
   std::unordered_map<Key, Entry, KeyHash> entries_;

@@ -47,6 +47,18 @@ size_t default_pool_blocks(const GeneratorOptions& o) {
   return per_sequence * size_t(o.max_sequences) * copies;
 }
 
+size_t resolve_pool_blocks(const GeneratorOptions& o, size_t requested, const char* who) {
+  const size_t per_sequence = (size_t(o.n_ctx) + size_t(o.block_size) - 1) / size_t(o.block_size);
+  const size_t blocks = requested == 0 ? default_pool_blocks(o) : requested;
+  // One request may always run alone: it needs a full context (plus a shadow copy when
+  // audited, which the scheduler drops first under pressure).
+  if (blocks < per_sequence)
+    throw std::invalid_argument(std::string(who) + ": kv_blocks = " + std::to_string(blocks) +
+                                " cannot hold one full context (" + std::to_string(per_sequence) +
+                                " blocks of " + std::to_string(o.block_size) + " tokens for n_ctx " +
+                                std::to_string(o.n_ctx) + ")");
+  return blocks;
+}
 
 void validate_scheduler_options(const SchedulerOptions& s, const GeneratorOptions& g) {
   auto positive = [](int v, const char* name) {

@@ -13,6 +13,9 @@ GeneratorOptions resolve_options(const Model& model, GeneratorOptions o);
 /// KV pool size that never preempts: max_sequences full contexts (twice that with audit
 /// shadows, which fork a copy beside each audited sequence).
 size_t default_pool_blocks(const GeneratorOptions& o);
+/// Tier-0 pool size: `requested` blocks, or default_pool_blocks when 0. Throws
+/// std::invalid_argument (prefixed by `who`) when it cannot hold one full context.
+size_t resolve_pool_blocks(const GeneratorOptions& o, size_t requested, const char* who);
 void validate_scheduler_options(const SchedulerOptions& s, const GeneratorOptions& g);
 
 }  // namespace fdl::engine

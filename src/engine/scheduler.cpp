@@ -3,15 +3,22 @@
 // scheduler_output.cpp, the shadow audit in shadow_audit.cpp.
 #include "engine/scheduler.h"
 
+#include "engine/admission_order.h"
+#include "engine/prompt_simhash.h"
+
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "engine/kv_offload.h"
+#include "engine/step_trace.h"
+
 namespace fdl::engine {
 
 Scheduler::Scheduler(EngineContext& ctx, const SchedulerOptions& options)
-    : ctx_(ctx), opt_(options), prefix_cache_(ctx.kv.pool(), ctx.options.block_size),
+    : ctx_(ctx), opt_(options), prefix_cache_(ctx.kv.pool(), ctx.options.block_size, ctx.offload),
       policy_(ctx.spec.options, ctx.spec.cache) {
   running_.reserve(size_t(ctx.options.max_sequences));
 }
@@ -25,6 +32,7 @@ void Scheduler::add(RequestId id, GenerationRequest request, OutputSink sink) {
                                           ctx_.tokenizer, Clock::now());
   s->arrival = arrivals_++;
   s->length_class = classify(s->request.prompt_ids.size());
+  s->simhash = prompt_simhash(s->request.prompt_ids);
   s->timings.prompt_tokens = static_cast<int32_t>(s->request.prompt_ids.size());
   // The penalties see the prompt too, as in llama.cpp.
   if (s->request.sampling.has_penalties())
@@ -101,7 +109,12 @@ void Scheduler::step() {
   prefill_.clear();
   drafted_ = 0;
 
+  if (ctx_.offload != nullptr) {
+    ctx_.offload->set_step(uint64_t(counters_.steps));
+    ctx_.offload->poll();  // collect finished disk transfers; never blocks
+  }
   plan_decode();
+  if (ctx_.offload != nullptr) prefetch_waiting();
   const size_t decode_tokens = ctx_.batch.size();
   size_t budget = size_t(opt_.max_num_batched_tokens) > decode_tokens
                       ? size_t(opt_.max_num_batched_tokens) - decode_tokens : 0;
@@ -145,7 +158,22 @@ void Scheduler::step() {
 void Scheduler::forward(size_t logit_rows) {
   const auto t0 = Clock::now();
   ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
-  ctx_.stats.forward_ms += ms_between(t0, Clock::now());
+  const auto t1 = Clock::now();
+  const double ms = ms_between(t0, t1);
+  ctx_.stats.forward_ms += ms;
+  size_t prefill_tokens = 0;
+  for (const auto& p : prefill_) prefill_tokens += p.take;
+  // The recompute speed the cost rule uses: forwards that are mostly prompt tokens (a
+  // dropped block comes back the same way). At least a block's worth, or timing noise wins.
+  if (ctx_.offload != nullptr && prefill_tokens >= size_t(ctx_.options.block_size) &&
+      2 * prefill_tokens >= ctx_.batch.size())
+    ctx_.offload->observe_prefill(ctx_.batch.size(), ms / 1000.0);
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Compute, "forward", t0, ms * 1000.0,
+                     {{"step", counters_.steps},
+                      {"tokens", ctx_.batch.size()},
+                      {"prefill_tokens", prefill_tokens},
+                      {"decodes", decode_.size()}});
   ++ctx_.stats.n_forwards;
   // Reading rows that are not there would be undefined behaviour; fail loudly instead.
   if (ctx_.logits.size() != logit_rows * size_t(ctx_.n_vocab))
@@ -207,21 +235,32 @@ void Scheduler::plan_prefill(size_t budget) {
       if (budget > 0) schedule_chunk(*s);
     }
 
-  // 2. Admission. Buckets: starved requests first, then short, medium, long (one long at
-  //    a time); arrival order within a class. FCFS: queue order.
+  // 2. Admission, in the order admission_order.h describes (buckets: starved first, then
+  //    short / medium / long, longest cached prefix, similarity to what runs, arrival;
+  //    FCFS: arrival order).
   std::vector<LiveSequence*> order;
   order.reserve(waiting_.size());
-  for (auto& w : waiting_) order.push_back(w.get());
   if (opt_.length_buckets) {
-    const int64_t max_wait = opt_.max_wait_steps;
-    std::stable_sort(order.begin(), order.end(), [max_wait](const LiveSequence* a,
-                                                            const LiveSequence* b) {
-      const bool sa = a->waited_steps >= max_wait, sb = b->waited_steps >= max_wait;
-      if (sa != sb) return sa;
-      if (sa) return a->arrival < b->arrival;
-      if (a->length_class != b->length_class) return a->length_class < b->length_class;
-      return a->arrival < b->arrival;
-    });
+    const size_t bs = size_t(ctx_.options.block_size);
+    std::vector<AdmissionCandidate> candidates;
+    candidates.reserve(waiting_.size());
+    for (auto& w : waiting_) {
+      size_t cached = 0;
+      if (opt_.prefix_cache) {
+        const size_t target = w->prefill_target();
+        cached = bs * prefix_cache_.match_blocks(
+                          w->request.cache_scope, std::span<const int32_t>(w->context).first(target),
+                          target / bs);
+      }
+      candidates.push_back({w->length_class, w->arrival, w->waited_steps, cached, w->simhash});
+    }
+    std::vector<uint64_t> running_hashes;
+    running_hashes.reserve(running_.size());
+    for (const auto& r : running_) running_hashes.push_back(r->simhash);
+    for (size_t i : admission_order(candidates, opt_, running_hashes))
+      order.push_back(waiting_[i].get());
+  } else {
+    for (auto& w : waiting_) order.push_back(w.get());
   }
   std::vector<LiveSequence*> admitted;
   for (LiveSequence* s : order) {
@@ -258,10 +297,13 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
     // A request that has not sampled yet needs logits of its last prompt token, so that
     // token is always computed.
     const size_t cacheable = s.last_token >= 0 ? target : target - 1;
-    hit = prefix_cache_.lookup(s.request.cache_scope,
-                               std::span<const int32_t>(s.context).first(target), cacheable / bs);
+    // Offloaded blocks on the path come back into tier 0 here (verified); the run of hits
+    // ends at one that cannot (its tokens are prefilled as usual).
+    hit = prefix_cache_.acquire(s.request.cache_scope,
+                                std::span<const int32_t>(s.context).first(target), cacheable / bs);
   }
   const SeqId seq = ctx_.kv.create_sequence_from(hit);  // retains the hit blocks
+  for (BlockId b : hit) ctx_.kv.pool().release(b);      // acquire's pins
   // Blocks for the first chunk, plus the reserve for running decodes.
   const size_t first = std::min(target - hit.size() * bs,
                                 opt_.length_buckets && s.length_class == LengthClass::Long
@@ -293,20 +335,51 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
   return true;
 }
 
+void Scheduler::prefetch_waiting() {
+  if (!opt_.prefix_cache || waiting_.empty()) return;
+  // Prefetched blocks occupy tier 0 until their request is admitted, so only spare blocks
+  // are used: beyond one per running sequence (its next decode) and never more than a
+  // context's worth, for the requests next in line.
+  const size_t bs = size_t(ctx_.options.block_size);
+  const size_t reserve = running_.size() + 1;
+  size_t spare = ctx_.kv.pool().n_free() > reserve ? ctx_.kv.pool().n_free() - reserve : 0;
+  spare = std::min(spare, (size_t(ctx_.options.n_ctx) + bs - 1) / bs);
+  for (auto& w : waiting_) {
+    if (spare == 0) break;
+    const LiveSequence& s = *w;
+    const size_t target = s.prefill_target();
+    const size_t cacheable = s.last_token >= 0 ? target : target - 1;
+    spare -= prefix_cache_.prefetch(s.request.cache_scope,
+                                    std::span<const int32_t>(s.context).first(target),
+                                    cacheable / bs, spare);
+  }
+}
+
+bool Scheduler::in_this_step(const LiveSequence* s) const {
+  for (const auto& d : decode_)
+    if (d.s == s) return true;
+  for (const auto& p : prefill_)
+    if (p.s == s) return true;
+  return false;
+}
+
 bool Scheduler::reclaim(size_t n, const LiveSequence* keep) {
   BlockPool& pool = ctx_.kv.pool();
   if (pool.n_free() >= n) return true;
   prefix_cache_.evict(n - pool.n_free());
+  // Sequences that already have tokens in this step's batch (decodes and their shadows,
+  // earlier prompt chunks) are off limits: freeing their KV would leave the batch pointing
+  // at a dead sequence. (Only a prompt chunk's reclaim runs after the batch has entries.)
   // Audit shadows are a luxury: drop them before anyone's work.
   for (auto& s : running_) {
     if (pool.n_free() >= n) return true;
-    if (s->shadow) end_shadow(*s);
+    if (s->shadow && !in_this_step(s.get())) end_shadow(*s);
   }
   // Then preempt, youngest first.
   while (pool.n_free() < n) {
     LiveSequence* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-      if (it->get() != keep && (*it)->seq >= 0 && !(*it)->finished) {
+      if (it->get() != keep && (*it)->seq >= 0 && !(*it)->finished && !in_this_step(it->get())) {
         victim = it->get();
         break;
       }

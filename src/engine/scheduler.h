@@ -82,10 +82,14 @@ class Scheduler {
   /// Tokens of `s`'s prompt to prefill this step under `budget`.
   size_t chunk_for(const LiveSequence& s, size_t budget) const;
   /// Makes `n` pool blocks free: evicts unused prefix-cache blocks, then drops audit
-  /// shadows, then preempts running sequences youngest first (never `keep`). False when
-  /// even that is not enough.
+  /// shadows, then preempts running sequences youngest first (never `keep`, never one with
+  /// tokens in this step's batch). False when even that is not enough.
   bool reclaim(size_t n, const LiveSequence* keep);
+  /// True when `s` already has tokens in this step's batch (never preempted or shadow-dropped).
+  bool in_this_step(const LiveSequence* s) const;
   void preempt(LiveSequence& s);
+  /// Starts tier-2 promotions of the cached blocks of waiting requests (spare blocks only).
+  void prefetch_waiting();
   void cache_blocks(const LiveSequence& s, size_t n_tokens);
   LengthClass classify(size_t prompt_tokens) const;
 

@@ -100,6 +100,43 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
            double(m.requests_submitted), double(last_.requests_submitted));
     mirror(counter("flashdllm_engine_steps_total", "Engine forwards run"), double(m.steps),
            double(last_.steps));
+    mirror(counter("flashdllm_recomputed_tokens_total",
+                   "Tokens prefilled again after a preemption or a lost cached block"),
+           double(m.recomputed_tokens), double(last_.recomputed_tokens));
+    // KV tiers (docs/KV_TIERS.md): occupancy per tier, blocks and bytes moved per direction,
+    // what happened to evicted prefix-cache blocks, checksum failures.
+    static const char* kTier[3] = {"device", "host", "disk"};
+    const auto& kt = m.kv_tiers;
+    const auto& lt = last_.kv_tiers;
+    for (size_t t = 0; t < 3; ++t) {
+      const auto& c = kt.tiers.tier[t];
+      const metrics::Labels tier{{"tier", kTier[t]}};
+      registry_.gauge("flashdllm_kv_tier_used_blocks", "KV blocks stored in the tier", tier)
+          .set(double(c.used_blocks));
+      registry_.gauge("flashdllm_kv_tier_capacity_blocks", "KV blocks the tier can hold", tier)
+          .set(double(c.capacity_blocks));
+      registry_.gauge("flashdllm_kv_tier_enabled", "1 when the tier is in use", tier)
+          .set(c.enabled ? 1.0 : 0.0);
+      mirror(registry_.counter("flashdllm_kv_tier_checksum_failures_total",
+                               "Blocks from the tier that failed XXH3 verification", tier),
+             double(c.checksum_failures), double(lt.tiers.tier[t].checksum_failures));
+      for (size_t to = 0; to < 3; ++to) {
+        if (to == t) continue;
+        const metrics::Labels dir{{"from", kTier[t]}, {"to", kTier[to]}};
+        mirror(registry_.counter("flashdllm_kv_blocks_moved_total", "KV blocks moved between tiers", dir),
+               double(kt.tiers.blocks_moved[t][to]), double(lt.tiers.blocks_moved[t][to]));
+        mirror(registry_.counter("flashdllm_kv_bytes_moved_total", "KV bytes moved between tiers", dir),
+               double(kt.tiers.bytes_moved[t][to]), double(lt.tiers.bytes_moved[t][to]));
+      }
+    }
+    mirror(counter("flashdllm_kv_cache_blocks_dropped_total",
+                   "Evicted prefix-cache blocks released (recomputed if reused)"),
+           double(kt.dropped), double(lt.dropped));
+    mirror(counter("flashdllm_kv_cache_blocks_promoted_total",
+                   "Offloaded prefix-cache blocks brought back into tier 0 on a hit"),
+           double(kt.promoted), double(lt.promoted));
+    mirror(counter("flashdllm_kv_prefetches_total", "Tier-2 promotions started for waiting requests"),
+           double(kt.prefetches), double(lt.prefetches));
     last_ = m;
   }
   return registry_.render();
