@@ -100,6 +100,9 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
            double(m.requests_submitted), double(last_.requests_submitted));
     mirror(counter("flashdllm_engine_steps_total", "Engine forwards run"), double(m.steps),
            double(last_.steps));
+    mirror(counter("flashdllm_prefill_tokens_computed_total",
+                   "Prompt tokens run through the model (prefix-cache hits excluded)"),
+           double(m.prefill_tokens_computed), double(last_.prefill_tokens_computed));
     mirror(counter("flashdllm_recomputed_tokens_total",
                    "Tokens prefilled again after a preemption or a lost cached block"),
            double(m.recomputed_tokens), double(last_.recomputed_tokens));
