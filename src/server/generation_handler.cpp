@@ -1,6 +1,7 @@
 #include "server/generation_handler.h"
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -14,14 +15,19 @@
 #include "server/response_json.h"
 #include "server/sse.h"
 
+#include <xxhash.h>
+
 namespace fdl::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// How long a stream may stay silent before a keep-alive comment probes the client.
-constexpr auto kKeepAliveAfter = std::chrono::seconds(1);
+// How long a stream may stay silent before a keep-alive comment probes the client. Short,
+// because a write is the only way to learn that a client left while its request waits or
+// prefills (the first write after the peer closed succeeds, the next one fails), and an
+// abandoned request should give its KV blocks back within a second.
+constexpr auto kKeepAliveAfter = std::chrono::milliseconds(250);
 // How long the HTTP thread waits for engine output before re-checking the client.
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
@@ -36,6 +42,7 @@ struct Prepared {
   GenerationParams params;
   std::vector<int32_t> prompt_ids;
   std::vector<std::string> extra_stops;  // the chat template's end marker, if text
+  std::string cache_scope;               // prefix-cache scope (cache_scope_for)
 };
 
 Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) {
@@ -80,6 +87,7 @@ Submitted submit_all(ServerContext& ctx, const Prepared& p, Clock::time_point ar
       make_engine_requests(p.params, p.prompt_ids, p.extra_stops, std::random_device{}());
   Submitted s{std::make_shared<RequestStream>(requests.size()), {}};
   for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].cache_scope = p.cache_scope;
     auto sink = [stream = s.stream, metrics = ctx.metrics, i, arrived](const RequestOutput& out) {
       stream->push(i, out);
       if (out.finished) {
@@ -264,13 +272,23 @@ void respond_stream(ServerContext& ctx, Prepared p, Submitted s, httplib::Respon
 
 }  // namespace
 
+std::string cache_scope_for(const std::string& authorization) {
+  if (authorization.empty()) return {};
+  const XXH128_hash_t h = XXH3_128bits(authorization.data(), authorization.size());
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return hex;
+}
+
 void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint,
-                       httplib::Response& res) {
+                       const std::string& cache_scope, httplib::Response& res) {
   const auto arrived = Clock::now();
   if (ctx.draining) {
     throw ApiError(503, "the server is shutting down", "", "server_error");
   }
   Prepared p = prepare(ctx, body, endpoint);
+  p.cache_scope = cache_scope;
   if (p.params.stream) {
     Submitted s = submit_all(ctx, p, arrived);
     respond_stream(ctx, std::move(p), std::move(s), res);

@@ -12,12 +12,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include "server/generation_params.h"
 #include "server/server_context.h"
 
 namespace fdl::server {
 
+/// `cache_scope` keys the request's prefix-cache sharing (cache_scope_for below): requests
+/// share KV blocks only with requests of the same scope.
 void handle_generation(ServerContext& ctx, const nlohmann::json& body, Endpoint endpoint,
-                       httplib::Response& res);
+                       const std::string& cache_scope, httplib::Response& res);
+
+/// The prefix-cache scope of a request: a hash of its `Authorization` header value (empty
+/// when there is none), so tenants with different API keys never share KV, while the key
+/// itself is not kept in the cache.
+std::string cache_scope_for(const std::string& authorization);
 
 }  // namespace fdl::server

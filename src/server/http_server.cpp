@@ -90,7 +90,9 @@ struct HttpServer::Impl {
   void routes() {
     auto generation = [this](Endpoint ep) {
       return [this, ep](const httplib::Request& req, httplib::Response& res) {
-        guarded(res, [&] { handle_generation(ctx, parse_body(req), ep, res); });
+        guarded(res, [&] { handle_generation(ctx, parse_body(req), ep,
+                                                cache_scope_for(req.get_header_value("Authorization")),
+                                                res); });
       };
     };
     http.Post("/v1/completions", generation(Endpoint::Completions));
