@@ -60,6 +60,17 @@ double PrefixCache::reuse_probability(const Entry& e) const {
       e.reuse, now - std::min(now, e.reuse_step), offload_->half_life_steps()));
 }
 
+PrefixCache::EntryMap::iterator PrefixCache::next_in_chain(Key& key, std::string_view scope,
+                                                        std::span<const int32_t> block_tokens) {
+  key = chain(key, scope, block_tokens);
+  auto it = entries_.find(key);
+  // The token check makes a hash collision a miss, never another prompt's KV.
+  if (it != entries_.end() && !std::equal(block_tokens.begin(), block_tokens.end(),
+                                          it->second.tokens.begin(), it->second.tokens.end()))
+    return entries_.end();
+  return it;
+}
+
 std::vector<BlockId> PrefixCache::lookup(std::string_view scope, std::span<const int32_t> tokens,
                                          size_t max_blocks) {
   std::vector<BlockId> hit;
@@ -68,11 +79,8 @@ std::vector<BlockId> PrefixCache::lookup(std::string_view scope, std::span<const
   ++tick_;
   for (size_t i = 0; i < n; ++i) {
     const auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    key = chain(key, scope, block_tokens);
-    auto it = entries_.find(key);
-    if (it == entries_.end() || it->second.block < 0 ||
-        !std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin(),
-                     it->second.tokens.end()))
+    auto it = next_in_chain(key, scope, block_tokens);
+    if (it == entries_.end() || it->second.block < 0)
       break;
     touch(it->second);
     hit.push_back(it->second.block);
@@ -82,17 +90,14 @@ std::vector<BlockId> PrefixCache::lookup(std::string_view scope, std::span<const
 
 size_t PrefixCache::match_blocks(std::string_view scope, std::span<const int32_t> tokens,
                                  size_t max_blocks) const {
+  // The walk only reads; next_in_chain is non-const because the other walks modify entries.
+  auto& self = const_cast<PrefixCache&>(*this);
   const size_t n = std::min(max_blocks, tokens.size() / block_size_);
   Key key = root(scope);
-  for (size_t i = 0; i < n; ++i) {
-    const auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    key = chain(key, scope, block_tokens);
-    auto it = entries_.find(key);
-    if (it == entries_.end() ||
-        !std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin(),
-                     it->second.tokens.end()))
+  for (size_t i = 0; i < n; ++i)
+    if (self.next_in_chain(key, scope, tokens.subspan(i * block_size_, block_size_)) ==
+        self.entries_.end())
       return i;
-  }
   return n;
 }
 
@@ -104,11 +109,8 @@ std::vector<BlockId> PrefixCache::acquire(std::string_view scope, std::span<cons
   ++tick_;
   for (size_t i = 0; i < n; ++i) {
     const auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    key = chain(key, scope, block_tokens);
-    auto it = entries_.find(key);
-    if (it == entries_.end() ||
-        !std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin(),
-                     it->second.tokens.end()))
+    auto it = next_in_chain(key, scope, block_tokens);
+    if (it == entries_.end())
       break;
     Entry& e = it->second;
     if (e.block < 0) {
@@ -145,11 +147,8 @@ size_t PrefixCache::prefetch(std::string_view scope, std::span<const int32_t> to
   Key key = root(scope);
   for (size_t i = 0; i < n && started < max_new_blocks; ++i) {
     const auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    key = chain(key, scope, block_tokens);
-    auto it = entries_.find(key);
-    if (it == entries_.end() ||
-        !std::equal(block_tokens.begin(), block_tokens.end(), it->second.tokens.begin(),
-                     it->second.tokens.end()))
+    auto it = next_in_chain(key, scope, block_tokens);
+    if (it == entries_.end())
       break;
     Entry& e = it->second;
     if (e.block >= 0 || e.offload == 0 || e.prefetching) continue;

@@ -104,6 +104,11 @@ class PrefixCache {
   using Victim = std::pair<Key, Entry*>;
   Key root(std::string_view scope) const;
   Key chain(const Key& parent, std::string_view scope, std::span<const int32_t> tokens) const;
+  using EntryMap = std::unordered_map<Key, Entry, KeyHash>;
+  /// Advances `key` past the next block (`block_tokens`) and returns its entry, or end()
+  /// when there is none or it holds other tokens (a collision).
+  EntryMap::iterator next_in_chain(Key& key, std::string_view scope,
+                                   std::span<const int32_t> block_tokens);
   void touch(Entry& e);
   double reuse_probability(const Entry& e) const;
   void drop(const Key& key, Entry& e);
@@ -121,7 +126,7 @@ class PrefixCache {
   KvOffload* offload_;
   size_t block_size_;
   uint64_t tick_ = 0;
-  std::unordered_map<Key, Entry, KeyHash> entries_;
+  EntryMap entries_;
 };
 
 }  // namespace fdl::engine
