@@ -17,7 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/engine_context.h"
+#include "engine/engine_core.h"
 #include "engine/kv_offload.h"
 #include "engine/request_validation.h"
 #include "engine/resolved_options.h"
@@ -43,40 +43,16 @@ EngineOptions resolve(const Model& model, EngineOptions o) {
 
 struct Engine::Impl {
   Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
-      : model(m), tokenizer(t), options(resolve(m, o)), n_vocab(m.config().n_vocab),
-        pool(m.kv_shape(options.generator.block_size), options.kv_blocks), kv(pool),
-        spec(options.generator.spec),
-        tiers(engine::make_tier_manager(pool, options.generator.kv_tiers)),
-        offload(engine::make_offload(m, *tiers, options.generator)),
-        ctx{model, tokenizer, kv, options.generator, n_vocab, batch, logits, stats, spec,
-            offload.get(), options.generator.trace_file.empty() ? nullptr : &trace},
-        scheduler(ctx, options.scheduler) {
-    if (offload) offload->set_trace(ctx.trace);
-    if (tokenizer.n_vocab() > n_vocab)
-      throw std::invalid_argument("Engine: tokenizer has " + std::to_string(tokenizer.n_vocab()) +
-                                  " tokens but the model's vocabulary is " +
-                                  std::to_string(n_vocab));
-  }
+      : options(resolve(m, o)), core(m, t, options.generator, "Engine"),
+        ctx(core.context(!options.generator.trace_file.empty())),
+        scheduler(ctx, options.scheduler) {}
 
   void loop();
   void finished_one();
 
-  Model& model;
-  const Tokenizer& tokenizer;
   EngineOptions options;
-  int32_t n_vocab;
-  BlockPool pool;
-  KvCache kv;
-  StepBatch batch;
-  std::vector<float> logits;
-  GeneratorStats stats;
-  engine::SpecState spec;
-  engine::StepTrace trace;
-  // The tier manager outlives the scheduler (its prefix cache holds OffloadIds) and dies
-  // before the pool (it finishes in-flight transfers into it). It always exists: its breaker
-  // is the "disk_offload" breaker.
-  std::unique_ptr<TierManager> tiers;
-  std::unique_ptr<engine::KvOffload> offload;
+  // The tier manager inside outlives the scheduler (its prefix cache holds OffloadIds).
+  engine::EngineCore core;
   engine::EngineContext ctx;
   engine::Scheduler scheduler;
 
@@ -158,7 +134,7 @@ Engine::~Engine() {
   const auto& file = impl_->options.generator.trace_file;
   if (!file.empty()) {
     try {
-      impl_->trace.write(file);
+      impl_->core.trace.write(file);
     } catch (const std::exception& e) {
       spdlog::error("engine: {}", e.what());  // a destructor must not throw
     }
@@ -167,7 +143,7 @@ Engine::~Engine() {
 
 RequestId Engine::submit(GenerationRequest request, OutputSink sink) {
   Impl& im = *impl_;
-  engine::validate_request(request, 0, im.n_vocab, im.options.generator.n_ctx);
+  engine::validate_request(request, 0, im.core.n_vocab, im.options.generator.n_ctx);
   if (request.logprobs < -1 || request.logprobs > 20)
     throw std::invalid_argument("logprobs = " + std::to_string(request.logprobs) +
                                 " is invalid (-1 = none, 0..20 alternatives)");
@@ -230,22 +206,14 @@ EngineMetrics Engine::metrics() const {
   m.generation_tokens = c.generated;
   m.prefix_cache_queries = c.prefix_queries;
   m.prefix_cache_hits = c.prefix_hits;
-  m.kv_blocks_total = im.pool.capacity();
-  m.kv_blocks_free = im.pool.n_free();
+  m.kv_blocks_total = im.core.pool.capacity();
+  m.kv_blocks_free = im.core.pool.n_free();
   m.kv_blocks_cached = im.scheduler.prefix_cache().n_evictable();
-  m.kv_block_bytes = im.pool.shape().block_bytes();
-  m.kv_blocks_copied = im.kv.blocks_copied();
-  m.spec = im.spec.metrics;
-  m.spec.breaker_open = im.spec.breaker.open();
-  m.spec.breaker_trips = im.spec.breaker.trips();
-  m.spec.breaker_reason = im.spec.breaker.reason();
-  m.forward_ms = im.stats.forward_ms;
-  if (im.offload) {
-    m.kv_tiers = im.offload->metrics();
-  } else {
-    m.kv_tiers.placement = to_string(im.options.generator.kv_tiers.placement);
-    m.kv_tiers.tiers = im.tiers->stats();
-  }
+  m.kv_block_bytes = im.core.pool.shape().block_bytes();
+  m.kv_blocks_copied = im.core.kv.blocks_copied();
+  m.spec = im.core.spec_metrics();
+  m.forward_ms = im.core.stats.forward_ms;
+  m.kv_tiers = im.core.tier_metrics();
   return m;
 }
 
@@ -253,9 +221,9 @@ std::vector<BreakerState> Engine::breakers() const {
   const Impl& im = *impl_;
   std::lock_guard st(im.state_mu);
   std::vector<BreakerState> out;
-  out.push_back({kSpeculation, im.spec.breaker.open(), im.spec.breaker.trips(),
-                 im.spec.breaker.reason()});
-  const TierStats ts = im.tiers->stats();
+  out.push_back({kSpeculation, im.core.spec.breaker.open(), im.core.spec.breaker.trips(),
+                 im.core.spec.breaker.reason()});
+  const TierStats ts = im.core.tiers->stats();
   out.push_back({kDiskOffload, ts.breaker_open, int64_t(ts.breaker_trips), ts.breaker_reason});
   return out;
 }
@@ -265,9 +233,9 @@ void Engine::trip_breaker(const std::string& name, const std::string& reason) {
   std::lock_guard st(im.state_mu);
   const std::string why = reason.empty() ? "tripped by an operator" : reason;
   if (name == kSpeculation)
-    im.spec.breaker.trip(why);
+    im.core.spec.breaker.trip(why);
   else if (name == kDiskOffload)
-    im.tiers->trip_breaker(why);
+    im.core.tiers->trip_breaker(why);
   else
     throw std::invalid_argument("unknown breaker '" + name + "' (expected " + kSpeculation +
                                 " or " + kDiskOffload + ")");
@@ -277,16 +245,16 @@ void Engine::reset_breaker(const std::string& name) {
   Impl& im = *impl_;
   std::lock_guard st(im.state_mu);
   if (name == kSpeculation)
-    im.spec.breaker.reset();
+    im.core.spec.breaker.reset();
   else if (name == kDiskOffload)
-    im.tiers->reset_breaker();
+    im.core.tiers->reset_breaker();
   else
     throw std::invalid_argument("unknown breaker '" + name + "' (expected " + kSpeculation +
                                 " or " + kDiskOffload + ")");
 }
 
 const EngineOptions& Engine::options() const { return impl_->options; }
-const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
-const ModelConfig& Engine::model_config() const { return impl_->model.config(); }
+const Tokenizer& Engine::tokenizer() const { return impl_->core.tokenizer; }
+const ModelConfig& Engine::model_config() const { return impl_->core.model.config(); }
 
 }  // namespace fdl

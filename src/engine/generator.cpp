@@ -1,5 +1,5 @@
-// Generator: owns the KV pool and the reusable scratch; each generate() call runs a
-// GenerationRun over them.
+// Generator: owns an EngineCore (KV pool, scratch, speculation and tier state); each
+// generate() call runs a Scheduler over it inline.
 #include "flashdllm/generator.h"
 #include "flashdllm/engine.h"
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/engine_context.h"
+#include "engine/engine_core.h"
 #include "engine/kv_offload.h"
 #include "engine/step_trace.h"
 #include "engine/scheduler.h"
@@ -34,38 +34,13 @@ SchedulerOptions scheduler_options(const GeneratorOptions& o) {
 
 struct Generator::Impl {
   Impl(Model& m, const Tokenizer& t, const GeneratorOptions& o)
-      : model(m), tokenizer(t), options(engine::resolve_options(m, o)), n_vocab(m.config().n_vocab),
-        pool(m.kv_shape(options.block_size),
-             engine::resolve_pool_blocks(options, options.kv_blocks, "Generator")),
-        kv(pool), spec(options.spec), tiers(engine::make_tier_manager(pool, options.kv_tiers)),
-        offload(engine::make_offload(m, *tiers, options)) {
-    options.kv_blocks = pool.capacity();
-    if (tokenizer.n_vocab() > n_vocab)
-      throw std::invalid_argument("Generator: tokenizer has " +
-                                  std::to_string(tokenizer.n_vocab()) +
-                                  " tokens but the model's vocabulary is " +
-                                  std::to_string(n_vocab));
-    batch.tokens.reserve(size_t(options.prefill_chunk));
-    batch.positions.reserve(size_t(options.prefill_chunk));
-    batch.seqs.reserve(size_t(options.prefill_chunk));
-    batch.want_logits.reserve(size_t(options.prefill_chunk));
-    logits.reserve(size_t(options.max_sequences) * size_t(n_vocab));
+      : core(m, t, resolved(m, o), "Generator") {}
+  static GeneratorOptions resolved(Model& m, const GeneratorOptions& o) {
+    GeneratorOptions r = engine::resolve_options(m, o);
+    r.kv_blocks = engine::resolve_pool_blocks(r, r.kv_blocks, "Generator");
+    return r;
   }
-
-  Model& model;
-  const Tokenizer& tokenizer;
-  GeneratorOptions options;
-  int32_t n_vocab;
-  BlockPool pool;
-  KvCache kv;
-  StepBatch batch;
-  std::vector<float> logits;
-  GeneratorStats stats;
-  engine::SpecState spec;
-  engine::StepTrace trace;
-  // Declared after the pool: destroyed before it (in-flight transfers complete into it).
-  std::unique_ptr<TierManager> tiers;
-  std::unique_ptr<engine::KvOffload> offload;
+  engine::EngineCore core;
 };
 
 Generator::Generator(Model& model, const Tokenizer& tokenizer, const GeneratorOptions& options)
@@ -78,18 +53,15 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
                                                   const TextCallback& on_text) {
   Impl& im = *impl_;
   for (size_t i = 0; i < requests.size(); ++i)
-    engine::validate_request(requests[i], i, im.n_vocab, im.options.n_ctx);
-  im.stats = {};
+    engine::validate_request(requests[i], i, im.core.n_vocab, im.core.options.n_ctx);
+  im.core.stats = {};
   const auto start = engine::Clock::now();
-  const bool tracing = !im.options.trace_file.empty();
-  if (tracing) im.trace.clear();
-  engine::EngineContext ctx{im.model,  im.tokenizer, im.kv,    im.options,          im.n_vocab,
-                            im.batch,  im.logits,    im.stats, im.spec,             im.offload.get(),
-                            tracing ? &im.trace : nullptr};
-  if (im.offload) im.offload->set_trace(ctx.trace);
+  const bool tracing = !im.core.options.trace_file.empty();
+  if (tracing) im.core.trace.clear();
+  engine::EngineContext ctx = im.core.context(tracing);
   // The same scheduler as the Engine's, run inline. Its prefix cache lives for this call
   // only, so the pool is back to all-free when generate() returns.
-  engine::Scheduler scheduler(ctx, scheduler_options(im.options));
+  engine::Scheduler scheduler(ctx, scheduler_options(im.core.options));
   std::vector<GenerationResult> results(requests.size());
   std::exception_ptr callback_error;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -121,34 +93,27 @@ std::vector<GenerationResult> Generator::generate(const std::vector<GenerationRe
     scheduler.step();
     if (callback_error) std::rethrow_exception(callback_error);
   }
-  im.stats.total_ms = engine::ms_between(start, engine::Clock::now());
-  if (tracing) im.trace.write(im.options.trace_file);
+  im.core.stats.total_ms = engine::ms_between(start, engine::Clock::now());
+  if (tracing) im.core.trace.write(im.core.options.trace_file);
   return results;
 }
 
-const GeneratorOptions& Generator::options() const { return impl_->options; }
-const GeneratorStats& Generator::last_stats() const { return impl_->stats; }
-const BlockPool& Generator::block_pool() const { return impl_->pool; }
+const GeneratorOptions& Generator::options() const { return impl_->core.options; }
+const GeneratorStats& Generator::last_stats() const { return impl_->core.stats; }
+const BlockPool& Generator::block_pool() const { return impl_->core.pool; }
 
 const SpecMetrics& Generator::spec_metrics() const {
-  auto& st = impl_->spec;
+  auto& st = impl_->core.spec;
   st.metrics.breaker_open = st.breaker.open();
   st.metrics.breaker_trips = st.breaker.trips();
   st.metrics.breaker_reason = st.breaker.reason();
   return st.metrics;
 }
-KvTierMetrics Generator::tier_metrics() const {
-  const Impl& im = *impl_;
-  if (im.offload) return im.offload->metrics();
-  KvTierMetrics m;
-  m.placement = to_string(im.options.kv_tiers.placement);
-  m.tiers = im.tiers->stats();
-  return m;
-}
+KvTierMetrics Generator::tier_metrics() const { return impl_->core.tier_metrics(); }
 
-TierManager* Generator::tier_manager_for_test() { return impl_->offload ? impl_->tiers.get() : nullptr; }
+TierManager* Generator::tier_manager_for_test() { return impl_->core.offload ? impl_->core.tiers.get() : nullptr; }
 
-void Generator::reset_spec_breaker() { impl_->spec.breaker.reset(); }
-void Generator::force_audit_mismatches(int n) { impl_->spec.forced_mismatches += n; }
+void Generator::reset_spec_breaker() { impl_->core.spec.breaker.reset(); }
+void Generator::force_audit_mismatches(int n) { impl_->core.spec.forced_mismatches += n; }
 
 }  // namespace fdl
