@@ -15,6 +15,7 @@
 #include "cli/json_output.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "engine/prefill_speed.h"
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/model.h"
 #include "kv/storage_profile.h"
@@ -38,31 +39,6 @@ struct ProfileCliOptions {
   double min_host_gbps = 1.0;
 };
 
-// Prefill tokens/s on the loaded model: one warm-up, then the best of three timed prompts of
-// `n` tokens in one forward step each (the way a dropped block would be recomputed).
-double measure_prefill_tok_per_s(Model& model, int block_size, int n) {
-  const ModelConfig& cfg = model.config();
-  n = std::max(1, std::min(n, cfg.n_ctx_train > 0 ? cfg.n_ctx_train : n));
-  const KvShape shape = model.kv_shape(block_size);
-  BlockPool pool(shape, size_t((n + block_size - 1) / block_size));
-  KvCache kv(pool);
-  StepBatch batch;
-  std::vector<float> logits;
-  double best = 0;
-  for (int run = 0; run < 4; ++run) {
-    const SeqId seq = kv.create_sequence();
-    kv.append_slots(seq, size_t(n));
-    batch.clear();
-    for (int i = 0; i < n; ++i)  // deterministic token ids spread over the vocabulary
-      batch.add(int32_t((i * 7919 + 1) % cfg.n_vocab), i, seq, i == n - 1);
-    const auto t0 = std::chrono::steady_clock::now();
-    model.forward(batch, kv, logits);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    kv.free_sequence(seq);
-    if (run > 0 && s > 0) best = std::max(best, double(n) / s);
-  }
-  return best;
-}
 
 void print_plain(const kv::StorageProfile& p) {
   std::printf("storage profile (%s, measured %s)\n", p.from_cache ? "cached" : "fresh",
@@ -111,7 +87,7 @@ void run_profile(const ProfileCliOptions& o) {
   opt.model = path.filename().string() + ",bytes=" + std::to_string(model->gguf().file_size()) +
               ",threads=" + std::to_string(model->n_threads());
   opt.recompute_tok_per_s = [&] {
-    return measure_prefill_tok_per_s(*model, o.block_size, o.prefill_tokens);
+    return engine::measure_prefill_tok_per_s(*model, o.block_size, o.prefill_tokens);
   };
   opt.floors = {o.max_disk_latency_us, o.min_disk_gbps, o.min_host_gbps};
   const auto dir = o.cache_dir.empty() ? kv::default_profile_cache_dir()

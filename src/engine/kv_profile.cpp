@@ -6,34 +6,10 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/kv_offload.h"
+#include "engine/prefill_speed.h"
 
 namespace fdl::engine {
 namespace {
-
-// Prefill tokens/s of the model: best of three timed 128-token forwards after a warm-up, the
-// way a dropped block is recomputed. The scheduler replaces it with live measurements.
-double measure_prefill(Model& model, int block_size) {
-  const ModelConfig& cfg = model.config();
-  const int n = std::max(1, std::min(128, cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 128));
-  BlockPool pool(model.kv_shape(block_size), size_t((n + block_size - 1) / block_size));
-  KvCache kv(pool);
-  StepBatch batch;
-  std::vector<float> logits;
-  double best = 0;
-  for (int run = 0; run < 4; ++run) {
-    const SeqId seq = kv.create_sequence();
-    kv.append_slots(seq, size_t(n));
-    batch.clear();
-    for (int i = 0; i < n; ++i) batch.add(int32_t((i * 131 + 7) % cfg.n_vocab), i, seq, i == n - 1);
-    const auto t0 = std::chrono::steady_clock::now();
-    model.forward(batch, kv, logits);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    kv.free_sequence(seq);
-    if (run > 0 && s > 0) best = std::max(best, double(n) / s);
-  }
-  return best;
-}
 
 // The cost rule decides whether a slow disk is still worth it; the floors only switch off a
 // tier that is unusable (seconds per 4 KiB read, or next to no bandwidth).
@@ -60,7 +36,7 @@ std::optional<kv::StorageProfile> load_kv_profile(Model& model, const KvTierOpti
   opt.disk_path = options.tiers.disk_path;
   opt.model = "engine,bytes=" + std::to_string(model.gguf().file_size()) +
               ",threads=" + std::to_string(model.n_threads());
-  opt.recompute_tok_per_s = [&] { return measure_prefill(model, block_size); };
+  opt.recompute_tok_per_s = [&] { return measure_prefill_tok_per_s(model, block_size, 128); };
   opt.floors = engine_floors();
   try {
     const auto dir = options.profile_cache_dir.empty() ? kv::default_profile_cache_dir()

@@ -71,23 +71,6 @@ PrefixCache::EntryMap::iterator PrefixCache::next_in_chain(Key& key, std::string
   return it;
 }
 
-std::vector<BlockId> PrefixCache::lookup(std::string_view scope, std::span<const int32_t> tokens,
-                                         size_t max_blocks) {
-  std::vector<BlockId> hit;
-  const size_t n = std::min(max_blocks, tokens.size() / block_size_);
-  Key key = root(scope);
-  ++tick_;
-  for (size_t i = 0; i < n; ++i) {
-    const auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    auto it = next_in_chain(key, scope, block_tokens);
-    if (it == entries_.end() || it->second.block < 0)
-      break;
-    touch(it->second);
-    hit.push_back(it->second.block);
-  }
-  return hit;
-}
-
 size_t PrefixCache::match_blocks(std::string_view scope, std::span<const int32_t> tokens,
                                  size_t max_blocks) const {
   // The walk only reads; next_in_chain is non-const because the other walks modify entries.
@@ -175,7 +158,7 @@ void PrefixCache::insert(std::string_view scope, std::span<const int32_t> tokens
     Entry& e = it->second;
     if (!inserted) {
       // Same key: either the same prefix cached by another sequence (keep the first copy),
-      // or a collision with different tokens (keep the first; the token check on lookup
+      // or a collision with different tokens (keep the first; the token check on every walk
       // makes the newcomer a miss, never a wrong hit). An offloaded copy of the same tokens
       // is replaced by the resident one: cheaper to use, and the lower tier gets its slot.
       if (e.block < 0 && e.offload != 0 && !e.pinned &&

@@ -47,16 +47,12 @@ class PrefixCache {
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
-  /// Longest run of cached blocks that hold tokens[0 .. k * block_size), k <= max_blocks.
-  /// Marks them used now. The ids are not retained: attach them to a sequence
-  /// (KvCache::create_sequence_from) before anything can evict them.
-  std::vector<BlockId> lookup(std::string_view scope, std::span<const int32_t> tokens,
-                              size_t max_blocks);
   /// How many leading blocks of `tokens` (at most max_blocks) are cached, in any tier,
   /// without touching their LRU order: what admission ordering asks of every waiting prompt.
   size_t match_blocks(std::string_view scope, std::span<const int32_t> tokens,
                       size_t max_blocks) const;
-  /// Like lookup, but offloaded entries on the path are brought back into tier 0 (evicting
+  /// The longest run of cached blocks holding tokens[0 .. k * block_size), k <= max_blocks,
+  /// marked used now; offloaded entries on the path are brought back into tier 0 (evicting
   /// other unused tier-0 entries for room), and every returned block is retained once for
   /// the caller, who must release it (typically after KvCache::create_sequence_from). The
   /// run ends at the first block that cannot be had (no room, or lost on the way back).

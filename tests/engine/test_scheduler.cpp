@@ -101,19 +101,19 @@ TEST(SchedulerPrefixCache, CacheUnitLookupInsertEvict) {
   cache.insert("", tokens, kv.block_table(s));
   EXPECT_EQ(cache.size(), 2u);  // two full blocks; the partial third is not cached
   EXPECT_EQ(cache.n_evictable(), 0u);  // the sequence still holds them
-  EXPECT_EQ(cache.lookup("", tokens, 10).size(), 2u);
-  EXPECT_EQ(cache.lookup("", tokens, 1).size(), 1u);
-  EXPECT_EQ(cache.lookup("other", tokens, 10).size(), 0u);
+  EXPECT_EQ(cache.match_blocks("", tokens, 10), 2u);
+  EXPECT_EQ(cache.match_blocks("", tokens, 1), 1u);
+  EXPECT_EQ(cache.match_blocks("other", tokens, 10), 0u);
   auto changed = tokens;
   changed[5] = 99;  // second block differs: only the first matches
-  EXPECT_EQ(cache.lookup("", changed, 10).size(), 1u);
+  EXPECT_EQ(cache.match_blocks("", changed, 10), 1u);
   changed[0] = 98;  // first block differs: the chain breaks at once
-  EXPECT_EQ(cache.lookup("", changed, 10).size(), 0u);
+  EXPECT_EQ(cache.match_blocks("", changed, 10), 0u);
   kv.free_sequence(s);
   EXPECT_EQ(pool.n_free(), 6u);  // the cache keeps two blocks alive
   EXPECT_EQ(cache.n_evictable(), 2u);
   EXPECT_EQ(cache.evict(1), 1u);  // the deeper block goes first: no hole in the chain
-  EXPECT_EQ(cache.lookup("", tokens, 10).size(), 1u);
+  EXPECT_EQ(cache.match_blocks("", tokens, 10), 1u);
   EXPECT_EQ(cache.evict(5), 1u);
   EXPECT_EQ(pool.n_free(), 8u);
   EXPECT_EQ(cache.size(), 0u);
