@@ -88,6 +88,7 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
     }
   }
   r.prefill_ms = ms(t0, Clock::now());
+  if (show_profile && B > 1) print_profile(m, "prefill of the other prompts (per prompt)", B, B - 1);
   const double kv_token_bytes = double(c.n_layer) * 2 * c.n_head_kv * c.head_dim * sizeof(float);
   const auto d0 = Clock::now();
   for (int step = 0; step < gen; ++step) {

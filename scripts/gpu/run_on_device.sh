@@ -6,7 +6,7 @@
 #   REPS=3; HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
 #   SWEEP_GEMV="16,1 4,1 4,2" adds GEMV variants to the sweep; SWEEP_LITE=1 keeps only the profile
 #   AB="tc nofuse profile" adds batch-1 runs with FLASHDLLM_ATTN_TC=1 / FLASHDLLM_CUDA_FUSE=0 /
-#   FLASHDLLM_CUDA_PROFILE=1
+#   FLASHDLLM_CUDA_PROFILE=1; ABENV="VAR=VALUE:BATCHES ..." adds one bench run per entry
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fdl-out}
@@ -53,10 +53,16 @@ if [[ $STEPS == *bench* ]]; then
     log "flashdllm per-op profile (batch 1)"
     FLASHDLLM_CUDA_PROFILE=1 $B1X | grep -E "profile|batch"
   fi
+  # ABENV="VAR=VALUE:BATCHES ...": one A/B bench run per entry, e.g. FLASHDLLM_GEMM_TUNE=0:64
+  for ab in ${ABENV:-}; do
+    log "flashdllm bench, ${ab%%:*} (batches ${ab##*:})"
+    env "${ab%%:*}" timeout ${AB_TIMEOUT:-60} "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
+      --batches "${ab##*:}" --reps 2 | grep batch
+  done
   if [ -n "${NOGRAPH:-}" ]; then
-    log "flashdllm bench without CUDA graphs (batch 1)"
+    log "flashdllm bench without CUDA graphs (batches ${NOGRAPH_BATCHES:-1})"
     FLASHDLLM_CUDA_GRAPHS=0 timeout 120 "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
-      --batches 1 --reps 2 --json "$OUT/bench_nograph.json"
+      --batches ${NOGRAPH_BATCHES:-1} --reps 2 --json "$OUT/bench_nograph.json"
   fi
 fi
 if [[ $STEPS == *sweep* ]]; then  # tuning: PDL off, GEMV variants, per-op profile

@@ -20,7 +20,7 @@ done
 # Libraries not on the GPU image (Ubuntu 24.04): Debian 12 builds of these, resolved via ldd.
 for lib in liburing.so.2 libspdlog.so.1.10 libfmt.so.9 libhiredis.so.0.14 libcpp-httplib.so.0.11 \
            libpcre2-8.so.0 libxxhash.so.0 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found { print $NF; found = 1 }')  # no early exit: SIGPIPE + pipefail
   [ -n "$path" ] && cp -L "$path" .device/lib/
 done
 cp "$SHARED/models/stories260K.gguf" "$SHARED/models/codelm-16m-f16.gguf" .device/shared/models/

@@ -1,7 +1,7 @@
 // Paged attention against a double-precision reference: many sequences of different lengths
 // in one launch, a mix of prefill chunks and single decode tokens, scattered block tables,
 // GQA groups smaller and larger than one block's head group, and several split counts;
-// the prefill tiles on CUDA cores (fp32) and, in a test of their own, on tensor cores (TF32).
+// the prefill tiles on CUDA cores (fp32) and, in a test of their own, on tensor cores (fp16 mma).
 #include <algorithm>
 #include <iostream>
 #include <numeric>
@@ -170,7 +170,7 @@ TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
   }
 }
 
-// The opt-in tensor-core tiles (attention_tc.cu) on the same problems: TF32 keeps 10 mantissa
+// The tensor-core tiles (attention_mma.cu) on the same problems: fp16 keeps 11 significant
 // bits of q, k, p and v, so ~1e-3 relative error is expected instead of ~1e-6.
 TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
   FDL_SKIP_WITHOUT_GPU();
@@ -211,6 +211,60 @@ TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
     const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
     std::cout << "  tensor-core tiles, splits " << splits << ": rel error " << err << "\n";
     EXPECT_LT(err, 4e-3) << "splits=" << splits << " tokens=" << n;
+  }
+}
+
+// Tiles of at most 16 rows (decode batches) take the kernel that splits each chunk over its
+// warps (attn_decode_mma_kernel): single-token tiles, and tiles of 16 / group consecutive
+// tokens (causal masking between the rows of one tile).
+TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
+  FDL_SKIP_WITHOUT_GPU();
+  const AttnCase c = GetParam();
+  const int group = c.n_head / c.n_head_kv;
+  if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv) || group > 16)
+    GTEST_SKIP() << "no tensor-core decode tiles for head_dim " << c.head_dim << ", group " << group;
+  const Problem pb = make_problem(c);
+  const int n = pb.n, kv_dim = c.n_head_kv * c.head_dim;
+  auto darena = to_device(pb.arena), dq = to_device(pb.q);
+  auto dpos = to_device(pb.positions), doff = to_device(pb.table_off), dtab = to_device(pb.tables);
+  int sm = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+  for (int tile_tokens : {1, 16 / group}) {
+    std::vector<int32_t> starts;  // runs of consecutive positions of one sequence, <= tile_tokens each
+    for (int t = 0; t < n; ++t)
+      if (t == 0 || pb.token_seq[size_t(t)] != pb.token_seq[size_t(t) - 1] ||
+          pb.positions[size_t(t)] != pb.positions[size_t(t) - 1] + 1 || t - starts.back() == tile_tokens)
+        starts.push_back(t);
+    const int n_tiles = int(starts.size());
+    starts.push_back(n);
+    auto dstarts = to_device(starts);
+    for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
+      cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+      poison(out);
+      poison(partial);
+      cuda::AttentionArgs a;
+      a.kv = cuda::KvLayerView{darena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride,
+                               c.block_size, c.n_head_kv, c.head_dim};
+      a.q = dq.get();
+      a.out = out.get();
+      a.positions = dpos.get();
+      a.table_off = doff.get();
+      a.tables = dtab.get();
+      a.n_tokens = n;
+      a.n_head = c.n_head;
+      a.scale = pb.scale;
+      a.tile_starts = dstarts.get();
+      a.n_tiles = n_tiles;
+      a.n_splits = splits;
+      a.partial = partial.get();
+      a.tensor_cores = true;
+      a.max_tile_rows = tile_tokens * group;
+      cuda::paged_attention(a, nullptr);
+      const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
+      std::cout << "  tensor-core decode tiles of " << tile_tokens << " token(s), splits " << splits << ": rel error "
+                << err << "\n";
+      EXPECT_LT(err, 4e-3) << "tile tokens " << tile_tokens << ", splits " << splits;
+    }
   }
 }
 

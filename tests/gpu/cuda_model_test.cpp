@@ -119,15 +119,18 @@ std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& prompt) 
 
 TEST(CudaModel, TensorCorePrefillAttentionCloseToFp32Tiles) {
   FDL_SKIP_WITHOUT_GPU();
-  ::setenv("FLASHDLLM_ATTN_TC", "1", 1);  // read by the CudaModel constructor
-  std::unique_ptr<Model> tc = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  // F16 weights: tensor cores by default; FLASHDLLM_ATTN_TC=0 (read by the constructor)
+  // keeps the fp32 tiles.
+  ::setenv("FLASHDLLM_ATTN_TC", "0", 1);
+  std::unique_ptr<Model> fp32_model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
   ::unsetenv("FLASHDLLM_ATTN_TC");
-  Model& fp32 = cuda_model("codelm-16m-f16.gguf");
+  Model& fp32 = *fp32_model;
+  Model& tc = cuda_model("codelm-16m-f16.gguf");
   ASSERT_TRUE(cuda::attention_tiles_supported(fp32.config().head_dim, fp32.config().n_head, fp32.config().n_head_kv));
   std::vector<int32_t> prompt;
   std::uniform_int_distribution<int32_t> tok(1, 8191);
   for (int i = 0; i < 300; ++i) prompt.push_back(tok(rng()));  // several tiles and splits
-  const std::vector<float> a = prefill_logits(*tc, prompt), b = prefill_logits(fp32, prompt);
+  const std::vector<float> a = prefill_logits(tc, prompt), b = prefill_logits(fp32, prompt);
   const double err = rel_error(a, std::vector<double>(b.begin(), b.end()));
   std::cout << "  tensor-core vs fp32 tiles: logits rel error " << err << "\n";
   EXPECT_GT(err, 0.0) << "the tensor-core path did not run (identical logits)";
@@ -174,6 +177,65 @@ TEST(CudaModel, MixedBatchOfPrefillAndDecodeEqualsSeparateRuns) {
   const std::vector<float> got_a(mixed.begin(), mixed.begin() + 2 * V), got_b(mixed.begin() + 2 * V, mixed.end());
   EXPECT_LT(rel_error(got_a, std::vector<double>(la.begin(), la.end())), 1e-6);
   EXPECT_LT(rel_error(got_b, std::vector<double>(lb.begin(), lb.end())), 1e-6);
+}
+
+// A decode batch above the GEMV size (24 sequences of 1..150 tokens, three steps) takes the
+// batched path: cuBLASLt GEMMs on 16-bit activations, one-token tensor-core attention tiles,
+// and from its second occurrence a CUDA graph. Its logits stay within the 16-bit rounding
+// bound of each sequence decoded alone (the fp32 GEMV path).
+TEST(CudaModel, BatchedDecodeOfManySequencesCloseToDecodingEachAlone) {
+  FDL_SKIP_WITHOUT_GPU();
+  Model& m = cuda_model("codelm-16m-f16.gguf");
+  const int V = m.config().n_vocab, S = 24, steps = 3;
+  std::uniform_int_distribution<int32_t> tok(1, 8191), len(1, 150);
+  std::vector<std::vector<int32_t>> prompts(S), inputs(S);
+  size_t total = 0;
+  for (int s = 0; s < S; ++s) {
+    prompts[size_t(s)].resize(size_t(len(rng())));
+    for (int32_t& t : prompts[size_t(s)]) t = tok(rng());
+    for (int k = 0; k < steps; ++k) inputs[size_t(s)].push_back(tok(rng()));
+    total += prompts[size_t(s)].size() + steps;
+  }
+  auto prefill = [&](KvCache& kv, SeqId seq, const std::vector<int32_t>& p) {
+    StepBatch b;
+    std::vector<float> none;
+    const size_t f = kv.append_slots(seq, p.size());
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], int32_t(f + i), seq, false);
+    m.forward(b, kv, none);
+  };
+  std::vector<std::vector<float>> batched(steps);
+  {
+    auto pool = make_pool(m, total + size_t(S) * 16);  // room for each sequence's partial block
+    KvCache kv(*pool);
+    std::vector<SeqId> seqs;
+    for (int s = 0; s < S; ++s) {
+      seqs.push_back(kv.create_sequence());
+      prefill(kv, seqs.back(), prompts[size_t(s)]);
+    }
+    for (int k = 0; k < steps; ++k) {
+      StepBatch b;
+      for (int s = 0; s < S; ++s)
+        b.add(inputs[size_t(s)][size_t(k)], int32_t(kv.append_slots(seqs[size_t(s)], 1)), seqs[size_t(s)], true);
+      m.forward(b, kv, batched[size_t(k)]);
+      ASSERT_EQ(batched[size_t(k)].size(), size_t(S) * V);
+    }
+  }
+  auto pool = make_pool(m, total + size_t(S) * 16);  // room for each sequence's partial block
+  KvCache kv(*pool);
+  for (int s = 0; s < S; ++s) {
+    const SeqId seq = kv.create_sequence();
+    prefill(kv, seq, prompts[size_t(s)]);
+    for (int k = 0; k < steps; ++k) {
+      StepBatch b;
+      std::vector<float> alone;
+      b.add(inputs[size_t(s)][size_t(k)], int32_t(kv.append_slots(seq, 1)), seq, true);
+      m.forward(b, kv, alone);
+      const std::vector<float> got(batched[size_t(k)].begin() + int64_t(s) * V,
+                                   batched[size_t(k)].begin() + int64_t(s + 1) * V);
+      EXPECT_LT(rel_error(got, std::vector<double>(alone.begin(), alone.end())), 3e-3)
+          << "sequence " << s << " (prompt " << prompts[size_t(s)].size() << ") step " << k;
+    }
+  }
 }
 
 TEST(CudaModel, RejectsBadBatchesBeforeWriting) {

@@ -52,12 +52,22 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FDL_CUBLAS_CHECK(cublasCreate(&cublas_));
   FDL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // A workspace of our own, so cuBLAS never allocates while a step is captured in a graph.
+  cublas_workspace_.grow(kCublasWorkspaceBytes);
+  FDL_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), kCublasWorkspaceBytes));
+  if (const char* g = std::getenv("FLASHDLLM_GEMM_TUNE"); !(g && std::string(g) == "0"))
+    lt_gemm_ = std::make_unique<LtGemm>(stream_, cublas_workspace_.get(), kCublasWorkspaceBytes);
   // Plain fp32 SGEMM for F32 weights (no TF32): the F32 path stays close to the CPU's.
   FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   if (const char* g = std::getenv("FLASHDLLM_CUDA_GRAPHS"); g && std::string(g) == "0") use_graphs_ = false;
   if (const char* t = std::getenv("FLASHDLLM_ATTN_TILES"); t && std::string(t) == "0") tiles_enabled_ = false;
   if (const char* f = std::getenv("FLASHDLLM_CUDA_FUSE"); f && std::string(f) == "0") fuse_enabled_ = false;
-  if (const char* t = std::getenv("FLASHDLLM_ATTN_TC"); t && std::string(t) == "1") attn_tc_ = true;
+  // Prefill attention on tensor cores (fp16 operands) where the prefill GEMMs already round
+  // activations to 16 bits (F16/BF16 weights); an F32 model keeps the fp32 tiles, so it stays
+  // as close to the CPU backend as before. FLASHDLLM_ATTN_TC=0/1 overrides.
+  attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
+  if (const char* t = std::getenv("FLASHDLLM_ATTN_TC"); t) attn_tc_ = std::string(t) == "1";
+  if (const char* t = std::getenv("FLASHDLLM_DECODE_TILES"); t && std::string(t) == "0") decode_tiles_ = false;
   if (const char* p = std::getenv("FLASHDLLM_CUDA_PROFILE"); p && std::string(p) == "1") {
     profile_ = true;
     use_graphs_ = false;
@@ -149,12 +159,12 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
 
 void CudaModel::sync_block_copies(KvCache& kv) {
   if (&kv == last_kv_ && arena_pool_ == &kv.pool()) {
-    const size_t block_bytes = kv.pool().shape().block_bytes();
-    const size_t block_floats = block_bytes / sizeof(float);
+    // A block is one piece per layer in the layer-major arena: one strided 2-D copy.
+    const size_t lb = layer_block_floats(), pitch = arena_blocks_ * lb * sizeof(float);
     // In order: a block copied to may itself be the source of a later copy.
     for (const auto& [src, dst] : *copy_log_)
-      FDL_CUDA_CHECK(cudaMemcpyAsync(arena_.get() + size_t(dst) * block_floats, arena_.get() + size_t(src) * block_floats,
-                                     block_bytes, cudaMemcpyDeviceToDevice, stream_));
+      FDL_CUDA_CHECK(cudaMemcpy2DAsync(arena_.get() + size_t(dst) * lb, pitch, arena_.get() + size_t(src) * lb, pitch,
+                                       lb * sizeof(float), size_t(config_.n_layer), cudaMemcpyDeviceToDevice, stream_));
   }
   copy_log_->clear();
   last_kv_ = &kv;
@@ -164,6 +174,10 @@ void CudaModel::sync_block_copies(KvCache& kv) {
   kv.set_block_copy_observer([log = std::weak_ptr<CopyLog>(copy_log_)](BlockId src, BlockId dst) {
     if (const auto l = log.lock()) l->emplace_back(src, dst);
   });
+}
+
+size_t CudaModel::layer_block_floats() const {
+  return size_t(2) * size_t(arena_pool_->shape().block_size) * size_t(config_.n_head_kv) * size_t(config_.head_dim);
 }
 
 void CudaModel::ensure_arena(const BlockPool& pool) {
@@ -221,6 +235,7 @@ void CudaModel::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
     return;
   }
   // X is already in W's type when it comes from a producer that wrote gemm_input_type().
+  if (lt_gemm_ && n <= kTunedGemmMaxTokens) return lt_gemm_->run(W, Xv, n, Y);
   const cudaDataType_t t = W.type == WType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   FDL_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, W.data, t, cols,
                                 Xv, t, cols, &beta, Y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -228,12 +243,13 @@ void CudaModel::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
 
 void CudaModel::run_kernels(int n, int m) {
   const ModelConfig& c = config_;
-  const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
+  const int d = c.n_embd;
   const int block_size = arena_pool_->shape().block_size;
   embed_rows(weights_.token_embd.view, d_tokens_, n, x_.get(), stream_);
   prof(kEmbed);
-  KvLayerView kv{arena_.get(), 0, int64_t(arena_pool_->shape().block_bytes() / sizeof(float)), block_size,
-                 c.n_head_kv, c.head_dim};
+  // Layer-major arena: layer l's K/V of block b at (l * blocks + b) * layer_block_floats.
+  const int64_t lb = int64_t(layer_block_floats());
+  KvLayerView kv{arena_.get(), 0, lb, block_size, c.n_head_kv, c.head_dim};
   AttentionArgs att;
   att.q = q_.get();
   att.out = attn_.get();
@@ -247,12 +263,13 @@ void CudaModel::run_kernels(int n, int m) {
   att.tile_starts = d_tiles_;
   att.n_tiles = n_tiles_;
   att.tensor_cores = attn_tc_;
+  att.max_tile_rows = max_tile_rows_;
   att.partial = partial_.get();
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
   const bool fused = n == 1 && fuse_enabled_;
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaLayer& L = weights_.layers[size_t(l)];
-    kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
+    kv.layer_offset = int64_t(l) * int64_t(arena_blocks_) * lb;
     if (fused) {
       run_fused_layer(l, kv, att);
       continue;
@@ -368,20 +385,28 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
       tables_len += kv.block_table(s).size();
     }
   }
-  // Prefill-sized steps (never graphed) use the tiled attention kernel when it fits.
-  // Tiles must be long enough to pay off (a batch of single decode tokens is not).
+  // Steps above the GEMV size use the tiled attention kernel when it fits. On fp32 CUDA cores
+  // tiles pay off only for runs of several tokens (a batch of single decode tokens is faster
+  // per token); on tensor cores a tile of one token is a memory-bound K/V stream with its
+  // query heads as the rows (GQA), so every such step uses them.
   use_tiles_ = n > kGemvMaxTokens && tiles_enabled_ && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv);
   if (use_tiles_) {
     tile_starts_.resize(size_t(n) + 1);
     n_tiles_ = attention_tiles(batch.seqs.data(), batch.positions.data(), n, c.n_head, c.n_head_kv, tile_starts_.data());
-    use_tiles_ = n_tiles_ * 8 <= n;
+    use_tiles_ = (attn_tc_ && decode_tiles_) || n_tiles_ * 8 <= n;
+    max_tile_rows_ = 0;
+    for (int i = 0; i < n_tiles_; ++i)
+      max_tile_rows_ = std::max(max_tile_rows_, (tile_starts_[size_t(i) + 1] - tile_starts_[size_t(i)]) * (c.n_head / c.n_head_kv));
   }
   if (use_tiles_) {
     splits_ = attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx);
     ensure_scratch(n, m, splits_);
   }
-  const size_t tiles_at = lay.tables + tables_len;
-  const size_t total = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);
+  // Tile starts before the tables: both offsets then depend only on (n, use_tiles_), which a
+  // captured graph's shape fixes (the tables' length varies from step to step).
+  const size_t tiles_at = lay.tables;
+  const size_t tables_at = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);
+  const size_t total = tables_at + tables_len;
   staging_host_.grow(total);
   if (staging_dev_.grow(total)) ++generation_;
   int32_t* h = staging_host_.get();
@@ -401,7 +426,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
     const SeqId s = batch.seqs[size_t(t)];
     if (seq_table_off_[size_t(s)] < 0) continue;
     const std::span<const BlockId> table = kv.block_table(s);
-    std::memcpy(h + lay.tables + size_t(seq_table_off_[size_t(s)]), table.data(), table.size() * sizeof(int32_t));
+    std::memcpy(h + tables_at + size_t(seq_table_off_[size_t(s)]), table.data(), table.size() * sizeof(int32_t));
     seq_table_off_[size_t(s)] = -1;  // copied; also resets the map for the next step
   }
   if (use_tiles_) std::memcpy(h + tiles_at, tile_starts_.data(), (size_t(n_tiles_) + 1) * sizeof(int32_t));
@@ -415,31 +440,42 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   d_table_off_ = d + lay.table_off;
   d_row_idx_ = d + lay.row_idx;
   d_cos_sin_ = reinterpret_cast<const float*>(d + lay.cos_sin);
-  d_tables_ = d + lay.tables;
+  d_tables_ = d + tables_at;
   d_tiles_ = use_tiles_ ? d + tiles_at : nullptr;
 
-  if (use_graphs_ && n <= kGemvMaxTokens) {
-    if (graphs_generation_ != generation_) {
-      for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-      graphs_.clear();
-      graphs_generation_ = generation_;
-    }
-    const auto key = std::make_tuple(n, m, splits_);
+  // Graphs: steps of up to kGemvMaxTokens tokens are captured at once; larger ones (cuBLAS
+  // GEMMs; decode batches) once their shape has been seen before, so one-off shapes (a
+  // prompt) do not pay an instantiation. The tile starts are device data: the number of
+  // tiles is part of the shape.
+  bool graph = use_graphs_ && n <= kMaxGraphTokens;
+  if (graph && graphs_generation_ != generation_) {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    graph_shapes_seen_.clear();
+    graphs_generation_ = generation_;
+  }
+  const auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ * (max_tile_rows_ <= 16 ? -1 : 1) : 0);
+  if (graph && n > kGemvMaxTokens && !graphs_.count(key)) graph = graph_shapes_seen_.insert(key).second == false;
+  if (graph) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      cudaGraph_t graph = nullptr;
+      if (graphs_.size() >= kMaxGraphs) {  // many shapes (a server's varying batches): start over
+        for (auto& [k, exec] : graphs_) cudaGraphExecDestroy(exec);
+        graphs_.clear();
+      }
+      cudaGraph_t captured = nullptr;
       FDL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
         run_kernels(n, m);
       } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph) cudaGraphDestroy(graph);
+        cudaStreamEndCapture(stream_, &captured);
+        if (captured) cudaGraphDestroy(captured);
         throw;
       }
-      FDL_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      FDL_CUDA_CHECK(cudaStreamEndCapture(stream_, &captured));
       cudaGraphExec_t exec = nullptr;
-      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
+      const cudaError_t e = cudaGraphInstantiate(&exec, captured, 0);
+      cudaGraphDestroy(captured);
       FDL_CUDA_CHECK(e);
       it = graphs_.emplace(key, exec).first;
     }

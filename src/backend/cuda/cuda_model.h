@@ -1,7 +1,10 @@
 // cuda_model.h — the Llama-family Model on an NVIDIA GPU (Device::Cuda).
 //
 // Memory: weights in HBM (cuda_weights.h); the KV cache in a device arena with the host
-// BlockPool's layout and block ids (the pool still hands out ids, refcounts and metadata; its
+// BlockPool's block ids but layer-major — [layer][block][k|v][slot][kv head][dim], so one
+// layer's K/V of every block lie in one region (the pool's per-block layout spread a decode
+// batch's per-layer reads over the whole arena in 1/n_layer pieces, which measured at ~1.5
+// TB/s on the H200 for 64 sequences). The pool still hands out ids, refcounts and metadata; its
 // host arena is allocated by BlockPool but unused — a known waste of host memory until the
 // pool can be told not to allocate). The arena is allocated on the first forward with a
 // pool, sized from pool.capacity() and the pool's shape, and re-allocated if a different pool
@@ -17,12 +20,13 @@
 // the CUDA numerics differ from the CPU's beyond reduction order.
 // A single-token step (batch-1 decode) runs each layer as gemv_norm_rope_qkv, attention, wo,
 // gemv_norm_swiglu, down (kernels.h: the norms, RoPE and SwiGLU fused into the projections;
-// FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain). FLASHDLLM_ATTN_TC=1 runs the prefill
-// attention tiles on tensor cores (TF32; opt-in: slower than the fp32 tiles so far, see
-// docs/GPU.md).
-// CUDA graphs: a forward of up to kGemvMaxTokens tokens is captured once per (tokens, rows
-// with logits, attention splits) shape and replayed (the split count changes only when the
-// longest context doubles); FLASHDLLM_CUDA_GRAPHS=0 launches kernel by kernel. Kernels are
+// FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain). Prefill attention tiles run on tensor
+// cores (mma.sync, fp16 operands, fp32 accumulation) when the weights are F16/BF16, on fp32
+// CUDA cores for F32 weights; FLASHDLLM_ATTN_TC=0/1 forces either.
+// CUDA graphs: a forward of up to kMaxGraphTokens tokens is captured once per (tokens, rows
+// with logits, attention splits, attention tiles) shape and replayed (the split count changes only when the longest context doubles); shapes
+// above kGemvMaxTokens only from their second occurrence. FLASHDLLM_CUDA_GRAPHS=0 launches
+// kernel by kernel. Kernels are
 // launched with programmatic dependent launch (launch.h; FLASHDLLM_PDL=0 turns it off).
 //
 // Copy-on-write (fork_sequence, then append_slots into the shared tail): each forward
@@ -41,6 +45,7 @@
 #include <cublas_v2.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <memory>
@@ -50,6 +55,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemm_lt.h"
 #include "flashdllm/model.h"
 
 namespace fdl::cuda {
@@ -87,6 +93,7 @@ class CudaModel final : public Model {
   /// the number of rows with logits. The caller copies results out and synchronizes.
   int launch_step(const StepBatch& batch, KvCache& kv);
   void ensure_arena(const BlockPool& pool);
+  size_t layer_block_floats() const;  // K and V of one block in one layer (floats)
   void ensure_scratch(int n, int m, int splits);
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
   void collect_profile();   // after a synchronize
@@ -114,10 +121,12 @@ class CudaModel final : public Model {
   std::vector<double> prof_ms_;
   int splits_ = 1;  // attention context chunks of the current step
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
-  bool attn_tc_ = false;  // FLASHDLLM_ATTN_TC=1: prefill tiles on tensor cores (TF32; opt-in)
+  bool attn_tc_ = false;  // prefill tiles on tensor cores (fp16 mma; default for F16/BF16 weights)
+  bool decode_tiles_ = true;  // FLASHDLLM_DECODE_TILES=0: decode batches keep the per-token kernel
   bool tiles_enabled_ = true;  // FLASHDLLM_ATTN_TILES=0 turns the tiled prefill kernel off
   bool use_tiles_ = false;
   int n_tiles_ = 0;
+  int max_tile_rows_ = 0;  // rows of the largest tile (selects the decode-tile kernel when <= 16)
   std::vector<int32_t> tile_starts_;
   const int32_t* d_tiles_ = nullptr;
 
@@ -143,7 +152,18 @@ class CudaModel final : public Model {
   PinnedBuffer<int32_t> staging_host_;
   std::vector<int32_t> seq_table_off_;
   uint64_t generation_ = 0;
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;  // (tokens, logit rows, splits)
+  // (tokens, logit rows, splits, tiles; negative: the decode-tile kernel)
+  using GraphShape = std::tuple<int, int, int, int>;
+  std::map<GraphShape, cudaGraphExec_t> graphs_;
+  std::set<GraphShape> graph_shapes_seen_;  // larger shapes run once ungraphed
+  static constexpr int kMaxGraphTokens = 512;
+  static constexpr size_t kMaxGraphs = 64;
+  // 16-bit GEMMs of up to this many tokens (memory bound) go through the autotuned cuBLASLt
+  // path (gemm_lt.h; FLASHDLLM_GEMM_TUNE=0: cublasGemmEx's default for all).
+  static constexpr int kTunedGemmMaxTokens = 256;
+  std::unique_ptr<LtGemm> lt_gemm_;
+  static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+  DeviceBuffer<uint8_t> cublas_workspace_;
   uint64_t graphs_generation_ = 0;
   // Device pointers into staging_dev_ for the current (n, m).
   const int32_t *d_tokens_ = nullptr, *d_positions_ = nullptr, *d_dst_block_ = nullptr,

@@ -82,9 +82,13 @@ struct AttentionArgs {
   /// attention_tile_splits() (partial must then hold attention_partial_floats() floats).
   const int32_t* tile_starts = nullptr;
   int n_tiles = 0;
-  /// With tiles: run them on tensor cores (attention_tc.cu: TF32 products, fp32 softmax and
-  /// accumulation; ~1e-3 relative error instead of ~1e-6), same splits and partials.
+  /// With tiles: run them on tensor cores (attention_mma.cu: mma.sync on fp16 q, k, p, v with
+  /// fp32 accumulation and softmax; ~5e-4 relative error instead of ~1e-6), same splits and
+  /// partials. Values of q, k, v must fit fp16 (|x| < 65504).
   bool tensor_cores = false;
+  /// With tensor-core tiles: the most rows (tokens x query heads per KV head) of any tile, if
+  /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
+  int max_tile_rows = 0;
 };
 /// The tiled kernel on tensor cores (called by paged_attention when a.tensor_cores is set;
 /// writes a.out when a.n_splits == 1, else the partials the combine kernel merges).

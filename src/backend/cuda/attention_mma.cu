@@ -1,0 +1,473 @@
+// Tiled prefill attention on tensor cores: the same tiles, causal masking, split-K shares and
+// partial records as attn_tile_kernel in attention.cu, with Q·Kᵀ and P·V as mma.sync
+// m16n8k16 products on fp16 operands with fp32 accumulation, and the softmax in fp32.
+//
+// Why: the fp32 tiled kernel is instruction bound (~70 GFLOP of attention in a 512-token
+// Llama-3-8B prefill on CUDA cores: ~11 ms of a 24 ms TTFT).
+//
+// Block (tile, kv head, split) of 8 warps; warp w owns tile rows 16w..16w+15 (row r: token
+// r / group, query head kvh * group + r % group), lane (g = lane / 4, c = lane % 4) the rows
+// 16w + g and 16w + g + 8, as the m16n8k16 fragment layout (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16") assigns them. Everything a warp needs stays in registers:
+//   - Q: the A fragments of the warp's 16 rows, loaded once (HD/16 x 4 registers);
+//   - S = Q·Kᵀ for a chunk of 64 positions: 8 accumulator tiles of 16x8;
+//   - P: the accumulator layout of two adjacent 16x8 tiles is exactly the A-fragment layout
+//     of one 16x16 operand, so P is rounded to fp16 and packed without leaving registers
+//     (the FlashAttention-2 arrangement, Dao 2023);
+//   - O: HD/8 accumulator tiles, rescaled by the online-softmax correction per chunk.
+// K and V chunks are copied as fp32 from the paged arena into shared memory with cp.async,
+// two stages deep (the next chunk lands while this one is multiplied); fragments are read
+// from there and rounded to fp16 in registers. Row strides HD + 8 (K) and HD + 4 (V) floats
+// make both fragment read patterns bank-conflict free.
+// fp16 keeps 11 significant bits of q, k, p and v: ~5e-4 relative error in the output
+// (fp32: ~1e-6). The model uses this path where its GEMMs already round activations to
+// 16 bits (F16/BF16 weights); see CudaModel.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+namespace fdl::cuda {
+namespace {
+
+constexpr int kRows = 128, kWarps = kRows / 16, kThreads = 32 * kWarps, kChunk = 64;
+
+template <int HD>
+struct MmaTile {
+  static constexpr int kStride = HD + 8;  // K rows: 8-byte fragment reads, banks 8g + 2c (+1)
+  static constexpr int vStride = HD + 4;  // V rows: 4-byte reads of rows 2c, 2c+1: banks 8c + g (+4)
+  static constexpr int stage_floats = kChunk * (kStride + vStride);
+  static constexpr size_t smem_bytes = 2 * size_t(stage_floats) * sizeof(float);
+};
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits: the lower column
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// D = A·B + D, A 16x16 (row), B 16x8 (col), fp16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArgs a) {
+  using T = MmaTile<HD>;
+  launch_dependents();
+  grid_dependency_wait();
+  extern __shared__ __align__(16) float sm[];  // two stages of [K chunk | V chunk]
+  const KvLayerView& kv = a.kv;
+  const int group = a.n_head / kv.n_head_kv;
+  const int kvh = blockIdx.y;
+  const int t0 = a.tile_starts[blockIdx.x], nt = a.tile_starts[blockIdx.x + 1] - t0;
+  const int rows = nt * group;
+  const int pos0 = a.positions[t0];
+  const int p_last = pos0 + nt - 1;
+  const int32_t* table = a.tables + a.table_off[t0];
+  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int r0 = warp * 16 + g, r1 = r0 + 8;
+
+  // Q as A fragments: a0 (row g, cols 2c, 2c+1), a1 (row g+8, same cols), a2/a3 (cols + 8).
+  uint32_t qa[HD / 16][4];
+  {
+    const float* q0 = r0 < rows ? a.q + (int64_t(t0 + r0 / group) * a.n_head + kvh * group + r0 % group) * HD : nullptr;
+    const float* q1 = r1 < rows ? a.q + (int64_t(t0 + r1 / group) * a.n_head + kvh * group + r1 % group) * HD : nullptr;
+    const float2 zero = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < HD / 16; ++k) {
+      const int d = 16 * k + 2 * c;
+      const float2 x00 = q0 ? *reinterpret_cast<const float2*>(q0 + d) : zero;
+      const float2 x10 = q1 ? *reinterpret_cast<const float2*>(q1 + d) : zero;
+      const float2 x01 = q0 ? *reinterpret_cast<const float2*>(q0 + d + 8) : zero;
+      const float2 x11 = q1 ? *reinterpret_cast<const float2*>(q1 + d + 8) : zero;
+      qa[k][0] = pack_half2(x00.x, x00.y);
+      qa[k][1] = pack_half2(x10.x, x10.y);
+      qa[k][2] = pack_half2(x01.x, x01.y);
+      qa[k][3] = pack_half2(x11.x, x11.y);
+    }
+  }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  // Softmax state of rows r0, r1 in log2 units (scores scaled by scale * log2 e), replicated
+  // over the four lanes of a row; l holds this lane's columns only until the end.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;  // rows >= `rows` are never written
+  const int warp_max_pos = warp * 16 < rows ? pos0 + min(warp * 16 + 15, rows - 1) / group : -1;
+  const float sl2 = a.scale * 1.4426950408889634f;
+
+  // This block's share of the context: whole chunks, so a share ends at a chunk boundary or
+  // at p_last + 1 and no position is counted by two shares.
+  const int n_chunks = p_last / kChunk + 1;
+  const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
+  const int c_begin = int(blockIdx.z) * per * kChunk;
+  const int c_end = min(p_last + 1, c_begin + per * kChunk);
+
+  auto stage = [&](int c0, float* buf) {
+    float* ks = buf;
+    float* vs = buf + kChunk * T::kStride;
+    for (int idx = threadIdx.x; idx < 2 * kChunk * (HD / 4); idx += kThreads) {
+      const bool is_v = idx >= kChunk * (HD / 4);
+      const int i = is_v ? idx - kChunk * (HD / 4) : idx;
+      const int jj = i / (HD / 4), d4 = i % (HD / 4);
+      const int j = c0 + jj;
+      const bool valid = j <= p_last;  // later positions: zeros (P is 0 there, V must not be NaN)
+      const float* src = valid ? kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
+                                     int64_t((is_v ? kv.block_size : 0) + j % kv.block_size) * kv_dim +
+                                     int64_t(kvh) * HD + d4 * 4
+                               : kv.base;
+      cp_async16(is_v ? vs + jj * T::vStride + d4 * 4 : ks + jj * T::kStride + d4 * 4, src, valid);
+    }
+  };
+
+  if (c_begin < c_end) stage(c_begin, sm);
+  cp_async_commit();
+  int buf = 0;
+  for (int c0 = c_begin; c0 < c_end; c0 += kChunk, buf ^= 1) {
+    if (c0 + kChunk < c_end) stage(c0 + kChunk, sm + (buf ^ 1) * T::stage_floats);
+    cp_async_commit();             // possibly empty: keeps "all but the newest group" meaning this chunk
+    cp_async_wait_all_but_one();
+    __syncthreads();               // this chunk's copies from every thread are visible
+    if (c0 <= warp_max_pos) {      // else every row of the warp precedes the chunk (or is absent)
+      const float* ks = sm + buf * T::stage_floats;
+      const float* vs = ks + kChunk * T::kStride;
+      // S = Q·Kᵀ: B fragment b0 = K[n0 + g][16k + 2c, +1], b1 = the same 8 dims later.
+      float s[kChunk / 8][4];
+#pragma unroll
+      for (int n = 0; n < kChunk / 8; ++n) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        const float* krow = ks + (n * 8 + g) * T::kStride + 2 * c;
+#pragma unroll
+        for (int k = 0; k < HD / 16; ++k) {
+          const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
+          const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
+          mma_16816(s[n], qa[k], pack_half2(b0.x, b0.y), pack_half2(b1.x, b1.y));
+        }
+      }
+      // Causal mask (position j > the row's position: -inf), scale, row maxima over the quad.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kChunk / 8; ++n) {
+        const int j = c0 + n * 8 + 2 * c;
+        s[n][0] = j <= pos_r0 ? s[n][0] * sl2 : -INFINITY;
+        s[n][1] = j + 1 <= pos_r0 ? s[n][1] * sl2 : -INFINITY;
+        s[n][2] = j <= pos_r1 ? s[n][2] * sl2 : -INFINITY;
+        s[n][3] = j + 1 <= pos_r1 ? s[n][3] * sl2 : -INFINITY;
+        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      // A row with nothing unmasked yet (mn = -inf) uses base 0: p = 0, corr = 0, O stays 0.
+      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+      m0 = mn0, m1 = mn1;
+      // P (fp16) as A fragments: k-step kk covers positions 16kk.. = accumulator tiles 2kk, 2kk+1.
+      uint32_t pa[kChunk / 16][4];
+      float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kChunk / 16; ++kk) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float* sn = s[2 * kk + h];
+          const float p00 = exp2f(sn[0] - base0), p01 = exp2f(sn[1] - base0);
+          const float p10 = exp2f(sn[2] - base1), p11 = exp2f(sn[3] - base1);
+          ps0 += p00 + p01;
+          ps1 += p10 + p11;
+          pa[kk][2 * h] = pack_half2(p00, p01);
+          pa[kk][2 * h + 1] = pack_half2(p10, p11);
+        }
+      }
+      l0 = l0 * corr0 + ps0;
+      l1 = l1 * corr1 + ps1;
+      // O = O * corr + P·V: B fragment b0 = V[16kk + 2c, +1][n0 + g], b1 = rows + 8.
+#pragma unroll
+      for (int dn = 0; dn < HD / 8; ++dn) {
+        o[dn][0] *= corr0, o[dn][1] *= corr0, o[dn][2] *= corr1, o[dn][3] *= corr1;
+        const float* vcol = vs + (2 * c) * T::vStride + dn * 8 + g;
+#pragma unroll
+        for (int kk = 0; kk < kChunk / 16; ++kk) {
+          const float* v0 = vcol + 16 * kk * T::vStride;
+          mma_16816(o[dn], pa[kk], pack_half2(v0[0], v0[T::vStride]),
+                    pack_half2(v0[8 * T::vStride], v0[9 * T::vStride]));
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+
+  // Row sums over the quad (each lane summed its own columns).
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  constexpr float kLn2 = 0.6931471805599453f;  // m back to natural-log units for the combine
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = half ? r1 : r0;
+    if (r >= rows) continue;
+    const float m = half ? m1 : m0, l = half ? l1 : l0;
+    const int64_t th = int64_t(t0 + r / group) * a.n_head + kvh * group + r % group;
+    if (gridDim.z == 1) {
+      float* out = a.out + th * HD + 2 * c;
+      const float inv = 1.f / l;
+#pragma unroll
+      for (int dn = 0; dn < HD / 8; ++dn)
+        *reinterpret_cast<float2*>(out + dn * 8) = make_float2(o[dn][2 * half] * inv, o[dn][2 * half + 1] * inv);
+    } else {  // a partial (acc, m, l) for attn_combine_kernel; m = -inf when this share was empty
+      float* out = a.partial + (th * gridDim.z + blockIdx.z) * (HD + 2);
+#pragma unroll
+      for (int dn = 0; dn < HD / 8; ++dn)
+        *reinterpret_cast<float2*>(out + dn * 8 + 2 * c) = make_float2(o[dn][2 * half], o[dn][2 * half + 1]);
+      if (c == 0) out[HD] = m == -INFINITY ? -INFINITY : m * kLn2, out[HD + 1] = l;
+    }
+  }
+}
+
+// D = A·B + D, A 16x8 (row), B 8x8 (col): the P·V step of the decode kernel, whose warps
+// each own 8 positions of a chunk.
+__device__ __forceinline__ void mma_1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Tiles of at most 16 rows (decode batches: one token's query heads of one KV head, GQA):
+// the tile kernel above would leave 7 of its 8 warps idle. Here a block of 4 warps shares
+// the 16 rows and splits every 32-position chunk: warp w multiplies positions 8w..8w+7 of
+// it (S: one 16x8 tile; P·V: m16n8k8), each warp keeps its own online softmax over its
+// positions, and the four (m, l, O) states are merged through shared memory at the end —
+// split-K inside the block. Smaller stages (32 positions) and ~120 registers let 3 blocks
+// share a multiprocessor, so 12 warps compute and 3 stages stream per SM.
+constexpr int kDecWarps = 4, kDecThreads = 32 * kDecWarps, kDecChunk = 8 * kDecWarps;
+
+template <int HD>
+struct DecTile {
+  static constexpr int kStride = HD + 8, vStride = HD + 4;  // as MmaTile: conflict-free fragment reads
+  static constexpr int stage_floats = kDecChunk * (kStride + vStride);
+  static constexpr int merge_floats = kDecWarps * 16 * (HD + 2);
+  static constexpr size_t smem_bytes =
+      size_t(2 * stage_floats > merge_floats ? 2 * stage_floats : merge_floats) * sizeof(float);
+};
+
+template <int HD>
+__global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(AttentionArgs a) {
+  using T = DecTile<HD>;
+  launch_dependents();
+  grid_dependency_wait();
+  extern __shared__ __align__(16) float sm[];
+  const KvLayerView& kv = a.kv;
+  const int group = a.n_head / kv.n_head_kv;
+  const int kvh = blockIdx.y;
+  const int t0 = a.tile_starts[blockIdx.x], nt = a.tile_starts[blockIdx.x + 1] - t0;
+  const int rows = nt * group;  // <= 16 (the launcher checks)
+  const int pos0 = a.positions[t0];
+  const int p_last = pos0 + nt - 1;
+  const int32_t* table = a.tables + a.table_off[t0];
+  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int r0 = g, r1 = g + 8;
+
+  uint32_t qa[HD / 16][4];
+  {
+    const float* q0 = r0 < rows ? a.q + (int64_t(t0 + r0 / group) * a.n_head + kvh * group + r0 % group) * HD : nullptr;
+    const float* q1 = r1 < rows ? a.q + (int64_t(t0 + r1 / group) * a.n_head + kvh * group + r1 % group) * HD : nullptr;
+    const float2 zero = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < HD / 16; ++k) {
+      const int d = 16 * k + 2 * c;
+      const float2 x00 = q0 ? *reinterpret_cast<const float2*>(q0 + d) : zero;
+      const float2 x10 = q1 ? *reinterpret_cast<const float2*>(q1 + d) : zero;
+      const float2 x01 = q0 ? *reinterpret_cast<const float2*>(q0 + d + 8) : zero;
+      const float2 x11 = q1 ? *reinterpret_cast<const float2*>(q1 + d + 8) : zero;
+      qa[k][0] = pack_half2(x00.x, x00.y);
+      qa[k][1] = pack_half2(x10.x, x10.y);
+      qa[k][2] = pack_half2(x01.x, x01.y);
+      qa[k][3] = pack_half2(x11.x, x11.y);
+    }
+  }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // log2 units; l: this lane's columns
+  const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;
+  const int max_pos = pos0 + (rows - 1) / group;
+  const float sl2 = a.scale * 1.4426950408889634f;
+
+  const int n_chunks = p_last / kDecChunk + 1;
+  const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
+  const int c_begin = int(blockIdx.z) * per * kDecChunk;
+  const int c_end = min(p_last + 1, c_begin + per * kDecChunk);
+
+  auto stage = [&](int c0, float* buf) {
+    float* ks = buf;
+    float* vs = buf + kDecChunk * T::kStride;
+    for (int idx = threadIdx.x; idx < 2 * kDecChunk * (HD / 4); idx += kDecThreads) {
+      const bool is_v = idx >= kDecChunk * (HD / 4);
+      const int i = is_v ? idx - kDecChunk * (HD / 4) : idx;
+      const int jj = i / (HD / 4), d4 = i % (HD / 4);
+      const int j = c0 + jj;
+      const bool valid = j <= p_last;
+      const float* src = valid ? kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
+                                     int64_t((is_v ? kv.block_size : 0) + j % kv.block_size) * kv_dim +
+                                     int64_t(kvh) * HD + d4 * 4
+                               : kv.base;
+      cp_async16(is_v ? vs + jj * T::vStride + d4 * 4 : ks + jj * T::kStride + d4 * 4, src, valid);
+    }
+  };
+
+  if (c_begin < c_end) stage(c_begin, sm);
+  cp_async_commit();
+  int buf = 0;
+  const int n0 = warp * 8;  // this warp's positions within every chunk
+  for (int c0 = c_begin; c0 < c_end; c0 += kDecChunk, buf ^= 1) {
+    if (c0 + kDecChunk < c_end) stage(c0 + kDecChunk, sm + (buf ^ 1) * T::stage_floats);
+    cp_async_commit();
+    cp_async_wait_all_but_one();
+    __syncthreads();
+    if (c0 + n0 <= max_pos) {  // else all 8 positions are after every row (masked)
+      const float* ks = sm + buf * T::stage_floats;
+      const float* vs = ks + kDecChunk * T::kStride;
+      float s[4] = {0.f, 0.f, 0.f, 0.f};
+      const float* krow = ks + (n0 + g) * T::kStride + 2 * c;
+#pragma unroll
+      for (int k = 0; k < HD / 16; ++k) {
+        const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
+        const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
+        mma_16816(s, qa[k], pack_half2(b0.x, b0.y), pack_half2(b1.x, b1.y));
+      }
+      const int j = c0 + n0 + 2 * c;
+      s[0] = j <= pos_r0 ? s[0] * sl2 : -INFINITY;
+      s[1] = j + 1 <= pos_r0 ? s[1] * sl2 : -INFINITY;
+      s[2] = j <= pos_r1 ? s[2] * sl2 : -INFINITY;
+      s[3] = j + 1 <= pos_r1 ? s[3] * sl2 : -INFINITY;
+      float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+      m0 = mn0, m1 = mn1;
+      const float p00 = exp2f(s[0] - base0), p01 = exp2f(s[1] - base0);
+      const float p10 = exp2f(s[2] - base1), p11 = exp2f(s[3] - base1);
+      l0 = l0 * corr0 + p00 + p01;
+      l1 = l1 * corr1 + p10 + p11;
+      // The 16x8 accumulator layout is the m16n8k8 A layout: P never leaves registers.
+      const uint32_t pa0 = pack_half2(p00, p01), pa1 = pack_half2(p10, p11);
+      const float* vrow = vs + (n0 + 2 * c) * T::vStride + g;
+#pragma unroll
+      for (int dn = 0; dn < HD / 8; ++dn) {
+        o[dn][0] *= corr0, o[dn][1] *= corr0, o[dn][2] *= corr1, o[dn][3] *= corr1;
+        mma_1688(o[dn], pa0, pa1, pack_half2(vrow[dn * 8], vrow[T::vStride + dn * 8]));
+      }
+    }
+    __syncthreads();
+  }
+
+  // Merge the four warps' states (shared memory is free again after the last barrier).
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  constexpr int R = HD + 2;  // per row: O[HD], m, l
+  float* mine = sm + warp * 16 * R;
+#pragma unroll
+  for (int dn = 0; dn < HD / 8; ++dn) {
+    *reinterpret_cast<float2*>(mine + r0 * R + dn * 8 + 2 * c) = make_float2(o[dn][0], o[dn][1]);
+    *reinterpret_cast<float2*>(mine + r1 * R + dn * 8 + 2 * c) = make_float2(o[dn][2], o[dn][3]);
+  }
+  if (c == 0) mine[r0 * R + HD] = m0, mine[r0 * R + HD + 1] = l0, mine[r1 * R + HD] = m1, mine[r1 * R + HD + 1] = l1;
+  __syncthreads();
+  constexpr float kLn2 = 0.6931471805599453f;
+  for (int idx = threadIdx.x; idx < rows * HD; idx += kDecThreads) {
+    const int r = idx / HD, d = idx % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) mx = fmaxf(mx, sm[(w * 16 + r) * R + HD]);
+    float acc = 0.f, l = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kDecWarps; ++w) {
+        const float* rec = sm + (w * 16 + r) * R;
+        const float wt = rec[HD] == -INFINITY ? 0.f : exp2f(rec[HD] - mx);
+        acc += rec[d] * wt;
+        l += rec[HD + 1] * wt;
+      }
+    }
+    const int64_t th = int64_t(t0 + r / group) * a.n_head + kvh * group + r % group;
+    if (gridDim.z == 1) {
+      a.out[th * HD + d] = acc / l;
+    } else {
+      float* out = a.partial + (th * gridDim.z + blockIdx.z) * (HD + 2);
+      out[d] = acc;
+      if (d == 0) out[HD] = mx == -INFINITY ? -INFINITY : mx * kLn2, out[HD + 1] = l;
+    }
+  }
+}
+
+template <int HD>
+void launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = DecTile<HD>::smem_bytes;
+  static const bool configured = [] {
+    FDL_CUDA_CHECK(
+        cudaFuncSetAttribute(attn_decode_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(attn_decode_mma_kernel<HD>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
+             dim3(kDecThreads), smem, stream, a);
+}
+
+template <int HD>
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = MmaTile<HD>::smem_bytes;
+  static const bool configured = [] {
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(attn_tile_mma_kernel<HD>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
+             dim3(kThreads), smem, stream, a);
+}
+
+}  // namespace
+
+void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
+    if (a.kv.head_dim == 64) return launch_decode<64>(a, stream);
+    if (a.kv.head_dim == 128) return launch_decode<128>(a, stream);
+  }
+  if (a.kv.head_dim == 64)
+    launch<64>(a, stream);
+  else if (a.kv.head_dim == 128)
+    launch<128>(a, stream);
+  else
+    throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
+}
+
+}  // namespace fdl::cuda
