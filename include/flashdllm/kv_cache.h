@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <utility>
@@ -67,6 +68,20 @@ struct BlockMeta {
   uint64_t checksum = 0;         ///< XXH3-64 of the bytes when demoted (0 = none)
 };
 
+/// A backend that keeps the authoritative copy of tier-0 block bytes in its own memory (the
+/// CUDA model's device KV arena). Code that reads a block's bytes on the host to move them
+/// elsewhere (tier demotion) first calls BlockPool::pull_from_mirror; code that writes a
+/// block's bytes on the host for the model to use (tier promotion) calls push_to_mirror
+/// after. Both are synchronous; they run on the thread that runs the model's forwards.
+class BlockMirror {
+ public:
+  virtual ~BlockMirror() = default;
+  /// Copy block `id` (shape().block_bytes() bytes, the pool's per-block layout) into `host`.
+  virtual void pull(BlockId id, std::span<uint8_t> host) = 0;
+  /// Copy `host` (the same layout) into the backend's copy of block `id`.
+  virtual void push(BlockId id, std::span<const uint8_t> host) = 0;
+};
+
 /// Fixed-capacity pool of blocks in one arena, with a free list and refcounts.
 class BlockPool {
  public:
@@ -93,12 +108,21 @@ class BlockPool {
   const float* v_ptr(BlockId id, int layer, int slot) const;
   std::span<uint8_t> block_bytes(BlockId id);
 
+  /// Registers the backend that holds the blocks' bytes (held weakly: a backend destroyed
+  /// before the pool just stops mirroring). Empty: the host arena is authoritative (CPU).
+  void set_mirror(std::weak_ptr<BlockMirror> mirror) { mirror_ = std::move(mirror); }
+  /// Host arena <- the mirror's copy of `id` (no-op without a mirror).
+  void pull_from_mirror(BlockId id);
+  /// The mirror's copy of `id` <- host arena (no-op without a mirror).
+  void push_to_mirror(BlockId id);
+
  private:
   size_t layer_stride() const;
   KvShape shape_;
   std::vector<float> arena_;        // allocated once; never resized
   std::vector<BlockMeta> meta_;
   std::vector<BlockId> free_;
+  std::weak_ptr<BlockMirror> mirror_;
 };
 
 /// Per-sequence block tables over one BlockPool.

@@ -115,4 +115,12 @@ std::span<uint8_t> BlockPool::block_bytes(BlockId id) {
   return {reinterpret_cast<uint8_t*>(k_ptr(id, 0, 0)), shape_.block_bytes()};
 }
 
+void BlockPool::pull_from_mirror(BlockId id) {
+  if (const auto m = mirror_.lock()) m->pull(id, block_bytes(id));
+}
+
+void BlockPool::push_to_mirror(BlockId id) {
+  if (const auto m = mirror_.lock()) m->push(id, block_bytes(id));
+}
+
 }  // namespace fdl

@@ -183,6 +183,7 @@ struct TierManager::Impl {
       r.outcome = ev.status = TransferStatus::Corrupt;
       ev.block = -1;
     } else {
+      pool.push_to_mirror(r.block);  // a GPU model reads its own copy of the block
       pool.meta(r.block).state = BlockState::Active;
       r.meta = pool.meta(r.block);
       r.outcome = TransferStatus::Ok;
@@ -297,6 +298,7 @@ struct TierManager::Impl {
     const auto slot = host->allocate();
     if (!slot) return ev.status = TransferStatus::NoSpace, ev;
     const auto t0 = Clock::now();
+    pool.pull_from_mirror(b);  // the bytes a GPU model wrote
     const auto src = pool.block_bytes(b);
     const uint64_t cs = checksum(src.data(), src.size());
     std::memcpy(host->bytes(*slot).data(), src.data(), src.size());
@@ -332,6 +334,7 @@ struct TierManager::Impl {
       disk->release(*slot);
       return ev.status = TransferStatus::TierDisabled, ev;
     }
+    pool.pull_from_mirror(b);  // the bytes a GPU model wrote
     const auto src = pool.block_bytes(b);
     std::memcpy(staging[size_t(sb)].data(), src.data(), src.size());
     BlockMeta& pm = pool.meta(b);

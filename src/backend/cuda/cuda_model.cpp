@@ -157,17 +157,21 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
                            " reported to the CUDA model (was its KvCache block-copy observer replaced?)");
 }
 
+void CudaModel::replay_block_copies() {
+  const size_t block_floats = arena_block_floats();
+  // In order: a block copied to may itself be the source of a later copy.
+  for (const auto& [src, dst] : *copy_log_)
+    FDL_CUDA_CHECK(cudaMemcpyAsync(arena_.get() + size_t(dst) * block_floats, arena_.get() + size_t(src) * block_floats,
+                                   block_floats * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  last_blocks_copied_ += copy_log_->size();
+  copy_log_->clear();
+}
+
 void CudaModel::sync_block_copies(KvCache& kv) {
-  if (&kv == last_kv_ && arena_pool_ == &kv.pool()) {
-    // A block is one piece per layer in the layer-major arena: one strided 2-D copy.
-    const size_t lb = layer_block_floats(), pitch = arena_blocks_ * lb * sizeof(float);
-    // In order: a block copied to may itself be the source of a later copy.
-    for (const auto& [src, dst] : *copy_log_)
-      FDL_CUDA_CHECK(cudaMemcpy2DAsync(arena_.get() + size_t(dst) * lb, pitch, arena_.get() + size_t(src) * lb, pitch,
-                                       lb * sizeof(float), size_t(config_.n_layer), cudaMemcpyDeviceToDevice, stream_));
-  }
+  if (&kv == last_kv_ && arena_pool_ == &kv.pool()) replay_block_copies();
   copy_log_->clear();
   last_kv_ = &kv;
+  log_pool_ = &kv.pool();
   last_blocks_copied_ = kv.blocks_copied();
   // Re-registered every step: cheap (the weak_ptr fits std::function's inline storage), and
   // a KvCache created at the address of a destroyed one gets the observer too.
@@ -176,11 +180,37 @@ void CudaModel::sync_block_copies(KvCache& kv) {
   });
 }
 
-size_t CudaModel::layer_block_floats() const {
-  return size_t(2) * size_t(arena_pool_->shape().block_size) * size_t(config_.n_head_kv) * size_t(config_.head_dim);
+// The tier manager's view of the device arena (BlockMirror): the arena has the pool's
+// per-block layout, so a block is one contiguous copy. Pageable host memory, synchronous:
+// demotions and promotions are per block and rare next to forwards.
+class CudaModel::ArenaMirror final : public BlockMirror {
+ public:
+  ArenaMirror(CudaModel& model, const BlockPool& pool) : model_(model), pool_(&pool) {}
+  void pull(BlockId id, std::span<uint8_t> host) override { model_.copy_block(*pool_, id, host.data(), true); }
+  void push(BlockId id, std::span<const uint8_t> host) override {
+    model_.copy_block(*pool_, id, const_cast<uint8_t*>(host.data()), false);
+  }
+
+ private:
+  CudaModel& model_;
+  const BlockPool* pool_;
+};
+
+void CudaModel::copy_block(const BlockPool& pool, BlockId id, void* host, bool to_host) {
+  if (arena_pool_ != &pool || id < 0 || size_t(id) >= arena_blocks_) return;  // the arena serves another pool
+  if (log_pool_ == arena_pool_) replay_block_copies();  // a pending copy-on-write may target `id`
+  const size_t bytes = arena_block_floats() * sizeof(float);
+  float* dev = arena_.get() + size_t(id) * arena_block_floats();
+  if (to_host)
+    FDL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_));
+  else
+    FDL_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaModel::ensure_arena(const BlockPool& pool) {
+size_t CudaModel::arena_block_floats() const { return arena_pool_->shape().block_bytes() / sizeof(float); }
+
+void CudaModel::ensure_arena(BlockPool& pool) {
   if (arena_pool_ == &pool && arena_blocks_ == pool.capacity()) return;
   const size_t floats = pool.capacity() * (pool.shape().block_bytes() / sizeof(float));
   arena_.reset();
@@ -193,6 +223,8 @@ void CudaModel::ensure_arena(const BlockPool& pool) {
   FDL_CUDA_CHECK(cudaMemsetAsync(arena_.get(), 0, floats * sizeof(float), stream_));
   arena_pool_ = &pool;
   arena_blocks_ = pool.capacity();
+  mirror_ = std::make_shared<ArenaMirror>(*this, pool);  // the previous pool's mirror expires
+  pool.set_mirror(mirror_);
   ++generation_;
 }
 
@@ -243,13 +275,11 @@ void CudaModel::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
 
 void CudaModel::run_kernels(int n, int m) {
   const ModelConfig& c = config_;
-  const int d = c.n_embd;
+  const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
   const int block_size = arena_pool_->shape().block_size;
   embed_rows(weights_.token_embd.view, d_tokens_, n, x_.get(), stream_);
   prof(kEmbed);
-  // Layer-major arena: layer l's K/V of block b at (l * blocks + b) * layer_block_floats.
-  const int64_t lb = int64_t(layer_block_floats());
-  KvLayerView kv{arena_.get(), 0, lb, block_size, c.n_head_kv, c.head_dim};
+  KvLayerView kv{arena_.get(), 0, int64_t(arena_block_floats()), block_size, c.n_head_kv, c.head_dim};
   AttentionArgs att;
   att.q = q_.get();
   att.out = attn_.get();
@@ -269,7 +299,7 @@ void CudaModel::run_kernels(int n, int m) {
   const bool fused = n == 1 && fuse_enabled_;
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaLayer& L = weights_.layers[size_t(l)];
-    kv.layer_offset = int64_t(l) * int64_t(arena_blocks_) * lb;
+    kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
     if (fused) {
       run_fused_layer(l, kv, att);
       continue;

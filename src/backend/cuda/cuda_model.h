@@ -1,15 +1,13 @@
 // cuda_model.h — the Llama-family Model on an NVIDIA GPU (Device::Cuda).
 //
 // Memory: weights in HBM (cuda_weights.h); the KV cache in a device arena with the host
-// BlockPool's block ids but layer-major — [layer][block][k|v][slot][kv head][dim], so one
-// layer's K/V of every block lie in one region (the pool's per-block layout spread a decode
-// batch's per-layer reads over the whole arena in 1/n_layer pieces, which measured at ~1.5
-// TB/s on the H200 for 64 sequences). The pool still hands out ids, refcounts and metadata; its
-// host arena is allocated by BlockPool but unused — a known waste of host memory until the
-// pool can be told not to allocate). The arena is allocated on the first forward with a
-// pool, sized from pool.capacity() and the pool's shape, and re-allocated if a different pool
-// is passed. Only K/V written by this model's forward are on the device: K/V written into the
-// host arena by other code are not seen.
+// BlockPool's layout and block ids (the pool still hands out ids, refcounts and metadata; its
+// host arena only stages tier copies — a known waste of host memory until the pool can be
+// told not to allocate). The arena is allocated on the first forward with a pool, sized from
+// pool.capacity() and the pool's shape, and re-allocated if a different pool is passed. The
+// device copy is authoritative: the model registers itself as the pool's BlockMirror, so the
+// KV tiers pull a block's bytes from the device before demoting it and push promoted bytes
+// back (kv_cache.h). Other host writes into the arena are not seen.
 //
 // One forward: one packed host->device copy (token ids, positions, destination blocks, block
 // tables, RoPE cos/sin built on the host with the CPU code, rows that want logits), the
@@ -92,8 +90,13 @@ class CudaModel final : public Model {
   /// Validates, uploads the step's inputs and enqueues the kernels (or the graph); returns
   /// the number of rows with logits. The caller copies results out and synchronizes.
   int launch_step(const StepBatch& batch, KvCache& kv);
-  void ensure_arena(const BlockPool& pool);
-  size_t layer_block_floats() const;  // K and V of one block in one layer (floats)
+  void ensure_arena(BlockPool& pool);
+  class ArenaMirror;
+  friend class ArenaMirror;
+  /// Host <-> device copy of one block (BlockMirror, for the KV tiers); synchronous.
+  void copy_block(const BlockPool& pool, BlockId id, void* host, bool to_host);
+  void replay_block_copies();
+  size_t arena_block_floats() const;  // floats per block (all layers), the pool's layout
   void ensure_scratch(int n, int m, int splits);
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
   void collect_profile();   // after a synchronize
@@ -140,6 +143,8 @@ class CudaModel final : public Model {
   void sync_block_copies(KvCache& kv);
   std::shared_ptr<CopyLog> copy_log_ = std::make_shared<CopyLog>();
   const KvCache* last_kv_ = nullptr;
+  const BlockPool* log_pool_ = nullptr;  // the pool of the cache whose copies copy_log_ holds
+  std::shared_ptr<BlockMirror> mirror_;  // registered (weakly) with arena_pool_
   uint64_t last_blocks_copied_ = 0;
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
