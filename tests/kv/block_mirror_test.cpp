@@ -1,0 +1,93 @@
+// BlockMirror: a backend that owns the authoritative block bytes (the CUDA model's device
+// arena) sees every tier transfer — demotions pull the block's bytes from it before they are
+// checksummed and copied out, promotions push the verified bytes back — and a mirror that
+// no longer exists is simply not called. Host and disk tiers.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "flashdllm/kv_tiers.h"
+#include "tier_test_util.h"
+
+namespace fdl {
+namespace {
+
+// Stands in for a device arena: holds its own copy of each block.
+class FakeDeviceArena final : public BlockMirror {
+ public:
+  void pull(BlockId id, std::span<uint8_t> host) override {
+    ++pulls;
+    const auto& b = blocks.at(id);
+    std::copy(b.begin(), b.end(), host.begin());
+  }
+  void push(BlockId id, std::span<const uint8_t> host) override {
+    ++pushes;
+    blocks[id].assign(host.begin(), host.end());
+  }
+  std::map<BlockId, std::vector<uint8_t>> blocks;
+  int pulls = 0, pushes = 0;
+};
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7);
+  return v;
+}
+
+void round_trip(BlockTier to, const std::string& name) {
+  BlockPool pool(test::tier_shape(), 4);
+  const size_t bb = pool.shape().block_bytes();
+  TierConfig cfg;
+  cfg.host.bytes = 2 * bb;
+  if (to == BlockTier::Disk) {
+    cfg.disk.bytes = 2 * bb;
+    cfg.disk_path = test::fresh_dir(name);
+  }
+  TierManager tm(pool, cfg);
+  auto arena = std::make_shared<FakeDeviceArena>();
+  pool.set_mirror(arena);
+
+  const BlockId b = pool.allocate();
+  pool.meta(b).n_filled = uint32_t(pool.shape().block_size);
+  const std::vector<uint8_t> device_bytes = pattern(bb, 11);
+  arena->blocks[b] = device_bytes;  // what the "device" computed
+  std::fill(pool.block_bytes(b).begin(), pool.block_bytes(b).end(), uint8_t(0xEE));  // stale host bytes
+
+  const TierEvent out = tm.demote(b, to);
+  ASSERT_TRUE(out.status == TransferStatus::Ok || out.status == TransferStatus::Pending);
+  tm.drain();
+  tm.poll();
+  EXPECT_EQ(arena->pulls, 1);
+  // Overwrite the host arena again: the promotion must restore the device's bytes from the tier.
+  std::fill(pool.block_bytes(b).begin(), pool.block_bytes(b).end(), uint8_t(0xDD));
+  const TierEvent back = tm.wait_resident(out.id);
+  ASSERT_EQ(back.status, TransferStatus::Ok) << "the tier copy must be the device's bytes (checksum)";
+  EXPECT_EQ(arena->pushes, 1);
+  EXPECT_EQ(arena->blocks.at(back.block), device_bytes) << "the promoted block reached the device";
+  pool.release(back.block);
+
+  // A mirror that is gone is not called (the backend was destroyed before the pool).
+  const BlockId c = pool.allocate();
+  arena.reset();
+  const TierEvent out2 = tm.demote(c, BlockTier::Host);
+  EXPECT_EQ(out2.status, TransferStatus::Ok);
+  const TierEvent back2 = tm.wait_resident(out2.id);
+  EXPECT_EQ(back2.status, TransferStatus::Ok);
+  pool.release(back2.block);
+}
+
+TEST(BlockMirror, HostTierPullsOnDemotionAndPushesOnPromotion) { round_trip(BlockTier::Host, "mirror-host"); }
+TEST(BlockMirror, DiskTierPullsOnDemotionAndPushesOnPromotion) { round_trip(BlockTier::Disk, "mirror-disk"); }
+
+TEST(BlockMirror, PoolWithoutMirrorLeavesHostBytesAlone) {
+  BlockPool pool(test::tier_shape(), 2);
+  const BlockId b = pool.allocate();
+  std::fill(pool.block_bytes(b).begin(), pool.block_bytes(b).end(), uint8_t(0x5A));
+  pool.pull_from_mirror(b);
+  pool.push_to_mirror(b);
+  for (uint8_t x : pool.block_bytes(b)) ASSERT_EQ(x, 0x5A);
+  pool.release(b);
+}
+
+}  // namespace
+}  // namespace fdl
