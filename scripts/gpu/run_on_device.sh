@@ -2,7 +2,7 @@
 # Runs on the GPU machine (builds nothing): GPU tests, then the Llama-3-8B-shape benchmark of
 # flashdllm and the HF Transformers peer in the same run. Expects .device/ from stage.sh.
 # Results go to $OUT (or /tmp/fdl-out): gpu_tests.xml, bench.json, hf.json, log.txt.
-#   STEPS="tests bench sweep hf" (default: tests bench hf); BATCHES=1,64; PROMPT=512; GEN=128;
+#   STEPS="tests smoke bench sweep hf" (default: tests bench hf; smoke = scripts/gpu/smoke_cli.sh); BATCHES=1,64; PROMPT=512; GEN=128;
 #   REPS=3; HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
 #   SWEEP_GEMV="16,1 4,1 4,2" adds GEMV variants to the sweep; SWEEP_LITE=1 keeps only the profile
 #   AB="tc nofuse profile" adds batch-1 runs with FLASHDLLM_ATTN_TC=1 / FLASHDLLM_CUDA_FUSE=0 /
@@ -31,6 +31,10 @@ if [[ $STEPS == *tests* ]]; then
     2>&1 | tee "$OUT/tests.txt" | grep -E "FAILED|PASSED|seed|ids equal|Failure|Expected|Which is|rel_error|error" | head -80
   timeout 60 "$D/bin/test_gpu" --gtest_filter='*TensorCore*' --gtest_output=xml:"$OUT/gpu_tests_tc.xml" 2>&1 |
     tee "$OUT/tests_tc.txt" | grep -E "FAILED|PASSED|seed|rel error|Failure|Expected|Which is|error" | head -30
+fi
+if [[ $STEPS == *smoke* ]]; then  # the CLI and the server with --device cuda, end to end
+  log "CLI and server smoke test"
+  timeout ${SMOKE_TIMEOUT:-180} bash scripts/gpu/smoke_cli.sh 2>&1 | tee "$OUT/smoke.txt" | grep -E "^(ok|FAIL|multiturn)"
 fi
 if [[ $STEPS == *bench* ]]; then
   if [ ! -f "$MODEL" ]; then

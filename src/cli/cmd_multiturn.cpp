@@ -8,9 +8,11 @@
 // configuration does the same work. Prints one JSON object on stdout.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -35,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 struct MultiturnOptions {
   std::string model;
   int threads = 0;
+  bool mmap = false;
   int sessions = 32;
   int turns = 4;
   int first_tokens = 200;    // first prompt length
@@ -82,7 +85,7 @@ void run_multiturn(const MultiturnOptions& o) {
                    std::to_string(needed) + " tokens)");
 
   const auto path = resolve_model_path(o.model);
-  LoadedModel loaded = load_model(path, model_options(o.threads, false));
+  LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap));
   const int n_ctx_train = loaded.model->config().n_ctx_train;
   if (n_ctx_train > 0 && n_ctx > n_ctx_train)
     throw CliError("the workload needs a context of " + std::to_string(n_ctx) +
@@ -168,6 +171,15 @@ void run_multiturn(const MultiturnOptions& o) {
     }
   }
   const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  // Every session's final context (prompts and answers): runs that must agree — placements,
+  // devices — compare this one value.
+  XXH3_state_t* hs = XXH3_createState();
+  XXH3_64bits_reset(hs);
+  for (const auto& c : context) XXH3_64bits_update(hs, c.data(), c.size() * sizeof(int32_t));
+  const uint64_t digest = XXH3_64bits_digest(hs);
+  XXH3_freeState(hs);
+  char digest_hex[17];
+  std::snprintf(digest_hex, sizeof digest_hex, "%016llx", static_cast<unsigned long long>(digest));
   const EngineMetrics m = engine.metrics();
   nlohmann::json tiers = nlohmann::json::parse(m.kv_tiers.tiers.to_json());
   nlohmann::json out = {
@@ -185,6 +197,7 @@ void run_multiturn(const MultiturnOptions& o) {
       {"ttft_returning_ms", stats_json(ttft_return)},
       {"returning_cached_fraction",
        prompt_return > 0 ? double(cached_return) / double(prompt_return) : 0.0},
+      {"context_digest", digest_hex},
       {"prefill_tokens_computed", m.prefill_tokens_computed},
       {"preemptions", m.preemptions},
       {"forward_ms", m.forward_ms},
@@ -225,6 +238,7 @@ void add_multiturn_command(CLI::App& app) {
   cmd->add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write a Chrome trace-event JSON of the run to this file");
+  add_mmap_flag(cmd, o->mmap);  // also --device cpu|cuda
   add_kv_tier_flags(cmd, o->kv);
   cmd->callback([o] { run_multiturn(*o); });
 }

@@ -107,7 +107,7 @@ void CudaModel::reset_profile() { prof_ms_.assign(prof_ms_.size(), 0.0); }
 
 CudaModel::~CudaModel() {
   for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -479,7 +479,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   // tiles is part of the shape.
   bool graph = use_graphs_ && n <= kMaxGraphTokens;
   if (graph && graphs_generation_ != generation_) {
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
     graphs_.clear();
     graph_shapes_seen_.clear();
     graphs_generation_ = generation_;
@@ -489,9 +489,12 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   if (graph) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      if (graphs_.size() >= kMaxGraphs) {  // many shapes (a server's varying batches): start over
-        for (auto& [k, exec] : graphs_) cudaGraphExecDestroy(exec);
-        graphs_.clear();
+      if (graphs_.size() >= kMaxGraphs) {  // many shapes (a server's varying batches): drop the LRU one
+        auto lru = graphs_.begin();
+        for (auto g = graphs_.begin(); g != graphs_.end(); ++g)
+          if (g->second.last_use < lru->second.last_use) lru = g;
+        cudaGraphExecDestroy(lru->second.exec);
+        graphs_.erase(lru);
       }
       cudaGraph_t captured = nullptr;
       FDL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -507,9 +510,10 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
       const cudaError_t e = cudaGraphInstantiate(&exec, captured, 0);
       cudaGraphDestroy(captured);
       FDL_CUDA_CHECK(e);
-      it = graphs_.emplace(key, exec).first;
+      it = graphs_.emplace(key, CapturedStep{exec, 0}).first;
     }
-    FDL_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    it->second.last_use = ++graph_clock_;
+    FDL_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   } else {
     run_kernels(n, m);
   }

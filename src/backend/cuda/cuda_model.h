@@ -159,7 +159,12 @@ class CudaModel final : public Model {
   uint64_t generation_ = 0;
   // (tokens, logit rows, splits, tiles; negative: the decode-tile kernel)
   using GraphShape = std::tuple<int, int, int, int>;
-  std::map<GraphShape, cudaGraphExec_t> graphs_;
+  struct CapturedStep {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t last_use = 0;  // graph_clock_ at the last launch (the least recent is evicted)
+  };
+  std::map<GraphShape, CapturedStep> graphs_;
+  uint64_t graph_clock_ = 0;
   std::set<GraphShape> graph_shapes_seen_;  // larger shapes run once ungraphed
   static constexpr int kMaxGraphTokens = 512;
   static constexpr size_t kMaxGraphs = 64;

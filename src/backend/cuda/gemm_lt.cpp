@@ -15,6 +15,13 @@ namespace {
 constexpr int kCandidates = 12;  // heuristic results considered
 constexpr int kTimedRuns = 5;    // per candidate, after one warm-up run; the median counts
 
+// Tuning buckets: 17..32, 33..64, 65..128, 129..256 tokens (and powers of two beyond).
+int bucket_of(int n) {
+  int b = 32;
+  while (b < n) b *= 2;
+  return b;
+}
+
 }  // namespace
 
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
@@ -42,11 +49,6 @@ LtGemm::Plan& LtGemm::plan_for(const DeviceMatrix& W, const void* X, int n, floa
   const auto key = std::make_tuple(W.rows, W.cols, int(W.type), n);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
 
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  FDL_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone)
-    throw CudaError("LtGemm: shape " + std::to_string(W.rows) + "x" + std::to_string(W.cols) + " n=" +
-                    std::to_string(n) + " first seen during graph capture (tuning needs an uncaptured call)");
   if (W.type != WType::F16 && W.type != WType::BF16) throw CudaError("LtGemm: weights must be F16 or BF16");
 
   // Column-major view: Yᵀ [rows][n] = op(A)·B, A = W stored as [cols][rows] (ld cols) with
@@ -77,8 +79,24 @@ LtGemm::Plan& LtGemm::plan_for(const DeviceMatrix& W, const void* X, int n, floa
                     " n=" + std::to_string(n));
   }
 
+  // One timed choice per (W, bucket of n): later n of the bucket reuse it when cuBLASLt
+  // confirms the algorithm supports their layout, else take the heuristic's first choice.
+  // Under graph capture nothing can be timed: the heuristic's first choice, not remembered
+  // as tuned.
   try {
-    p.algo = fastest(p, cand, found, W, X, Y);
+    const auto tkey = std::make_tuple(W.rows, W.cols, int(W.type), bucket_of(n));
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    FDL_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+    p.algo = cand[0].algo;
+    if (auto t = tuned_.find(tkey); t != tuned_.end()) {
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.c, p.c, &t->second, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= workspace_bytes_)
+        p.algo = t->second;
+    } else if (capturing == cudaStreamCaptureStatusNone) {
+      p.algo = fastest(p, cand, found, W, X, Y);
+      tuned_.emplace(tkey, p.algo);
+    }
   } catch (...) {
     cublasLtMatrixLayoutDestroy(p.a), cublasLtMatrixLayoutDestroy(p.b), cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.op);

@@ -1,5 +1,6 @@
 // gemm_lt.h — Y = X·Wᵀ for 16-bit weights through cuBLASLt, with the algorithm chosen by
-// timing cuBLASLt's heuristic candidates on the first call of each shape (autotuning).
+// timing cuBLASLt's heuristic candidates on the first call of each weight shape and bucket
+// of token counts (autotuning).
 //
 // Why: for the skinny products of batched decode (17..256 tokens against 4096 x 28672
 // weights, memory bound: each weight byte read once is the floor) the default algorithm
@@ -12,7 +13,7 @@
 // in different orders, so results may differ from cublasGemmEx's in the last bits; for one
 // shape the chosen algorithm is fixed for the object's lifetime (deterministic run to run).
 // Thread-safety: one object per stream, used by one thread at a time (like CudaModel).
-// Errors: CudaError for any CUDA or cuBLASLt failure.
+// Errors: CudaError for any CUDA or cuBLASLt failure (and for weights not F16/BF16).
 #pragma once
 
 #include <cublasLt.h>
@@ -36,14 +37,18 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  /// Y = X·Wᵀ on the stream. The first call of a (W shape, type, n) tunes: it runs every
-  /// candidate a few times on these very buffers (Y is overwritten by each; the final run
-  /// writes the result) and synchronizes the stream — so it must not happen while the stream
-  /// is being captured into a graph (it throws CudaError then).
+  /// Y = X·Wᵀ on the stream. The first call for a W shape and a bucket of n (17..32, 33..64,
+  /// 65..128, 129..256) tunes: it runs every candidate a few times on these very buffers (Y
+  /// is overwritten by each; the final run writes the result) and synchronizes the stream.
+  /// Other n of the bucket reuse that algorithm (checked with cublasLtMatmulAlgoCheck), so a
+  /// server whose batch size varies tunes a few times, not once per size. A first call while
+  /// the stream is being captured into a graph cannot time anything: it uses the heuristic's
+  /// first choice (and tunes the bucket at a later uncaptured call of another n).
   void run(const DeviceMatrix& W, const void* X, int n, float* Y);
 
-  /// Number of tuned shapes, and the time the tuning took in total (ms), for reports.
-  size_t tuned_shapes() const { return plans_.size(); }
+  /// Number of tuned (W shape, bucket) pairs, and the time tuning took in total (ms).
+  size_t tuned_shapes() const { return tuned_.size(); }
+  size_t plans() const { return plans_.size(); }
   double tuning_ms() const { return tuning_ms_; }
 
  private:
@@ -62,6 +67,7 @@ class LtGemm {
   size_t workspace_bytes_;
   cublasLtHandle_t lt_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int, int>, Plan> plans_;  // (rows, cols, type, n)
+  std::map<std::tuple<int64_t, int64_t, int, int>, cublasLtMatmulAlgo_t> tuned_;  // (rows, cols, type, bucket)
   double tuning_ms_ = 0.0;
 };
 
