@@ -105,38 +105,48 @@ Problem make_problem(const AttnCase& c) {
   return pb;
 }
 
+/// The problem's inputs on the device, and AttentionArgs over them.
+struct DeviceProblem {
+  explicit DeviceProblem(const Problem& pb)
+      : arena(to_device(pb.arena)), q(to_device(pb.q)), pos(to_device(pb.positions)), off(to_device(pb.table_off)),
+        tab(to_device(pb.tables)) {}
+  cuda::AttentionArgs args(const AttnCase& c, const Problem& pb, int splits, float* out, float* partial) const {
+    const int kv_dim = c.n_head_kv * c.head_dim;
+    cuda::AttentionArgs a;
+    a.kv = cuda::KvLayerView{arena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride, c.block_size,
+                             c.n_head_kv, c.head_dim};
+    a.q = q.get();
+    a.out = out;
+    a.positions = pos.get();
+    a.table_off = off.get();
+    a.tables = tab.get();
+    a.n_tokens = pb.n;
+    a.n_head = c.n_head;
+    a.scale = pb.scale;
+    a.n_splits = splits;
+    a.partial = partial;
+    return a;
+  }
+  cuda::DeviceBuffer<float> arena, q;
+  cuda::DeviceBuffer<int32_t> pos, off, tab;
+};
+
 TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
   FDL_SKIP_WITHOUT_GPU();
   const AttnCase c = GetParam();
   const Problem pb = make_problem(c);
-  const int layer = kLayer, kv_dim = c.n_head_kv * c.head_dim, n = pb.n, n_seqs = pb.n_seqs;
-  const int64_t block_stride = pb.block_stride;
-  const float scale = pb.scale;
+  const int n = pb.n, n_seqs = pb.n_seqs;
   const std::vector<float>& q = pb.q;
-  const std::vector<int32_t>&positions = pb.positions, &table_off = pb.table_off, &tables = pb.tables,
-                            &token_seq = pb.token_seq;
+  const std::vector<int32_t>&positions = pb.positions, &token_seq = pb.token_seq;
   const std::vector<double>& ref = pb.ref;
-  auto darena = to_device(pb.arena), dq = to_device(q);
-  auto dpos = to_device(positions), doff = to_device(table_off), dtab = to_device(tables);
+  const DeviceProblem dev(pb);
   int sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
   for (int splits : {1, 7, cuda::attention_splits(n, c.n_head, c.n_head_kv, sm, 701)}) {
     cuda::DeviceBuffer<float> out(q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
     poison(out);
     poison(partial);
-    cuda::AttentionArgs a;
-    a.kv = cuda::KvLayerView{darena.get(), int64_t(layer) * 2 * c.block_size * kv_dim, block_stride, c.block_size,
-                             c.n_head_kv, c.head_dim};
-    a.q = dq.get();
-    a.out = out.get();
-    a.positions = dpos.get();
-    a.table_off = doff.get();
-    a.tables = dtab.get();
-    a.n_tokens = n;
-    a.n_head = c.n_head;
-    a.scale = scale;
-    a.n_splits = splits;
-    a.partial = partial.get();
+    cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
     cuda::paged_attention(a, nullptr);
     EXPECT_LT(rel_error(to_host(out, q.size()), ref), 2e-6) << "splits=" << splits << " tokens=" << n;
   }
@@ -149,21 +159,9 @@ TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
       cuda::DeviceBuffer<float> out(q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
       poison(out);
       poison(partial);
-      cuda::AttentionArgs a;
-      a.kv = cuda::KvLayerView{darena.get(), int64_t(layer) * 2 * c.block_size * kv_dim, block_stride, c.block_size,
-                               c.n_head_kv, c.head_dim};
-      a.q = dq.get();
-      a.out = out.get();
-      a.positions = dpos.get();
-      a.table_off = doff.get();
-      a.tables = dtab.get();
-      a.n_tokens = n;
-      a.n_head = c.n_head;
-      a.scale = scale;
+      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
       a.tile_starts = dstarts.get();
       a.n_tiles = n_tiles;
-      a.n_splits = splits;
-      a.partial = partial.get();
       cuda::paged_attention(a, nullptr);
       EXPECT_LT(rel_error(to_host(out, q.size()), ref), 2e-6) << "tiled, splits=" << splits << " tokens=" << n;
     }
@@ -178,9 +176,8 @@ TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
   if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv))
     GTEST_SKIP() << "no tiles for head_dim " << c.head_dim;
   const Problem pb = make_problem(c);
-  const int n = pb.n, kv_dim = c.n_head_kv * c.head_dim;
-  auto darena = to_device(pb.arena), dq = to_device(pb.q);
-  auto dpos = to_device(pb.positions), doff = to_device(pb.table_off), dtab = to_device(pb.tables);
+  const int n = pb.n;
+  const DeviceProblem dev(pb);
   int sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
   std::vector<int32_t> starts(size_t(n) + 1);
@@ -191,21 +188,9 @@ TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
     cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
     poison(out);
     poison(partial);
-    cuda::AttentionArgs a;
-    a.kv = cuda::KvLayerView{darena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride, c.block_size,
-                             c.n_head_kv, c.head_dim};
-    a.q = dq.get();
-    a.out = out.get();
-    a.positions = dpos.get();
-    a.table_off = doff.get();
-    a.tables = dtab.get();
-    a.n_tokens = n;
-    a.n_head = c.n_head;
-    a.scale = pb.scale;
+    cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
     a.tile_starts = dstarts.get();
     a.n_tiles = n_tiles;
-    a.n_splits = splits;
-    a.partial = partial.get();
     a.tensor_cores = true;
     cuda::paged_attention(a, nullptr);
     const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
@@ -224,9 +209,8 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
   if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv) || group > 16)
     GTEST_SKIP() << "no tensor-core decode tiles for head_dim " << c.head_dim << ", group " << group;
   const Problem pb = make_problem(c);
-  const int n = pb.n, kv_dim = c.n_head_kv * c.head_dim;
-  auto darena = to_device(pb.arena), dq = to_device(pb.q);
-  auto dpos = to_device(pb.positions), doff = to_device(pb.table_off), dtab = to_device(pb.tables);
+  const int n = pb.n;
+  const DeviceProblem dev(pb);
   int sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
   for (int tile_tokens : {1, 16 / group}) {
@@ -242,21 +226,9 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
       cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
       poison(out);
       poison(partial);
-      cuda::AttentionArgs a;
-      a.kv = cuda::KvLayerView{darena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride,
-                               c.block_size, c.n_head_kv, c.head_dim};
-      a.q = dq.get();
-      a.out = out.get();
-      a.positions = dpos.get();
-      a.table_off = doff.get();
-      a.tables = dtab.get();
-      a.n_tokens = n;
-      a.n_head = c.n_head;
-      a.scale = pb.scale;
+      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
       a.tile_starts = dstarts.get();
       a.n_tiles = n_tiles;
-      a.n_splits = splits;
-      a.partial = partial.get();
       a.tensor_cores = true;
       a.max_tile_rows = tile_tokens * group;
       cuda::paged_attention(a, nullptr);

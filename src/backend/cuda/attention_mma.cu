@@ -66,6 +66,52 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool va
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
+// Q rows r0 = 16m + g and r1 = r0 + 8 of a tile as m16n8k16 A fragments: a0 (row r0, cols
+// 2c, 2c+1), a1 (row r1, same cols), a2/a3 (cols + 8). Row r is token r / group, query head
+// kvh * group + r % group; rows >= `rows` are zeros.
+template <int HD>
+__device__ __forceinline__ void load_q_fragments(const AttentionArgs& a, int t0, int rows, int group, int kvh, int r0,
+                                                 int r1, int c, uint32_t (&qa)[HD / 16][4]) {
+  const float* q0 = r0 < rows ? a.q + (int64_t(t0 + r0 / group) * a.n_head + kvh * group + r0 % group) * HD : nullptr;
+  const float* q1 = r1 < rows ? a.q + (int64_t(t0 + r1 / group) * a.n_head + kvh * group + r1 % group) * HD : nullptr;
+  const float2 zero = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < HD / 16; ++k) {
+    const int d = 16 * k + 2 * c;
+    const float2 x00 = q0 ? *reinterpret_cast<const float2*>(q0 + d) : zero;
+    const float2 x10 = q1 ? *reinterpret_cast<const float2*>(q1 + d) : zero;
+    const float2 x01 = q0 ? *reinterpret_cast<const float2*>(q0 + d + 8) : zero;
+    const float2 x11 = q1 ? *reinterpret_cast<const float2*>(q1 + d + 8) : zero;
+    qa[k][0] = pack_half2(x00.x, x00.y);
+    qa[k][1] = pack_half2(x10.x, x10.y);
+    qa[k][2] = pack_half2(x01.x, x01.y);
+    qa[k][3] = pack_half2(x11.x, x11.y);
+  }
+}
+
+// Issues the cp.async copies of positions c0 .. c0 + CHUNK - 1 of KV head kvh (K rows at
+// stride KS, then V rows at stride VS floats) into buf, by the block's THREADS threads;
+// positions after p_last are zero-filled (P is 0 there, and V must not be NaN).
+template <int HD, int CHUNK, int THREADS, int KS, int VS>
+__device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int32_t* table, int kvh, int p_last,
+                                               int c0, float* buf) {
+  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
+  float* ks = buf;
+  float* vs = buf + CHUNK * KS;
+  for (int idx = threadIdx.x; idx < 2 * CHUNK * (HD / 4); idx += THREADS) {
+    const bool is_v = idx >= CHUNK * (HD / 4);
+    const int i = is_v ? idx - CHUNK * (HD / 4) : idx;
+    const int jj = i / (HD / 4), d4 = i % (HD / 4);
+    const int j = c0 + jj;
+    const bool valid = j <= p_last;
+    const float* src = valid ? kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
+                                   int64_t((is_v ? kv.block_size : 0) + j % kv.block_size) * kv_dim +
+                                   int64_t(kvh) * HD + d4 * 4
+                             : kv.base;
+    cp_async16(is_v ? vs + jj * VS + d4 * 4 : ks + jj * KS + d4 * 4, src, valid);
+  }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArgs a) {
   using T = MmaTile<HD>;
@@ -80,30 +126,13 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
   const int pos0 = a.positions[t0];
   const int p_last = pos0 + nt - 1;
   const int32_t* table = a.tables + a.table_off[t0];
-  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
   const int r0 = warp * 16 + g, r1 = r0 + 8;
 
   // Q as A fragments: a0 (row g, cols 2c, 2c+1), a1 (row g+8, same cols), a2/a3 (cols + 8).
   uint32_t qa[HD / 16][4];
-  {
-    const float* q0 = r0 < rows ? a.q + (int64_t(t0 + r0 / group) * a.n_head + kvh * group + r0 % group) * HD : nullptr;
-    const float* q1 = r1 < rows ? a.q + (int64_t(t0 + r1 / group) * a.n_head + kvh * group + r1 % group) * HD : nullptr;
-    const float2 zero = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int k = 0; k < HD / 16; ++k) {
-      const int d = 16 * k + 2 * c;
-      const float2 x00 = q0 ? *reinterpret_cast<const float2*>(q0 + d) : zero;
-      const float2 x10 = q1 ? *reinterpret_cast<const float2*>(q1 + d) : zero;
-      const float2 x01 = q0 ? *reinterpret_cast<const float2*>(q0 + d + 8) : zero;
-      const float2 x11 = q1 ? *reinterpret_cast<const float2*>(q1 + d + 8) : zero;
-      qa[k][0] = pack_half2(x00.x, x00.y);
-      qa[k][1] = pack_half2(x10.x, x10.y);
-      qa[k][2] = pack_half2(x01.x, x01.y);
-      qa[k][3] = pack_half2(x11.x, x11.y);
-    }
-  }
+  load_q_fragments<HD>(a, t0, rows, group, kvh, r0, r1, c, qa);
   float o[HD / 8][4];
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -122,20 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
   const int c_end = min(p_last + 1, c_begin + per * kChunk);
 
   auto stage = [&](int c0, float* buf) {
-    float* ks = buf;
-    float* vs = buf + kChunk * T::kStride;
-    for (int idx = threadIdx.x; idx < 2 * kChunk * (HD / 4); idx += kThreads) {
-      const bool is_v = idx >= kChunk * (HD / 4);
-      const int i = is_v ? idx - kChunk * (HD / 4) : idx;
-      const int jj = i / (HD / 4), d4 = i % (HD / 4);
-      const int j = c0 + jj;
-      const bool valid = j <= p_last;  // later positions: zeros (P is 0 there, V must not be NaN)
-      const float* src = valid ? kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
-                                     int64_t((is_v ? kv.block_size : 0) + j % kv.block_size) * kv_dim +
-                                     int64_t(kvh) * HD + d4 * 4
-                               : kv.base;
-      cp_async16(is_v ? vs + jj * T::vStride + d4 * 4 : ks + jj * T::kStride + d4 * 4, src, valid);
-    }
+    stage_kv_chunk<HD, kChunk, kThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
   };
 
   if (c_begin < c_end) stage(c_begin, sm);
@@ -286,29 +302,12 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   const int pos0 = a.positions[t0];
   const int p_last = pos0 + nt - 1;
   const int32_t* table = a.tables + a.table_off[t0];
-  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
   const int r0 = g, r1 = g + 8;
 
   uint32_t qa[HD / 16][4];
-  {
-    const float* q0 = r0 < rows ? a.q + (int64_t(t0 + r0 / group) * a.n_head + kvh * group + r0 % group) * HD : nullptr;
-    const float* q1 = r1 < rows ? a.q + (int64_t(t0 + r1 / group) * a.n_head + kvh * group + r1 % group) * HD : nullptr;
-    const float2 zero = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int k = 0; k < HD / 16; ++k) {
-      const int d = 16 * k + 2 * c;
-      const float2 x00 = q0 ? *reinterpret_cast<const float2*>(q0 + d) : zero;
-      const float2 x10 = q1 ? *reinterpret_cast<const float2*>(q1 + d) : zero;
-      const float2 x01 = q0 ? *reinterpret_cast<const float2*>(q0 + d + 8) : zero;
-      const float2 x11 = q1 ? *reinterpret_cast<const float2*>(q1 + d + 8) : zero;
-      qa[k][0] = pack_half2(x00.x, x00.y);
-      qa[k][1] = pack_half2(x10.x, x10.y);
-      qa[k][2] = pack_half2(x01.x, x01.y);
-      qa[k][3] = pack_half2(x11.x, x11.y);
-    }
-  }
+  load_q_fragments<HD>(a, t0, rows, group, kvh, r0, r1, c, qa);
   float o[HD / 8][4];
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -323,20 +322,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   const int c_end = min(p_last + 1, c_begin + per * kDecChunk);
 
   auto stage = [&](int c0, float* buf) {
-    float* ks = buf;
-    float* vs = buf + kDecChunk * T::kStride;
-    for (int idx = threadIdx.x; idx < 2 * kDecChunk * (HD / 4); idx += kDecThreads) {
-      const bool is_v = idx >= kDecChunk * (HD / 4);
-      const int i = is_v ? idx - kDecChunk * (HD / 4) : idx;
-      const int jj = i / (HD / 4), d4 = i % (HD / 4);
-      const int j = c0 + jj;
-      const bool valid = j <= p_last;
-      const float* src = valid ? kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
-                                     int64_t((is_v ? kv.block_size : 0) + j % kv.block_size) * kv_dim +
-                                     int64_t(kvh) * HD + d4 * 4
-                               : kv.base;
-      cp_async16(is_v ? vs + jj * T::vStride + d4 * 4 : ks + jj * T::kStride + d4 * 4, src, valid);
-    }
+    stage_kv_chunk<HD, kDecChunk, kDecThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
   };
 
   if (c_begin < c_end) stage(c_begin, sm);
