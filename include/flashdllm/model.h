@@ -105,8 +105,9 @@ class Model {
   virtual const GgufFile& gguf() const = 0;
   virtual KvShape kv_shape(int block_size) const = 0;
   /// Run one step. Writes n_vocab floats per token with want_logits=1, in batch order, to
-  /// `logits` (resized; row-major [n_wanted][n_vocab]). A token's logits are bit-identical
-  /// whatever else is in the batch and whatever the thread count. K/V of every token are
+  /// `logits` (resized; row-major [n_wanted][n_vocab]). On the CPU a token's logits are
+  /// bit-identical whatever else is in the batch and whatever the thread count (the CUDA
+  /// model rounds activations to 16 bits in steps above 16 tokens: docs/GPU.md). K/V of every token are
   /// written (fp32) into its reserved slot before any token attends, so a prompt may be fed
   /// in one step. An empty batch clears `logits`.
   /// Throws, before anything is written: std::invalid_argument for ragged StepBatch vectors,
@@ -115,6 +116,14 @@ class Model {
   /// position not reserved by append_slots.
   /// Allocates nothing once scratch has grown to the largest batch / context seen.
   virtual void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) = 0;
+  /// As forward, but writes for each token with want_logits=1 only the index of its largest
+  /// logit (lowest index on ties: the token greedy sampling without penalties picks) to `ids`
+  /// (resized to n_wanted). For steps whose every row is sampled that way. The default runs
+  /// forward and scans the rows on the host; a GPU model computes the ids on the device, so
+  /// n_wanted int32 cross PCIe instead of n_wanted * n_vocab floats. Throws as forward.
+  virtual void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
+  /// Whether forward_argmax saves work over forward plus a host scan (the CUDA model).
+  virtual bool prefers_argmax() const { return false; }
   virtual int n_threads() const = 0;
 };
 

@@ -143,10 +143,9 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
     // Position i's logits are those plain decoding would see after x0, d1..di: drafts
     // before it were accepted (else the loop ended), and the sampler's penalty history
     // already holds them (on_token accepted each).
-    const int32_t tok = i < k ? s.sampler.sample_against_draft(row, draft[i])
-                              : s.sampler.sample(row);
+    const int32_t tok = i < k ? s.sampler.sample_against_draft(row, draft[i]) : row_token(s, row0 + i);
     const bool match = i < k && tok == draft[i];
-    emitted_q_.push_back(quantize_logit(row[size_t(tok)]));
+    emitted_q_.push_back(row.empty() ? 0 : quantize_logit(row[size_t(tok)]));  // empty: an argmax-only step
     on_token(s, tok, row);
     if (match) ++accepted;
     if (s.finished || !match) break;

@@ -155,9 +155,35 @@ void Scheduler::step() {
   drop_finished();
 }
 
+bool Scheduler::argmax_only_step() const {
+  if (drafted_ > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
+  const auto plain = [](const LiveSequence& s) {
+    const auto& r = s.request;
+    return r.sampling.is_greedy() && !r.sampling.has_penalties() && r.logprobs < 0;
+  };
+  for (const auto& d : decode_)
+    if (!plain(*d.s)) return false;
+  for (const auto& p : prefill_)
+    if (p.last && !plain(*p.s)) return false;
+  return true;
+}
+
+int32_t Scheduler::row_token(LiveSequence& s, size_t row) {
+  return argmax_step_ ? argmax_ids_[row] : s.sampler.sample(logits_row(row));
+}
+
 void Scheduler::forward(size_t logit_rows) {
   const auto t0 = Clock::now();
-  ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
+  // A GPU model returns only the greedy ids when nothing else is needed: no n_vocab-float
+  // rows cross PCIe or get scanned on the host.
+  argmax_step_ = ctx_.model.prefers_argmax() && argmax_only_step();
+  step_logit_rows_ = logit_rows;
+  if (argmax_step_) {
+    ctx_.model.forward_argmax(ctx_.batch, ctx_.kv, argmax_ids_);
+    ctx_.logits.clear();
+  } else {
+    ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
+  }
   const auto t1 = Clock::now();
   const double ms = ms_between(t0, t1);
   ctx_.stats.forward_ms += ms;
@@ -176,13 +202,18 @@ void Scheduler::forward(size_t logit_rows) {
                       {"decodes", decode_.size()}});
   ++ctx_.stats.n_forwards;
   // Reading rows that are not there would be undefined behaviour; fail loudly instead.
-  if (ctx_.logits.size() != logit_rows * size_t(ctx_.n_vocab))
+  if (argmax_step_) {
+    if (argmax_ids_.size() != logit_rows)
+      throw std::logic_error("Model::forward_argmax returned " + std::to_string(argmax_ids_.size()) +
+                             " ids, expected " + std::to_string(logit_rows));
+  } else if (ctx_.logits.size() != logit_rows * size_t(ctx_.n_vocab))
     throw std::logic_error("Model::forward returned " + std::to_string(ctx_.logits.size()) +
                            " logits, expected " + std::to_string(logit_rows) + " rows of " +
                            std::to_string(ctx_.n_vocab));
 }
 
 std::span<const float> Scheduler::logits_row(size_t row) const {
+  if (argmax_step_) return {};
   return {ctx_.logits.data() + row * size_t(ctx_.n_vocab), size_t(ctx_.n_vocab)};
 }
 
@@ -417,7 +448,7 @@ void Scheduler::finish_prefill(Clock::time_point batch_start, Clock::time_point 
   // Logit rows: the decode rows first (batch order), then one per completing prompt.
   size_t n_prefill_rows = 0;
   for (const auto& p : prefill_) n_prefill_rows += p.last ? 1 : 0;
-  size_t row = ctx_.logits.size() / size_t(ctx_.n_vocab) - n_prefill_rows;
+  size_t row = step_logit_rows_ - n_prefill_rows;
   for (const auto& p : prefill_) {
     LiveSequence& s = *p.s;
     if (s.prefill_start == Clock::time_point{}) s.prefill_start = batch_start;
@@ -431,7 +462,7 @@ void Scheduler::finish_prefill(Clock::time_point batch_start, Clock::time_point 
     if (opt_.prefix_cache) cache_blocks(s, s.n_prefilled);
     if (!p.last) continue;
     s.timings.prompt_ms = ms_between(s.prefill_start, batch_end);
-    on_token(s, s.sampler.sample(logits_row(row)), logits_row(row));
+    on_token(s, row_token(s, row), logits_row(row));
     ++row;
     if (!s.finished) start_shadow(s);
   }

@@ -102,7 +102,14 @@ class Scheduler {
   size_t verify(LiveSequence& s, const std::vector<int32_t>& draft, size_t row0, size_t pos0);
   void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
   void forward(size_t logit_rows);
+  /// Row `row` of this step's logits; empty in an argmax-only step (no row was copied).
   std::span<const float> logits_row(size_t row) const;
+  /// The token row `row` yields for `s` when it verifies no draft: the sampler's draw from
+  /// the logits, or in an argmax-only step the id the model computed.
+  int32_t row_token(LiveSequence& s, size_t row);
+  /// Whether every logits row of the step is consumed by greedy sampling without penalties,
+  /// logprobs, drafts or audits — then the model may return ids only (Model::forward_argmax).
+  bool argmax_only_step() const;
 
   // --- audit (shadow_audit.cpp) ---
   void start_shadow(LiveSequence& s);
@@ -135,6 +142,9 @@ class Scheduler {
   struct PrefillSlot { LiveSequence* s; size_t take; bool last; };
   std::vector<PrefillSlot> prefill_;
   size_t drafted_ = 0;
+  bool argmax_step_ = false;            ///< this step's forward returned ids, not logits
+  size_t step_logit_rows_ = 0;
+  std::vector<int32_t> argmax_ids_;     ///< per logits row, in an argmax-only step
   size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;

@@ -1,6 +1,7 @@
 // Model::load and the LlamaModel constructor: map the file, read the config, bind weights.
 #include "model/llama_model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/cuda_model_factory.h"
@@ -26,6 +27,17 @@ KvShape LlamaModel::kv_shape(int block_size) const {
                  .n_kv_head = config_.n_head_kv,
                  .head_dim = config_.head_dim,
                  .block_size = block_size};
+}
+
+void Model::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) {
+  std::vector<float> logits;
+  forward(batch, kv, logits);
+  const size_t V = size_t(config().n_vocab);
+  ids.resize(V > 0 ? logits.size() / V : 0);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const float* row = logits.data() + r * V;
+    ids[r] = int32_t(std::max_element(row, row + V) - row);  // the first maximum: lowest id
+  }
 }
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& opt) {

@@ -71,7 +71,8 @@ class CudaModel final : public Model {
   int n_threads() const override { return 1; }
   /// As forward, but returns only the greedy id (argmax, lowest id on ties) of each row that
   /// wants logits, computed on the GPU: m int32 cross PCIe instead of m * n_vocab floats.
-  void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
+  void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) override;
+  bool prefers_argmax() const override { return true; }
 
   /// Device bytes of the weights, and the bytes one decode step streams (for bandwidth
   /// reports).
