@@ -91,6 +91,9 @@ class BlockPool {
 
   const KvShape& shape() const { return shape_; }
   size_t capacity() const { return meta_.size(); }
+  /// Unique per pool object in this process (never reused, unlike an address): lets a
+  /// backend that keeps per-pool state (a device arena) tell a new pool from a dead one.
+  uint64_t uid() const { return uid_; }
   size_t n_free() const { return free_.size(); }
 
   /// Take a free block (ref_count = 1). Throws KvCacheFull when none is left.
@@ -123,6 +126,7 @@ class BlockPool {
   std::vector<BlockMeta> meta_;
   std::vector<BlockId> free_;
   std::weak_ptr<BlockMirror> mirror_;
+  uint64_t uid_;
 };
 
 /// Per-sequence block tables over one BlockPool.
@@ -158,6 +162,8 @@ class KvCache {
   /// Blocks copied by copy-on-write since construction (one per append into a shared,
   /// partially filled tail block). A metric, and how the tests prove "never the whole cache".
   uint64_t blocks_copied() const { return blocks_copied_; }
+  /// Unique per cache object in this process (see BlockPool::uid).
+  uint64_t uid() const { return uid_; }
   /// Called by append_slots right after each copy-on-write copy, with the shared block `src`
   /// (still live: another sequence holds it) and its private copy `dst`, once the host bytes
   /// and dst's metadata are in place. For backends that keep their own copy of the arena
@@ -184,6 +190,7 @@ class KvCache {
   std::vector<Seq> seqs_;
   std::vector<SeqId> free_ids_;
   uint64_t blocks_copied_ = 0;
+  uint64_t uid_;
   BlockCopyObserver copy_observer_;
 };
 

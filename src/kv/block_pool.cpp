@@ -5,8 +5,11 @@
 // on that: appending a token never moves existing KV data).
 #include "flashdllm/kv_cache.h"
 
+#include <atomic>
 #include <limits>
 #include <string>
+
+#include "kv/kv_uid.h"
 
 namespace fdl {
 namespace {
@@ -32,7 +35,12 @@ size_t checked_arena_floats(const KvShape& s, size_t n_blocks) {
 
 }  // namespace
 
-BlockPool::BlockPool(const KvShape& shape, size_t n_blocks) : shape_(shape) {
+uint64_t next_kv_uid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+BlockPool::BlockPool(const KvShape& shape, size_t n_blocks) : shape_(shape), uid_(next_kv_uid()) {
   check_shape(shape_);
   arena_.assign(checked_arena_floats(shape_, n_blocks), 0.f);
   meta_.resize(n_blocks);

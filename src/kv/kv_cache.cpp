@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "kv/kv_uid.h"
+
 namespace fdl {
 namespace {
 
@@ -15,7 +17,7 @@ size_t blocks_for(size_t n_tokens, size_t block_size) {
 
 }  // namespace
 
-KvCache::KvCache(BlockPool& pool) : pool_(pool) {}
+KvCache::KvCache(BlockPool& pool) : pool_(pool), uid_(next_kv_uid()) {}
 
 KvCache::~KvCache() {
   for (Seq& s : seqs_)

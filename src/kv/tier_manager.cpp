@@ -169,6 +169,18 @@ struct TierManager::Impl {
     m.state = BlockState::Loading;
   }
 
+  // A GPU model holds its own copy of tier-0 blocks: hand it the verified bytes. A failed
+  // device copy is logged and reported as an I/O error (the block is recomputed).
+  bool push_verified(BlockId b) {
+    try {
+      pool.push_to_mirror(b);
+      return true;
+    } catch (const std::exception& e) {
+      spdlog::warn("kv tiers: copying block {} back to the device failed: {}; recompute", b, e.what());
+      return false;
+    }
+  }
+
   // Copy of the verified bytes is in tier 0: mark resident, or discard on mismatch.
   void finish_promotion(OffloadId id, Record& r, size_t from, double lat_us) {
     const auto bytes = pool.block_bytes(r.block);
@@ -182,8 +194,12 @@ struct TierManager::Impl {
       r.block = -1;
       r.outcome = ev.status = TransferStatus::Corrupt;
       ev.block = -1;
+    } else if (!push_verified(r.block)) {
+      pool.release(r.block);  // the model's copy could not be written: recompute instead
+      r.block = -1;
+      r.outcome = ev.status = TransferStatus::IoError;
+      ev.block = -1;
     } else {
-      pool.push_to_mirror(r.block);  // a GPU model reads its own copy of the block
       pool.meta(r.block).state = BlockState::Active;
       r.meta = pool.meta(r.block);
       r.outcome = TransferStatus::Ok;
@@ -298,7 +314,12 @@ struct TierManager::Impl {
     const auto slot = host->allocate();
     if (!slot) return ev.status = TransferStatus::NoSpace, ev;
     const auto t0 = Clock::now();
-    pool.pull_from_mirror(b);  // the bytes a GPU model wrote
+    try {
+      pool.pull_from_mirror(b);  // the bytes a GPU model wrote
+    } catch (...) {
+      host->release(*slot);  // a failed device copy takes nothing: the caller keeps the block
+      throw;
+    }
     const auto src = pool.block_bytes(b);
     const uint64_t cs = checksum(src.data(), src.size());
     std::memcpy(host->bytes(*slot).data(), src.data(), src.size());
@@ -334,7 +355,13 @@ struct TierManager::Impl {
       disk->release(*slot);
       return ev.status = TransferStatus::TierDisabled, ev;
     }
-    pool.pull_from_mirror(b);  // the bytes a GPU model wrote
+    try {
+      pool.pull_from_mirror(b);  // the bytes a GPU model wrote
+    } catch (...) {
+      give_staging(sb);  // a failed device copy takes nothing: the caller keeps the block
+      disk->release(*slot);
+      throw;
+    }
     const auto src = pool.block_bytes(b);
     std::memcpy(staging[size_t(sb)].data(), src.data(), src.size());
     BlockMeta& pm = pool.meta(b);

@@ -184,19 +184,22 @@ TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
   const int n_tiles =
       cuda::attention_tiles(pb.token_seq.data(), pb.positions.data(), n, c.n_head, c.n_head_kv, starts.data());
   auto dstarts = to_device(starts);
-  for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
-    cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
-    poison(out);
-    poison(partial);
-    cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
-    a.tile_starts = dstarts.get();
-    a.n_tiles = n_tiles;
-    a.tensor_cores = true;
-    cuda::paged_attention(a, nullptr);
-    const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
-    std::cout << "  tensor-core tiles, splits " << splits << ": rel error " << err << "\n";
-    EXPECT_LT(err, 4e-3) << "splits=" << splits << " tokens=" << n;
-  }
+  for (bool bf16 : {false, true})
+    for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
+      cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+      poison(out);
+      poison(partial);
+      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
+      a.tile_starts = dstarts.get();
+      a.n_tiles = n_tiles;
+      a.tensor_cores = true;
+      a.tc_bf16 = bf16;
+      cuda::paged_attention(a, nullptr);
+      const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
+      std::cout << "  tensor-core tiles (" << (bf16 ? "bf16" : "fp16") << "), splits " << splits << ": rel error "
+                << err << "\n";
+      EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "splits=" << splits << " tokens=" << n << " bf16=" << bf16;
+    }
 }
 
 // Tiles of at most 16 rows (decode batches) take the kernel that splits each chunk over its
@@ -213,6 +216,7 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
   const DeviceProblem dev(pb);
   int sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+  for (bool bf16 : {false, true})
   for (int tile_tokens : {1, 16 / group}) {
     std::vector<int32_t> starts;  // runs of consecutive positions of one sequence, <= tile_tokens each
     for (int t = 0; t < n; ++t)
@@ -231,11 +235,12 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
       a.n_tiles = n_tiles;
       a.tensor_cores = true;
       a.max_tile_rows = tile_tokens * group;
+      a.tc_bf16 = bf16;
       cuda::paged_attention(a, nullptr);
       const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
-      std::cout << "  tensor-core decode tiles of " << tile_tokens << " token(s), splits " << splits << ": rel error "
-                << err << "\n";
-      EXPECT_LT(err, 4e-3) << "tile tokens " << tile_tokens << ", splits " << splits;
+      std::cout << "  tensor-core decode tiles (" << (bf16 ? "bf16" : "fp16") << ") of " << tile_tokens
+                << " token(s), splits " << splits << ": rel error " << err << "\n";
+      EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "tile tokens " << tile_tokens << ", splits " << splits << " bf16=" << bf16;
     }
   }
 }

@@ -222,6 +222,7 @@ TEST(CudaModel, BatchedDecodeOfManySequencesCloseToDecodingEachAlone) {
   }
   auto pool = make_pool(m, total + size_t(S) * 16);  // room for each sequence's partial block
   KvCache kv(*pool);
+  double worst = 0;
   for (int s = 0; s < S; ++s) {
     const SeqId seq = kv.create_sequence();
     prefill(kv, seq, prompts[size_t(s)]);
@@ -232,10 +233,12 @@ TEST(CudaModel, BatchedDecodeOfManySequencesCloseToDecodingEachAlone) {
       m.forward(b, kv, alone);
       const std::vector<float> got(batched[size_t(k)].begin() + int64_t(s) * V,
                                    batched[size_t(k)].begin() + int64_t(s + 1) * V);
-      EXPECT_LT(rel_error(got, std::vector<double>(alone.begin(), alone.end())), 3e-3)
-          << "sequence " << s << " (prompt " << prompts[size_t(s)].size() << ") step " << k;
+      const double err = rel_error(got, std::vector<double>(alone.begin(), alone.end()));
+      worst = std::max(worst, err);
+      EXPECT_LT(err, 3e-3) << "sequence " << s << " (prompt " << prompts[size_t(s)].size() << ") step " << k;
     }
   }
+  std::cout << "  batched decode vs alone: worst logits rel error " << worst << "\n";
 }
 
 TEST(CudaModel, RejectsBadBatchesBeforeWriting) {

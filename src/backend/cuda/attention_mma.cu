@@ -19,10 +19,14 @@
 // two stages deep (the next chunk lands while this one is multiplied); fragments are read
 // from there and rounded to fp16 in registers. Row strides HD + 8 (K) and HD + 4 (V) floats
 // make both fragment read patterns bank-conflict free.
-// fp16 keeps 11 significant bits of q, k, p and v: ~5e-4 relative error in the output
-// (fp32: ~1e-6). The model uses this path where its GEMMs already round activations to
-// 16 bits (F16/BF16 weights); see CudaModel.
+// The operands are fp16 (11 significant bits: ~3e-4 relative error in the output) or bf16
+// (8 bits and fp32's range: ~3e-3), matching the weights' type (AttentionArgs::tc_bf16);
+// fp32 tiles give ~1e-6. The model uses this path where its GEMMs already round activations
+// to 16 bits (F16/BF16 weights); see CudaModel.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include <cmath>
 #include <string>
@@ -44,18 +48,37 @@ struct MmaTile {
   static constexpr size_t smem_bytes = 2 * size_t(stage_floats) * sizeof(float);
 };
 
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits: the lower column
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
+// The 16-bit operand type of the products: fp16 (11 significant bits; |x| < 65504) for F16
+// weights, bf16 (8 bits, fp32's range) for BF16 weights — the type the model's GEMMs
+// already round activations to, so q, k and v that fit there fit here.
+struct F16Op {
+  __device__ static uint32_t pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits: the lower column
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+struct BF16Op {
+  __device__ static uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
 
-// D = A·B + D, A 16x16 (row), B 16x8 (col), fp16 inputs, fp32 accumulators.
+// D = A·B + D, A 16x16 (row), B 16x8 (col), 16-bit inputs, fp32 accumulators.
+template <typename Op>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<Op, BF16Op>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
@@ -69,7 +92,7 @@ __device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.a
 // Q rows r0 = 16m + g and r1 = r0 + 8 of a tile as m16n8k16 A fragments: a0 (row r0, cols
 // 2c, 2c+1), a1 (row r1, same cols), a2/a3 (cols + 8). Row r is token r / group, query head
 // kvh * group + r % group; rows >= `rows` are zeros.
-template <int HD>
+template <int HD, typename Op>
 __device__ __forceinline__ void load_q_fragments(const AttentionArgs& a, int t0, int rows, int group, int kvh, int r0,
                                                  int r1, int c, uint32_t (&qa)[HD / 16][4]) {
   const float* q0 = r0 < rows ? a.q + (int64_t(t0 + r0 / group) * a.n_head + kvh * group + r0 % group) * HD : nullptr;
@@ -82,10 +105,10 @@ __device__ __forceinline__ void load_q_fragments(const AttentionArgs& a, int t0,
     const float2 x10 = q1 ? *reinterpret_cast<const float2*>(q1 + d) : zero;
     const float2 x01 = q0 ? *reinterpret_cast<const float2*>(q0 + d + 8) : zero;
     const float2 x11 = q1 ? *reinterpret_cast<const float2*>(q1 + d + 8) : zero;
-    qa[k][0] = pack_half2(x00.x, x00.y);
-    qa[k][1] = pack_half2(x10.x, x10.y);
-    qa[k][2] = pack_half2(x01.x, x01.y);
-    qa[k][3] = pack_half2(x11.x, x11.y);
+    qa[k][0] = Op::pack(x00.x, x00.y);
+    qa[k][1] = Op::pack(x10.x, x10.y);
+    qa[k][2] = Op::pack(x01.x, x01.y);
+    qa[k][3] = Op::pack(x11.x, x11.y);
   }
 }
 
@@ -112,7 +135,7 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
   }
 }
 
-template <int HD>
+template <int HD, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArgs a) {
   using T = MmaTile<HD>;
   launch_dependents();
@@ -132,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
 
   // Q as A fragments: a0 (row g, cols 2c, 2c+1), a1 (row g+8, same cols), a2/a3 (cols + 8).
   uint32_t qa[HD / 16][4];
-  load_q_fragments<HD>(a, t0, rows, group, kvh, r0, r1, c, qa);
+  load_q_fragments<HD, Op>(a, t0, rows, group, kvh, r0, r1, c, qa);
   float o[HD / 8][4];
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -175,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
         for (int k = 0; k < HD / 16; ++k) {
           const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
           const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
-          mma_16816(s[n], qa[k], pack_half2(b0.x, b0.y), pack_half2(b1.x, b1.y));
+          mma_16816<Op>(s[n], qa[k], Op::pack(b0.x, b0.y), Op::pack(b1.x, b1.y));
         }
       }
       // Causal mask (position j > the row's position: -inf), scale, row maxima over the quad.
@@ -211,8 +234,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
           const float p10 = exp2f(sn[2] - base1), p11 = exp2f(sn[3] - base1);
           ps0 += p00 + p01;
           ps1 += p10 + p11;
-          pa[kk][2 * h] = pack_half2(p00, p01);
-          pa[kk][2 * h + 1] = pack_half2(p10, p11);
+          pa[kk][2 * h] = Op::pack(p00, p01);
+          pa[kk][2 * h + 1] = Op::pack(p10, p11);
         }
       }
       l0 = l0 * corr0 + ps0;
@@ -225,8 +248,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
           const float* v0 = vcol + 16 * kk * T::vStride;
-          mma_16816(o[dn], pa[kk], pack_half2(v0[0], v0[T::vStride]),
-                    pack_half2(v0[8 * T::vStride], v0[9 * T::vStride]));
+          mma_16816<Op>(o[dn], pa[kk], Op::pack(v0[0], v0[T::vStride]),
+                    Op::pack(v0[8 * T::vStride], v0[9 * T::vStride]));
         }
       }
     }
@@ -263,11 +286,18 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
 
 // D = A·B + D, A 16x8 (row), B 8x8 (col): the P·V step of the decode kernel, whose warps
 // each own 8 positions of a chunk.
+template <typename Op>
 __device__ __forceinline__ void mma_1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(b0));
+  if constexpr (std::is_same_v<Op, BF16Op>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
 }
 
 // Tiles of at most 16 rows (decode batches: one token's query heads of one KV head, GQA):
@@ -275,7 +305,7 @@ __device__ __forceinline__ void mma_1688(float (&d)[4], uint32_t a0, uint32_t a1
 // the 16 rows and splits every 32-position chunk: warp w multiplies positions 8w..8w+7 of
 // it (S: one 16x8 tile; P·V: m16n8k8), each warp keeps its own online softmax over its
 // positions, and the four (m, l, O) states are merged through shared memory at the end —
-// split-K inside the block. Smaller stages (32 positions) and ~120 registers let 3 blocks
+// split-K inside the block. Smaller stages (32 positions) and <= 170 registers (151 at head_dim 128) let 3 blocks
 // share a multiprocessor, so 12 warps compute and 3 stages stream per SM.
 constexpr int kDecWarps = 4, kDecThreads = 32 * kDecWarps, kDecChunk = 8 * kDecWarps;
 
@@ -288,7 +318,7 @@ struct DecTile {
       size_t(2 * stage_floats > merge_floats ? 2 * stage_floats : merge_floats) * sizeof(float);
 };
 
-template <int HD>
+template <int HD, typename Op>
 __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(AttentionArgs a) {
   using T = DecTile<HD>;
   launch_dependents();
@@ -307,7 +337,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   const int r0 = g, r1 = g + 8;
 
   uint32_t qa[HD / 16][4];
-  load_q_fragments<HD>(a, t0, rows, group, kvh, r0, r1, c, qa);
+  load_q_fragments<HD, Op>(a, t0, rows, group, kvh, r0, r1, c, qa);
   float o[HD / 8][4];
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -343,7 +373,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
       for (int k = 0; k < HD / 16; ++k) {
         const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
         const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
-        mma_16816(s, qa[k], pack_half2(b0.x, b0.y), pack_half2(b1.x, b1.y));
+        mma_16816<Op>(s, qa[k], Op::pack(b0.x, b0.y), Op::pack(b1.x, b1.y));
       }
       const int j = c0 + n0 + 2 * c;
       s[0] = j <= pos_r0 ? s[0] * sl2 : -INFINITY;
@@ -364,12 +394,12 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
       l0 = l0 * corr0 + p00 + p01;
       l1 = l1 * corr1 + p10 + p11;
       // The 16x8 accumulator layout is the m16n8k8 A layout: P never leaves registers.
-      const uint32_t pa0 = pack_half2(p00, p01), pa1 = pack_half2(p10, p11);
+      const uint32_t pa0 = Op::pack(p00, p01), pa1 = Op::pack(p10, p11);
       const float* vrow = vs + (n0 + 2 * c) * T::vStride + g;
 #pragma unroll
       for (int dn = 0; dn < HD / 8; ++dn) {
         o[dn][0] *= corr0, o[dn][1] *= corr0, o[dn][2] *= corr1, o[dn][3] *= corr1;
-        mma_1688(o[dn], pa0, pa1, pack_half2(vrow[dn * 8], vrow[T::vStride + dn * 8]));
+        mma_1688<Op>(o[dn], pa0, pa1, Op::pack(vrow[dn * 8], vrow[T::vStride + dn * 8]));
       }
     }
     __syncthreads();
@@ -416,44 +446,50 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   }
 }
 
-template <int HD>
+template <int HD, typename Op>
 void launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t smem = DecTile<HD>::smem_bytes;
   static const bool configured = [] {
     FDL_CUDA_CHECK(
-        cudaFuncSetAttribute(attn_decode_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_decode_mma_kernel<HD>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
+  launch_pdl(attn_decode_mma_kernel<HD, Op>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
              dim3(kDecThreads), smem, stream, a);
 }
 
-template <int HD>
+template <int HD, typename Op>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t smem = MmaTile<HD>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    FDL_CUDA_CHECK(
+        cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_mma_kernel<HD>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
+  launch_pdl(attn_tile_mma_kernel<HD, Op>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
              dim3(kThreads), smem, stream, a);
+}
+
+template <typename Op>
+void dispatch(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
+    if (a.kv.head_dim == 64) return launch_decode<64, Op>(a, stream);
+    if (a.kv.head_dim == 128) return launch_decode<128, Op>(a, stream);
+  }
+  if (a.kv.head_dim == 64) return launch<64, Op>(a, stream);
+  if (a.kv.head_dim == 128) return launch<128, Op>(a, stream);
+  throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
 }
 
 }  // namespace
 
 void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
-    if (a.kv.head_dim == 64) return launch_decode<64>(a, stream);
-    if (a.kv.head_dim == 128) return launch_decode<128>(a, stream);
-  }
-  if (a.kv.head_dim == 64)
-    launch<64>(a, stream);
-  else if (a.kv.head_dim == 128)
-    launch<128>(a, stream);
+  if (a.tc_bf16)
+    dispatch<BF16Op>(a, stream);
   else
-    throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
+    dispatch<F16Op>(a, stream);
 }
 
 }  // namespace fdl::cuda

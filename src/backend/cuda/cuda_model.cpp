@@ -149,33 +149,37 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
                                   " shared with another sequence (forked); truncate and append_slots to get a "
                                   "private slot");
   }
-  if (&kv == last_kv_ && kv.blocks_copied() >= last_blocks_copied_ &&
-      kv.blocks_copied() - last_blocks_copied_ != copy_log_->size())
-    throw std::logic_error("forward: --device cuda: " + std::to_string(kv.blocks_copied() - last_blocks_copied_) +
-                           " copy-on-write block copies since the last forward but " +
-                           std::to_string(copy_log_->size()) +
-                           " reported to the CUDA model (was its KvCache block-copy observer replaced?)");
+  if (const auto it = cache_copies_.find(kv.uid()); it != cache_copies_.end()) {
+    const CacheCopies& cc = it->second;
+    if (kv.blocks_copied() >= cc.seen && kv.blocks_copied() - cc.seen != cc.log->size())
+      throw std::logic_error("forward: --device cuda: " + std::to_string(kv.blocks_copied() - cc.seen) +
+                             " copy-on-write block copies since the last forward but " +
+                             std::to_string(cc.log->size()) +
+                             " reported to the CUDA model (was its KvCache block-copy observer replaced?)");
+  }
 }
 
-void CudaModel::replay_block_copies() {
-  const size_t block_floats = arena_block_floats();
-  // In order: a block copied to may itself be the source of a later copy.
-  for (const auto& [src, dst] : *copy_log_)
-    FDL_CUDA_CHECK(cudaMemcpyAsync(arena_.get() + size_t(dst) * block_floats, arena_.get() + size_t(src) * block_floats,
-                                   block_floats * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-  last_blocks_copied_ += copy_log_->size();
-  copy_log_->clear();
+void CudaModel::replay_block_copies(CacheCopies& cc) {
+  if (cc.pool_uid == arena_uid_ && arena_.get() != nullptr) {  // else the arena no longer holds that pool's blocks
+    const size_t block_floats = arena_block_floats();
+    // In order: a block copied to may itself be the source of a later copy.
+    for (const auto& [src, dst] : *cc.log)
+      FDL_CUDA_CHECK(cudaMemcpyAsync(arena_.get() + size_t(dst) * block_floats,
+                                     arena_.get() + size_t(src) * block_floats, block_floats * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream_));
+  }
+  cc.seen += cc.log->size();
+  cc.log->clear();
 }
 
 void CudaModel::sync_block_copies(KvCache& kv) {
-  if (&kv == last_kv_ && arena_pool_ == &kv.pool()) replay_block_copies();
-  copy_log_->clear();
-  last_kv_ = &kv;
-  log_pool_ = &kv.pool();
-  last_blocks_copied_ = kv.blocks_copied();
-  // Re-registered every step: cheap (the weak_ptr fits std::function's inline storage), and
-  // a KvCache created at the address of a destroyed one gets the observer too.
-  kv.set_block_copy_observer([log = std::weak_ptr<CopyLog>(copy_log_)](BlockId src, BlockId dst) {
+  CacheCopies& cc = cache_copies_[kv.uid()];
+  if (cc.pool_uid == kv.pool().uid()) replay_block_copies(cc);
+  cc.log->clear();
+  cc.pool_uid = kv.pool().uid();
+  cc.seen = kv.blocks_copied();
+  // Re-registered every step: cheap (the weak_ptr fits std::function's inline storage).
+  kv.set_block_copy_observer([log = std::weak_ptr<CopyLog>(cc.log)](BlockId src, BlockId dst) {
     if (const auto l = log.lock()) l->emplace_back(src, dst);
   });
 }
@@ -185,20 +189,25 @@ void CudaModel::sync_block_copies(KvCache& kv) {
 // demotions and promotions are per block and rare next to forwards.
 class CudaModel::ArenaMirror final : public BlockMirror {
  public:
-  ArenaMirror(CudaModel& model, const BlockPool& pool) : model_(model), pool_(&pool) {}
-  void pull(BlockId id, std::span<uint8_t> host) override { model_.copy_block(*pool_, id, host.data(), true); }
+  ArenaMirror(CudaModel& model, const BlockPool& pool) : model_(model), pool_uid_(pool.uid()) {}
+  void pull(BlockId id, std::span<uint8_t> host) override { model_.copy_block(pool_uid_, id, host.data(), true); }
   void push(BlockId id, std::span<const uint8_t> host) override {
-    model_.copy_block(*pool_, id, const_cast<uint8_t*>(host.data()), false);
+    model_.copy_block(pool_uid_, id, const_cast<uint8_t*>(host.data()), false);
   }
 
  private:
   CudaModel& model_;
-  const BlockPool* pool_;
+  uint64_t pool_uid_;
 };
 
-void CudaModel::copy_block(const BlockPool& pool, BlockId id, void* host, bool to_host) {
-  if (arena_pool_ != &pool || id < 0 || size_t(id) >= arena_blocks_) return;  // the arena serves another pool
-  if (log_pool_ == arena_pool_) replay_block_copies();  // a pending copy-on-write may target `id`
+void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_host) {
+  // A mirror is registered only by ensure_arena and expires when the arena moves to another
+  // pool, so a call for another pool or an out-of-range block is a bug, not a no-op.
+  if (pool_uid != arena_uid_ || arena_.get() == nullptr || id < 0 || size_t(id) >= arena_blocks_)
+    throw std::logic_error("CudaModel: block copy for block " + std::to_string(id) +
+                           " of a pool the device arena does not hold");
+  for (auto& [uid, cc] : cache_copies_)  // a pending copy-on-write may target `id`
+    if (cc.pool_uid == arena_uid_ && !cc.log->empty()) replay_block_copies(cc);
   const size_t bytes = arena_block_floats() * sizeof(float);
   float* dev = arena_.get() + size_t(id) * arena_block_floats();
   if (to_host)
@@ -208,10 +217,14 @@ void CudaModel::copy_block(const BlockPool& pool, BlockId id, void* host, bool t
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-size_t CudaModel::arena_block_floats() const { return arena_pool_->shape().block_bytes() / sizeof(float); }
+size_t CudaModel::arena_block_floats() const { return arena_shape_.block_bytes() / sizeof(float); }
 
 void CudaModel::ensure_arena(BlockPool& pool) {
-  if (arena_pool_ == &pool && arena_blocks_ == pool.capacity()) return;
+  if (arena_uid_ == pool.uid() && arena_blocks_ == pool.capacity()) return;
+  // Nothing refers to the old arena from here on, also if the allocation below fails.
+  arena_uid_ = 0;
+  arena_blocks_ = 0;
+  mirror_.reset();
   const size_t floats = pool.capacity() * (pool.shape().block_bytes() / sizeof(float));
   arena_.reset();
   try {
@@ -221,7 +234,8 @@ void CudaModel::ensure_arena(BlockPool& pool) {
                       " blocks (" + std::to_string(floats * 4 >> 20) + " MiB) on the device: " + e.what());
   }
   FDL_CUDA_CHECK(cudaMemsetAsync(arena_.get(), 0, floats * sizeof(float), stream_));
-  arena_pool_ = &pool;
+  arena_uid_ = pool.uid();
+  arena_shape_ = pool.shape();
   arena_blocks_ = pool.capacity();
   mirror_ = std::make_shared<ArenaMirror>(*this, pool);  // the previous pool's mirror expires
   pool.set_mirror(mirror_);
@@ -276,7 +290,7 @@ void CudaModel::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
 void CudaModel::run_kernels(int n, int m) {
   const ModelConfig& c = config_;
   const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
-  const int block_size = arena_pool_->shape().block_size;
+  const int block_size = arena_shape_.block_size;
   embed_rows(weights_.token_embd.view, d_tokens_, n, x_.get(), stream_);
   prof(kEmbed);
   KvLayerView kv{arena_.get(), 0, int64_t(arena_block_floats()), block_size, c.n_head_kv, c.head_dim};
@@ -293,6 +307,7 @@ void CudaModel::run_kernels(int n, int m) {
   att.tile_starts = d_tiles_;
   att.n_tiles = n_tiles_;
   att.tensor_cores = attn_tc_;
+  att.tc_bf16 = weights_.layers[0].qkv.view.type == WType::BF16;  // operands in the weights' type
   att.max_tile_rows = max_tile_rows_;
   att.partial = partial_.get();
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
@@ -400,8 +415,6 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   int m = 0, max_ctx = 0;
   for (uint8_t w : batch.want_logits) m += w ? 1 : 0;
   for (int32_t p : batch.positions) max_ctx = std::max(max_ctx, p + 1);
-  splits_ = attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
-  ensure_scratch(n, m, splits_);
 
   // Pack the step's inputs into one pinned buffer; block tables of distinct sequences last.
   const Layout lay(n, m, c.rope_dim);
@@ -428,17 +441,20 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
     for (int i = 0; i < n_tiles_; ++i)
       max_tile_rows_ = std::max(max_tile_rows_, (tile_starts_[size_t(i) + 1] - tile_starts_[size_t(i)]) * (c.n_head / c.n_head_kv));
   }
-  if (use_tiles_) {
-    splits_ = attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx);
-    ensure_scratch(n, m, splits_);
-  }
+  // Scratch (the split-K partials above all) is sized for the kernel that will run.
+  splits_ = use_tiles_ ? attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx)
+                       : attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
+  ensure_scratch(n, m, splits_);
   // Tile starts before the tables: both offsets then depend only on (n, use_tiles_), which a
   // captured graph's shape fixes (the tables' length varies from step to step).
   const size_t tiles_at = lay.tables;
   const size_t tables_at = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);
   const size_t total = tables_at + tables_len;
-  staging_host_.grow(total);
-  if (staging_dev_.grow(total)) ++generation_;
+  if (total > staging_cap_) {  // grown by half again: the tables grow a little most steps,
+    staging_cap_ = total + total / 2;  // and every move of the buffer drops the CUDA graphs
+    staging_host_.grow(staging_cap_);
+    if (staging_dev_.grow(staging_cap_)) ++generation_;
+  }
   int32_t* h = staging_host_.get();
   int row = 0;
   for (int t = 0; t < n; ++t) {
@@ -485,7 +501,10 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
     graphs_generation_ = generation_;
   }
   const auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ * (max_tile_rows_ <= 16 ? -1 : 1) : 0);
-  if (graph && n > kGemvMaxTokens && !graphs_.count(key)) graph = graph_shapes_seen_.insert(key).second == false;
+  if (graph && n > kGemvMaxTokens && !graphs_.count(key)) {
+    if (graph_shapes_seen_.size() >= 64 * kMaxGraphs) graph_shapes_seen_.clear();  // bounded memory
+    graph = graph_shapes_seen_.insert(key).second == false;
+  }
   if (graph) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {

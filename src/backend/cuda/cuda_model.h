@@ -18,14 +18,15 @@
 // the CUDA numerics differ from the CPU's beyond reduction order.
 // A single-token step (batch-1 decode) runs each layer as gemv_norm_rope_qkv, attention, wo,
 // gemv_norm_swiglu, down (kernels.h: the norms, RoPE and SwiGLU fused into the projections;
-// FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain). Prefill attention tiles run on tensor
-// cores (mma.sync, fp16 operands, fp32 accumulation) when the weights are F16/BF16, on fp32
-// CUDA cores for F32 weights; FLASHDLLM_ATTN_TC=0/1 forces either.
+// FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain). Attention of steps above 16 tokens runs in
+// tiles on tensor cores (mma.sync, operands in the weights' 16-bit type, fp32 accumulation)
+// when the weights are F16/BF16, on fp32 CUDA cores for F32 weights; FLASHDLLM_ATTN_TC=0/1
+// forces either.
 // CUDA graphs: a forward of up to kMaxGraphTokens tokens is captured once per (tokens, rows
-// with logits, attention splits, attention tiles) shape and replayed (the split count changes only when the longest context doubles); shapes
-// above kGemvMaxTokens only from their second occurrence. FLASHDLLM_CUDA_GRAPHS=0 launches
-// kernel by kernel. Kernels are
-// launched with programmatic dependent launch (launch.h; FLASHDLLM_PDL=0 turns it off).
+// with logits, attention splits, attention tiles) shape and replayed; shapes above
+// kGemvMaxTokens only from their second occurrence; at most kMaxGraphs, least recently used
+// evicted. FLASHDLLM_CUDA_GRAPHS=0 launches kernel by kernel. Kernels are launched with
+// programmatic dependent launch (launch.h; FLASHDLLM_PDL=0 turns it off).
 //
 // Copy-on-write (fork_sequence, then append_slots into the shared tail): each forward
 // registers an observer on its KvCache (KvCache::set_block_copy_observer) that logs the
@@ -95,8 +96,7 @@ class CudaModel final : public Model {
   class ArenaMirror;
   friend class ArenaMirror;
   /// Host <-> device copy of one block (BlockMirror, for the KV tiers); synchronous.
-  void copy_block(const BlockPool& pool, BlockId id, void* host, bool to_host);
-  void replay_block_copies();
+  void copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_host);
   size_t arena_block_floats() const;  // floats per block (all layers), the pool's layout
   void ensure_scratch(int n, int m, int splits);
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
@@ -125,7 +125,7 @@ class CudaModel final : public Model {
   std::vector<double> prof_ms_;
   int splits_ = 1;  // attention context chunks of the current step
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
-  bool attn_tc_ = false;  // prefill tiles on tensor cores (fp16 mma; default for F16/BF16 weights)
+  bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   bool decode_tiles_ = true;  // FLASHDLLM_DECODE_TILES=0: decode batches keep the per-token kernel
   bool tiles_enabled_ = true;  // FLASHDLLM_ATTN_TILES=0 turns the tiled prefill kernel off
   bool use_tiles_ = false;
@@ -135,18 +135,25 @@ class CudaModel final : public Model {
   const int32_t* d_tiles_ = nullptr;
 
   // KV arena on the device, for one pool at a time.
-  const BlockPool* arena_pool_ = nullptr;
+  // The pool the arena serves: its uid (never reused, unlike an address) and its shape.
+  uint64_t arena_uid_ = 0;
+  KvShape arena_shape_{};
   size_t arena_blocks_ = 0;
   DeviceBuffer<float> arena_;
   // Copy-on-write log (see the header comment): filled by the observer, replayed and cleared
   // by sync_block_copies at the start of each forward.
   using CopyLog = std::vector<std::pair<BlockId, BlockId>>;
   void sync_block_copies(KvCache& kv);
-  std::shared_ptr<CopyLog> copy_log_ = std::make_shared<CopyLog>();
-  const KvCache* last_kv_ = nullptr;
-  const BlockPool* log_pool_ = nullptr;  // the pool of the cache whose copies copy_log_ holds
-  std::shared_ptr<BlockMirror> mirror_;  // registered (weakly) with arena_pool_
-  uint64_t last_blocks_copied_ = 0;
+  // Per KvCache (by uid): the copies its observer logged and not yet replayed, how many of
+  // its copies the model has accounted for, and the pool it copies in.
+  struct CacheCopies {
+    std::shared_ptr<CopyLog> log = std::make_shared<CopyLog>();
+    uint64_t seen = 0;
+    uint64_t pool_uid = 0;
+  };
+  std::map<uint64_t, CacheCopies> cache_copies_;
+  void replay_block_copies(CacheCopies& cc);
+  std::shared_ptr<BlockMirror> mirror_;  // registered (weakly) with the pool the arena serves
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.
@@ -156,6 +163,7 @@ class CudaModel final : public Model {
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
   DeviceBuffer<int32_t> staging_dev_;
   PinnedBuffer<int32_t> staging_host_;
+  size_t staging_cap_ = 0;  // elements both staging buffers hold
   std::vector<int32_t> seq_table_off_;
   uint64_t generation_ = 0;
   // (tokens, logit rows, splits, tiles; negative: the decode-tile kernel)

@@ -119,21 +119,26 @@ cublasLtMatmulAlgo_t LtGemm::fastest(const Plan& p, const std::vector<cublasLtMa
   int best = 0;
   for (int i = 0; i < found; ++i) {
     if (cand[size_t(i)].state != CUBLAS_STATUS_SUCCESS) continue;
-    launch(p, cand[size_t(i)].algo, W, X, Y);  // warm-up
     std::vector<float> ms(kTimedRuns);
-    for (float& t_ms : ms) {
-      FDL_CUDA_CHECK(cudaEventRecord(e0, stream_));
-      launch(p, cand[size_t(i)].algo, W, X, Y);
-      FDL_CUDA_CHECK(cudaEventRecord(e1, stream_));
-      FDL_CUDA_CHECK(cudaEventSynchronize(e1));
-      FDL_CUDA_CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
-      total_ms += t_ms;
+    try {
+      launch(p, cand[size_t(i)].algo, W, X, Y);  // warm-up
+      for (float& t_ms : ms) {
+        FDL_CUDA_CHECK(cudaEventRecord(e0, stream_));
+        launch(p, cand[size_t(i)].algo, W, X, Y);
+        FDL_CUDA_CHECK(cudaEventRecord(e1, stream_));
+        FDL_CUDA_CHECK(cudaEventSynchronize(e1));
+        FDL_CUDA_CHECK(cudaEventElapsedTime(&t_ms, e0, e1));
+        total_ms += t_ms;
+      }
+    } catch (const CudaError&) {  // a candidate cuBLASLt refuses at run time: skip it
+      continue;
     }
     std::nth_element(ms.begin(), ms.begin() + kTimedRuns / 2, ms.end());
     const float med = ms[kTimedRuns / 2];
     if (best_ms < 0.f || med < best_ms) best_ms = med, best = i;
   }
   tuning_ms_ += total_ms;
+  if (best_ms < 0.f) throw CudaError("LtGemm: every cuBLASLt candidate failed to run");
   return cand[size_t(best)].algo;
 }
 

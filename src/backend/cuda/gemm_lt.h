@@ -10,8 +10,9 @@
 //
 // Shapes: W [rows][cols] row-major, F16 or BF16; X [n][cols] in W's type; Y [n][rows] fp32;
 // fp32 accumulation (CUBLAS_COMPUTE_32F), as the cublasGemmEx path. Different algorithms sum
-// in different orders, so results may differ from cublasGemmEx's in the last bits; for one
-// shape the chosen algorithm is fixed for the object's lifetime (deterministic run to run).
+// in different orders, so results may differ from cublasGemmEx's in the last bits. Within one
+// object a (W shape, n) keeps its algorithm once chosen, but the choice is made by timing:
+// two processes may pick different algorithms and differ in the last bits of their logits.
 // Thread-safety: one object per stream, used by one thread at a time (like CudaModel).
 // Errors: CudaError for any CUDA or cuBLASLt failure (and for weights not F16/BF16).
 #pragma once

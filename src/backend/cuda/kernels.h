@@ -82,10 +82,13 @@ struct AttentionArgs {
   /// attention_tile_splits() (partial must then hold attention_partial_floats() floats).
   const int32_t* tile_starts = nullptr;
   int n_tiles = 0;
-  /// With tiles: run them on tensor cores (attention_mma.cu: mma.sync on fp16 q, k, p, v with
-  /// fp32 accumulation and softmax; ~5e-4 relative error instead of ~1e-6), same splits and
-  /// partials. Values of q, k, v must fit fp16 (|x| < 65504).
+  /// With tiles: run them on tensor cores (attention_mma.cu: mma.sync on 16-bit q, k, p, v
+  /// with fp32 accumulation and softmax; ~3e-4 relative error with fp16 operands, ~3e-3 with
+  /// bf16, instead of ~1e-6), same splits and partials.
   bool tensor_cores = false;
+  /// With tensor cores: bf16 operands (8 significant bits, fp32's range; for BF16 models)
+  /// instead of fp16 (11 bits, |x| < 65504).
+  bool tc_bf16 = false;
   /// With tensor-core tiles: the most rows (tokens x query heads per KV head) of any tile, if
   /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
   int max_tile_rows = 0;
