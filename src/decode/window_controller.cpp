@@ -79,6 +79,7 @@ size_t WindowController::choose(size_t max_k, size_t n_live, const StepCostModel
   // are not in the cost model, and a marginal window is a likely loss.
   double best = kRequiredGain / share;
   double expected = 1.0, term = 1.0;
+  values_.assign(max_k + 1, 0.0);
   for (size_t k = 1; k <= max_k; ++k) {
     term *= alpha;
     expected += term;
@@ -92,13 +93,18 @@ size_t WindowController::choose(size_t max_k, size_t n_live, const StepCostModel
                                   : double(k) * (cost.has_data() ? cost.per_token_ms() : kPriorRatio);
     const double marginal = std::max(predict(n + double(k)) - base, floor);
     const double value = expected / (share + marginal);
+    values_[k] = value;
     if (value > best) { best = value; best_k = k; }
   }
   if (best_k > 0) {
     since_probe_ = 0;
+    // Exploration measures only windows that could plausibly win: an unmeasured size whose
+    // line-predicted value is well below the best is not worth a step (with high acceptance
+    // the 1..3-token windows cost several low-yield steps of a short generation otherwise).
     if (++choices_ % kExploreInterval == 0)
       for (size_t k = 1; k <= max_k; ++k)
-        if (cost.samples(size_t(n) + k) < StepCostModel::kMinSamples) return k;
+        if (cost.samples(size_t(n) + k) < StepCostModel::kMinSamples && values_[k] >= kExploreMargin * best)
+          return k;
     return best_k;
   }
   if (++since_probe_ >= probe_interval_) {

@@ -51,8 +51,11 @@ class WindowController {
   static constexpr int kMaxProbeInterval = 256;
   /// While speculation pays, every kExploreInterval-th choice is a window whose batch size
   /// the cost model has not measured yet (smallest first), so the choice rests on measured
-  /// costs rather than on the straight line.
+  /// costs rather than on the straight line ...
   static constexpr int kExploreInterval = 4;
+  /// ... among the unmeasured windows whose predicted value (the cost model's line) is at
+  /// least this fraction of the best window's.
+  static constexpr double kExploreMargin = 0.95;
   /// One verification: `drafted` tokens fed, `accepted` of them accepted.
   void observe(size_t drafted, size_t accepted);
   /// Window for the next step, <= max_k; `n_live` sequences share the step's fixed cost.
@@ -66,6 +69,7 @@ class WindowController {
   int since_probe_ = 0;
   int probe_interval_ = kProbeInterval;  ///< grows while probes fail
   int choices_ = 0;
+  std::vector<double> values_;  ///< scratch of choose(): expected tokens per ms of each k
 };
 
 }  // namespace fdl::spec

@@ -1,6 +1,9 @@
 // The adaptive window (cost model + acceptance estimate) and the breaker.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "decode/spec_breaker.h"
 #include "decode/window_controller.h"
 
@@ -70,6 +73,35 @@ TEST(WindowController, SharedFixedCostMakesSpeculationCostlierInBigBatches) {
   WindowController w;
   for (int i = 0; i < 30; ++i) w.observe(4, 2);  // alpha ~ 2/3
   EXPECT_GE(w.choose(8, 1, cost), w.choose(8, 32, cost));
+}
+
+// Exploration measures only windows that could win: with near-certain acceptance and a
+// measured 6-token step, the 1..4-token windows' predicted values are far below the 5-token
+// window's, so no step is spent on them.
+TEST(WindowController, DoesNotExploreWindowsThatCannotWin) {
+  StepCostModel cost;
+  for (int i = 0; i < 20; ++i) {
+    cost.observe(1, 1.0);
+    cost.observe(6, 2.0);
+  }
+  WindowController w;
+  for (int i = 0; i < 30; ++i) w.observe(5, 5);
+  for (int i = 0; i < 4 * WindowController::kExploreInterval; ++i) EXPECT_EQ(w.choose(5, 1, cost), 5u) << i;
+}
+
+// ... but a window predicted close to the best (within kExploreMargin) is still tried, once
+// every kExploreInterval choices, while its batch size is unmeasured.
+TEST(WindowController, ExploresUnmeasuredWindowsNearTheBest) {
+  StepCostModel cost;
+  for (int i = 0; i < 20; ++i) cost.observe(1, 1.0);  // only 1-token steps: the prior line
+  WindowController w;
+  for (int i = 0; i < 30; ++i) w.observe(4, 2);  // alpha ~ 0.67: a flat optimum
+  std::map<size_t, int> picks;
+  for (int i = 0; i < 4 * WindowController::kExploreInterval; ++i) ++picks[w.choose(5, 1, cost)];
+  ASSERT_GE(picks.size(), 2u);  // the best window, and at least one explored neighbour
+  int best_count = 0;
+  for (const auto& [k, c] : picks) best_count = std::max(best_count, c);
+  EXPECT_EQ(best_count, 3 * WindowController::kExploreInterval);  // every 4th choice explores
 }
 
 TEST(SpecBreaker, AuditMismatchRateAboveThresholdOpensItUntilReset) {

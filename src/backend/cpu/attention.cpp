@@ -28,13 +28,15 @@ struct VecPortable {
     for (int64_t i = 0; i < n; ++i) acc[i % 8] += a[i] * b[i];
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
   }
+  // The sum in eight double lanes (j mod 8) combined in the canonical order, like the AVX2
+  // build (attention.h).
   static double exp_sum(float* s, int64_t n, float max) {
-    double sum = 0.0;
+    double lane[8] = {};
     for (int64_t j = 0; j < n; ++j) {
       s[j] = std::exp(s[j] - max);
-      sum += double(s[j]);
+      lane[j % 8] += double(s[j]);
     }
-    return sum;
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
   }
   static void weighted_v_sum(const float* p, int64_t n_pos, const VRows& v, float* out) {
     std::fill(out, out + v.head_dim, 0.f);
@@ -59,6 +61,8 @@ namespace {
 // Below this many multiply-adds a call runs on the calling thread: waking workers costs more
 // than the work (a decode step of a small model at short context).
 constexpr int64_t kMinParallelWork = 1 << 15;
+// Longest run of one sequence's tokens handled as one work item by the AVX2 kernels.
+constexpr int64_t kMaxRun = 16;
 
 void check_args(const PagedAttentionArgs& a) {
   if (a.kv.k_base == nullptr || a.kv.v_base == nullptr || a.q == nullptr || a.out == nullptr ||
@@ -85,19 +89,33 @@ void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, Attent
     total_positions += int64_t(args.positions[t]) + 1;
   }
   const int group = args.n_head / args.n_head_kv;
-  scratch.reserve(threads.size(), int64_t(group) * (max_positions + 1));
-  // The kernel set is chosen once per call; one pointer is captured so std::function keeps
-  // the closure inline (no allocation).
+  // The kernel set is chosen once per call. AVX2: runs of consecutive tokens sharing a block
+  // table (one sequence), at most kMaxRun long so a verification or a prompt chunk still
+  // splits across threads; portable: one token per run.
+  const bool avx2 = use_avx2_kernels();
+  std::vector<int64_t>& runs = scratch.run_starts();
+  runs.clear();
+  int64_t longest = 1;
+  for (int64_t t = 0; t < args.n_tokens; ++t)
+    if (!avx2 || t == 0 || args.block_tables[t] != args.block_tables[t - 1] || t - runs.back() == kMaxRun) {
+      if (!runs.empty()) longest = std::max(longest, t - runs.back());
+      runs.push_back(t);
+    }
+  if (!runs.empty()) longest = std::max(longest, args.n_tokens - runs.back());
+  runs.push_back(args.n_tokens);
+  scratch.reserve(threads.size(), longest * int64_t(group) * (max_positions + 1));
+  // One pointer is captured so std::function keeps the closure inline (no allocation).
   struct Job {
     const PagedAttentionArgs* a;
     AttentionScratch* scratch;
-    void (*items)(const PagedAttentionArgs&, int64_t, int64_t, float*);
-  } job{&args, &scratch,
-        use_avx2_kernels() ? detail::attention_items_avx2 : detail::attention_items_portable};
+    bool avx2;
+  } job{&args, &scratch, avx2};
   const auto body = [&job](int64_t begin, int64_t end, int thread) {
-    job.items(*job.a, begin, end, job.scratch->thread_buffer(thread));
+    float* buf = job.scratch->thread_buffer(thread);
+    if (job.avx2) detail::attention_runs_avx2(*job.a, job.scratch->run_starts().data(), begin, end, buf);
+    else detail::attention_items_portable(*job.a, begin, end, buf);
   };
-  const int64_t n_items = args.n_tokens * args.n_head_kv;
+  const int64_t n_items = int64_t(runs.size() - 1) * args.n_head_kv;
   const int64_t work = total_positions * args.n_head * args.head_dim * 2;  // QK and PV
   if (work < kMinParallelWork || threads.size() == 1) {
     body(0, n_items, 0);

@@ -5,6 +5,10 @@
 //   s_j  = dot(q[t][h], K[j]) * scale                 for positions j = 0 .. positions[t]
 //   p_j  = exp(s_j - max_j s_j) / sum_j exp(s_j - max)  (fp32, max subtraction, sum in double)
 //   out[t][h] = sum_j p_j * V[j]                       (positions in increasing order)
+// Fixed orders: the dot product in eight lanes (dims mod 8) combined as
+// ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)) (AVX2: with FMA); the softmax denominator in eight
+// double lanes (positions mod 8, increasing) combined the same way; the V sum per output
+// over positions in increasing order.
 // K[j]/V[j] are read from block block_tables[t][j / block_size], slot j % block_size, of the
 // KV arena (layout in flashdllm/kv_cache.h), described by plain pointers and strides so the
 // kernel does not depend on the KV module. The order of every reduction depends only on the
@@ -50,13 +54,19 @@ class AttentionScratch {
   /// Make room for `n_threads` threads, each holding `floats` floats.
   void reserve(int n_threads, int64_t floats);
   float* thread_buffer(int thread) { return buffers_[size_t(thread)].data(); }
+  /// Token runs of the current call (see paged_attention), reused across calls.
+  std::vector<int64_t>& run_starts() { return run_starts_; }
 
  private:
   std::vector<std::vector<float>> buffers_;
+  std::vector<int64_t> run_starts_;
 };
 
 /// Runs attention for every (token, head) pair. Work items are (token, kv head): the query
 /// heads sharing a KV head are processed together so each K/V vector is read once per group.
+/// The AVX2 kernels go further: consecutive tokens with the same block table (one sequence's
+/// speculative verification or prompt chunk; up to 16) form one item, whose loops share each
+/// K/V row while it is in L1 — the arithmetic of every token stays exactly its own.
 /// Items are split across `threads` when there is enough work to pay for the hand-off.
 /// Throws std::invalid_argument for a null pointer, n_head not a positive multiple of
 /// n_head_kv, a non-positive head_dim/block_size, or a negative position. Block ids are

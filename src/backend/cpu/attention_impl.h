@@ -2,7 +2,7 @@
 // and AVX2 builds. `Vec` supplies the vector primitives as static inline functions,
 //   float  Vec::dot(const float* a, const float* b, int64_t n);
 //   double Vec::exp_sum(float* s, int64_t n, float max);  // s[j] = exp(s[j] - max); returns
-//                                                          // the sum, added in j order in double
+//                                                          // the sum in double, in the order of attention.h
 //   void   Vec::weighted_v_sum(const float* p, int64_t n_pos, const VRows& v, float* out);
 //                                                          // out = sum_j p[j] * V[j], j ascending
 // so each translation unit (compiled with its own ISA flags) inlines its own version.
@@ -68,7 +68,12 @@ void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
 }
 
 /// Runs work items [begin, end) — item i is (token i / n_head_kv, KV head i % n_head_kv).
+/// `buf` holds group * (positions[t] + 2) floats.
 void attention_items_portable(const PagedAttentionArgs& a, int64_t begin, int64_t end, float* buf);
-void attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end, float* buf);
+/// Runs work items [begin, end) — item i is (run i / n_head_kv, KV head i % n_head_kv), run r
+/// being tokens [run_starts[r], run_starts[r + 1]) of one sequence. `buf` holds run length *
+/// group * (max position + 1) floats.
+void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int64_t begin, int64_t end,
+                         float* buf);
 
 }  // namespace fdl::cpu::detail

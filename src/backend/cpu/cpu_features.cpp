@@ -16,12 +16,13 @@ CpuFeatures detect() {
   f.fma = __builtin_cpu_supports("fma");
   f.f16c = __builtin_cpu_supports("f16c");
   f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
 #endif
   return f;
 }
 
-bool env_disables_avx2() {
-  const char* v = std::getenv("FLASHDLLM_NO_AVX2");
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
@@ -29,12 +30,21 @@ bool env_disables_avx2() {
 bool avx2_allowed() {
   static const bool allowed = [] {
     const CpuFeatures& f = cpu_features();
-    return f.avx2 && f.fma && f.f16c && !env_disables_avx2();
+    return f.avx2 && f.fma && f.f16c && !env_set("FLASHDLLM_NO_AVX2");
+  }();
+  return allowed;
+}
+
+bool avx512_allowed() {
+  static const bool allowed = [] {
+    const CpuFeatures& f = cpu_features();
+    return f.avx512f && f.avx512vl && !env_set("FLASHDLLM_NO_AVX512");
   }();
   return allowed;
 }
 
 std::atomic<bool> g_force_portable{false};
+std::atomic<bool> g_force_avx2_tiles{false};
 
 }  // namespace
 
@@ -48,6 +58,12 @@ bool use_avx2_kernels() {
 }
 
 void force_portable_kernels(bool force) { g_force_portable.store(force, std::memory_order_relaxed); }
+
+bool use_avx512_tiles() {
+  return use_avx2_kernels() && avx512_allowed() && !g_force_avx2_tiles.load(std::memory_order_relaxed);
+}
+
+void force_avx2_tiles(bool force) { g_force_avx2_tiles.store(force, std::memory_order_relaxed); }
 
 const char* kernel_set_name() { return use_avx2_kernels() ? "avx2" : "portable"; }
 

@@ -5,8 +5,16 @@
 // other than "0", or force_portable_kernels(true) was called (tests use this to cover the
 // portable path on any machine).
 //
-// Thread-safety: all functions are thread-safe. Changing force_portable_kernels while a
-// kernel runs on another thread is allowed; that call may use either path.
+// Within the AVX2 set, the matmul uses wider token tiles for batches of 4+ tokens when the
+// CPU also has AVX-512F and AVX-512VL (32 vector registers; see matmul_driver_avx2.h). Those
+// tiles run the same 256-bit arithmetic, so they are bit-identical to the AVX2 tiles:
+// switching between them never changes a result, and every batch size uses the same kernel
+// family (the same per-output operations). FLASHDLLM_NO_AVX512
+// (non-empty, not "0") or force_avx2_tiles(true) keeps the AVX2 tiles.
+//
+// Thread-safety: all functions are thread-safe. Changing force_portable_kernels or
+// force_avx2_tiles while a kernel runs on another thread is allowed; that call may use
+// either path.
 #pragma once
 
 namespace fdl::cpu {
@@ -15,7 +23,8 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
-  bool avx512f = false;  ///< reported for diagnostics; no AVX-512 kernels yet
+  bool avx512f = false;
+  bool avx512vl = false;
 };
 
 /// What the CPU supports (detected once, cached).
@@ -28,6 +37,14 @@ bool use_avx2_kernels();
 /// Forces (true) or releases (false) the portable kernels process-wide. Releasing never
 /// enables AVX2 on a CPU without it or when FLASHDLLM_NO_AVX2 is set.
 void force_portable_kernels(bool force);
+
+/// True if the matmul uses the AVX-512VL tiles: use_avx2_kernels(), the CPU has AVX-512F and
+/// AVX-512VL, FLASHDLLM_NO_AVX512 is not set and force_avx2_tiles(true) is not in effect.
+bool use_avx512_tiles();
+
+/// Forces (true) or releases (false) the AVX2 tiles inside the AVX2 kernel set (tests compare
+/// the two bit for bit).
+void force_avx2_tiles(bool force);
 
 /// Name of the kernel set in use, "avx2" or "portable", for logs and benchmark labels.
 const char* kernel_set_name();

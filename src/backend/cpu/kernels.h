@@ -19,6 +19,10 @@ void matmul_rows_portable(const WeightMatrix& W, const float* X, int64_t n_token
                           int64_t row_begin, int64_t row_end);
 void matmul_rows_avx2(const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y,
                       int64_t row_begin, int64_t row_end);
+/// The AVX2 kernels with AVX-512VL's 32 registers (wider token tiles), bit-identical to
+/// matmul_rows_avx2; only call when use_avx512_tiles() is true.
+void matmul_rows_avx512(const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y,
+                        int64_t row_begin, int64_t row_end);
 
 /// Row conversion for F16 and BF16 (the other types are handled by the dispatcher).
 void f16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n);

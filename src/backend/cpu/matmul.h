@@ -47,9 +47,12 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// weights); matrices under ~64K multiply-adds run on the calling thread alone. Allocates
 /// nothing per call once each thread's scratch has grown to the largest shape it has seen.
 ///
-/// Kernels (AVX2): up to 3 tokens stream the weights once, widening them in registers
-/// (memory-bound decode); more tokens widen 4 rows at a time into an fp32 panel in L1 and
-/// sweep it with 4x3 register tiles over cache-sized token blocks (FMA-bound prefill).
+/// Kernels (AVX2): up to 16 tokens stream the weights widening them in registers, 4 rows
+/// at a time, in token groups of up to 3 (from 4 tokens on, 6 with AVX-512VL's 32 registers:
+/// a speculative verification of up to 6 tokens reads and widens each weight once; the same
+/// arithmetic, bit-identical); more tokens widen 4
+/// rows at a time into an fp32 panel in L1 and sweep it with 4x3 register tiles over
+/// cache-sized token blocks (FMA-bound prefill). See matmul_driver_avx2.h.
 /// Throws std::invalid_argument if the type is not F32/F16/BF16/Q8_0, a dimension is
 /// negative, Q8_0 cols is not a multiple of 32, or a pointer is null while its size is > 0.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);

@@ -1,5 +1,10 @@
 // simd_avx2.h — internal AVX2/FMA/F16C helpers shared by the *_avx2.cpp kernels. Include only
 // from files compiled with -mavx2 -mfma -mf16c (guarded by FDL_HAVE_AVX2 below).
+//
+// The helpers (and the tiles of matmul_tiles_avx2.h) live in an inline namespace named after
+// the widest ISA the including file is compiled for (FDL_ISA_NS): a *_avx512.cpp file gets
+// its own copies, so the linker can never fold an AVX-512-compiled instance into the AVX2
+// path (which must run on CPUs without AVX-512).
 #pragma once
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -10,7 +15,14 @@
 
 #include "flashdllm/dtype.h"
 
+#if defined(__AVX512F__)
+#define FDL_ISA_NS isa_avx512
+#else
+#define FDL_ISA_NS isa_avx2
+#endif
+
 namespace fdl::cpu::simd {
+inline namespace FDL_ISA_NS {
 
 /// 8 fp16 -> 8 fp32 (exact), unaligned.
 inline __m256 load8_f16(const uint16_t* p) {
@@ -42,5 +54,20 @@ inline float hsum_canonical(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));  // t0 + t1
 }
 
+/// hsum_canonical of four vectors at once: [h(a), h(b), h(c), h(d)], each bit-identical to
+/// hsum_canonical of that vector (the same additions on the same operands, in lanes).
+inline __m128 hsum4_canonical(__m256 a, __m256 b, __m256 c, __m256 d) {
+  // s_j = v_j + v_{j+4}: low halves of a|b (c|d) plus their high halves.
+  const __m256 s_ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  const __m256 s_cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+  // t0 = s0 + s2, t1 = s1 + s3, laid out [ta0 ta1 tc0 tc1 | tb0 tb1 td0 td1].
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(s_ab, s_cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(s_ab, s_cd, _MM_SHUFFLE(3, 2, 3, 2)));
+  // r = t0 + t1: [ra rc ra rc | rb rd rb rd].
+  const __m256 r = _mm256_hadd_ps(t, t);
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+}
+
+}  // namespace FDL_ISA_NS
 }  // namespace fdl::cpu::simd
 #endif

@@ -1,0 +1,126 @@
+// Paged attention (attention.h): the properties batch invariance rests on, for both kernel
+// sets. A token's output may depend only on its own query, position and K/V contents — not
+// on how the positions are laid out in blocks (the AVX2 kernel scores four positions of a
+// block at a time and the rest one by one), nor on how many query heads share its KV head
+// (it scores up to three heads at once and sums V for up to four). Accuracy against a dense
+// double reference is tests/model/cpu_ops_test.cpp's.
+#include "backend/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_test_util.h"
+
+namespace fdl::cpu {
+namespace {
+
+using test::KernelSetGuard;
+using test::random_floats;
+
+/// A KV arena of one layer holding `n_pos` positions of `n_kv` heads in blocks of
+/// `block_size` slots, the blocks in scrambled order.
+struct Arena {
+  int block_size, n_kv, hd;
+  int64_t block_stride;  // floats per block (K or V)
+  std::vector<float> k, v;
+  std::vector<int32_t> table;
+  Arena(int bs, int n_kv_, int hd_, int n_pos, const std::vector<float>& k_dense, const std::vector<float>& v_dense)
+      : block_size(bs), n_kv(n_kv_), hd(hd_), block_stride(int64_t(bs) * n_kv_ * hd_) {
+    const int n_blocks = (n_pos + bs - 1) / bs;
+    for (int b = 0; b < n_blocks; ++b) table.push_back(n_blocks - 1 - b);  // reversed: not 0, 1, 2, ...
+    k.assign(size_t(n_blocks * block_stride), 0.f);
+    v.assign(k.size(), 0.f);
+    const int64_t slot = int64_t(n_kv) * hd;
+    for (int p = 0; p < n_pos; ++p) {
+      const int64_t at = table[size_t(p / bs)] * block_stride + (p % bs) * slot;
+      std::memcpy(k.data() + at, k_dense.data() + p * slot, size_t(slot) * sizeof(float));
+      std::memcpy(v.data() + at, v_dense.data() + p * slot, size_t(slot) * sizeof(float));
+    }
+  }
+};
+
+/// Attention of tokens at `positions` with `n_head` query heads over the arena.
+std::vector<float> attend(const Arena& a, int n_head, const std::vector<float>& q, const std::vector<int32_t>& positions,
+                          int threads) {
+  std::vector<float> out(q.size(), std::nanf(""));
+  std::vector<const int32_t*> tables(positions.size(), a.table.data());
+  PagedAttentionArgs args;
+  args.kv = {a.k.data(), a.v.data(), a.block_stride, a.block_size};
+  args.n_tokens = int64_t(positions.size());
+  args.n_head = n_head;
+  args.n_head_kv = a.n_kv;
+  args.head_dim = a.hd;
+  args.scale = 1.f / std::sqrt(float(a.hd));
+  args.q = q.data();
+  args.block_tables = tables.data();
+  args.positions = positions.data();
+  args.out = out.data();
+  ThreadPool pool(threads);
+  AttentionScratch scratch;
+  paged_attention(pool, args, scratch);
+  return out;
+}
+
+class AttentionTest : public ::testing::TestWithParam<bool> {
+ protected:
+  bool portable() const { return GetParam(); }
+  void SetUp() override {
+    if (!portable() && !use_avx2_kernels()) GTEST_SKIP() << "AVX2 kernels unavailable here";
+  }
+};
+
+TEST_P(AttentionTest, OutputDoesNotDependOnBlockLayoutOrThreads) {
+  KernelSetGuard guard(portable());
+  const int n_pos = 77, n_kv = 2;
+  for (int hd : {1, 3, 8, 12, 16, 64, 75}) {
+    const int n_head = 2 * n_kv;
+    const auto kd = random_floats(size_t(n_pos * n_kv * hd), 3 + hd), vd = random_floats(kd.size(), 5 + hd);
+    const std::vector<int32_t> positions{0, 3, 4, 31, 76};
+    const auto q = random_floats(positions.size() * n_head * hd, 7 + hd, 2.f);
+    const Arena base(1, n_kv, hd, n_pos, kd, vd);
+    const auto ref = attend(base, n_head, q, positions, 1);
+    for (int bs : {3, 4, 16, 80})
+      for (int threads : {1, 3}) {
+        const auto out = attend(Arena(bs, n_kv, hd, n_pos, kd, vd), n_head, q, positions, threads);
+        ASSERT_EQ(std::memcmp(out.data(), ref.data(), out.size() * sizeof(float)), 0)
+            << "head dim " << hd << " block size " << bs << " threads " << threads;
+      }
+  }
+}
+
+TEST_P(AttentionTest, HeadOutputDoesNotDependOnGroupSize) {
+  // GQA groups of 1..7 query heads per KV head, every head of a group a copy of the same
+  // query: each must give the bits of the 1-head (MHA) run.
+  KernelSetGuard guard(portable());
+  const int n_pos = 45, n_kv = 2;
+  for (int hd : {8, 16, 64, 75}) {
+    const auto kd = random_floats(size_t(n_pos * n_kv * hd), 11 + hd), vd = random_floats(kd.size(), 13 + hd);
+    const Arena arena(16, n_kv, hd, n_pos, kd, vd);
+    const std::vector<int32_t> positions{44, 9};
+    const auto q1 = random_floats(positions.size() * n_kv * hd, 17 + hd, 2.f);
+    const auto ref = attend(arena, n_kv, q1, positions, 1);
+    for (int group = 2; group <= 7; ++group) {
+      const int n_head = group * n_kv;
+      std::vector<float> q(positions.size() * size_t(n_head) * hd);
+      for (size_t t = 0; t < positions.size(); ++t)
+        for (int h = 0; h < n_head; ++h)
+          std::memcpy(q.data() + (t * n_head + h) * hd, q1.data() + (t * n_kv + h / group) * hd, hd * sizeof(float));
+      const auto out = attend(arena, n_head, q, positions, 1);
+      for (size_t t = 0; t < positions.size(); ++t)
+        for (int h = 0; h < n_head; ++h)
+          ASSERT_EQ(std::memcmp(out.data() + (t * n_head + h) * hd, ref.data() + (t * n_kv + h / group) * hd,
+                                hd * sizeof(float)),
+                    0)
+              << "head dim " << hd << " group " << group << " token " << t << " head " << h;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelSets, AttentionTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "portable" : "avx2"; });
+
+}  // namespace
+}  // namespace fdl::cpu
