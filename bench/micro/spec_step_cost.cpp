@@ -12,6 +12,8 @@
 // n in a round is a warm-up and not timed. Printed per n: the median and the 20th percentile
 // (less disturbed by other processes) forward time in µs, and their ratio to n = 1.
 // Units: microseconds of wall time.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,27 +35,19 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [--threads T] [--context L] [--max-tokens N] [--iters I]\n", argv[0]);
-    return 2;
-  }
+int run(int argc, char** argv) {
+  CLI::App app{"Forward cost of a decode step by batch size (speculative verification vs plain)"};
+  std::string model_path;
   int threads = 1, context = 200, max_tokens = 9, iters = 300;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (a == "--threads") threads = v;
-    else if (a == "--context") context = v;
-    else if (a == "--max-tokens") max_tokens = v;
-    else if (a == "--iters") iters = v;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  app.add_option("model", model_path, "GGUF model file")->required();
+  app.add_option("--threads", threads, "Worker threads")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--context", context, "Prefilled context (tokens)")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--max-tokens", max_tokens, "Largest batch timed")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--iters", iters, "Timed forwards per batch size")->check(CLI::Range(10, 1000000))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   fdl::ModelOptions opt;
   opt.n_threads = threads;
-  auto model = fdl::Model::load(argv[1], opt);
+  auto model = fdl::Model::load(model_path, opt);
   const int n_vocab = model->config().n_vocab;
   const int block = 16;
   fdl::BlockPool pool(model->kv_shape(block), static_cast<size_t>((context + max_tokens + block) / block + 1));
@@ -82,8 +76,9 @@ int main(int argc, char** argv) {
         kv.truncate(seq, static_cast<size_t>(context));
         if (it >= 0) us[size_t(n)].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
-  std::printf("model %s, %d thread(s), context %d, kernels %s, %d iterations\n", argv[1], threads, context,
-              fdl::cpu::kernel_set_name(), iters);
+  std::printf("model %s, %d thread(s), context %d, kernels %s%s, %d iterations\n", model_path.c_str(), threads,
+              context, fdl::cpu::kernel_set_name(), fdl::cpu::use_avx512_tiles() ? " (AVX-512VL tiles from 4 tokens)" : "",
+              iters);
   std::printf("| tokens | median us | p20 us | median / 1-token | p20 / 1-token |\n|---:|---:|---:|---:|---:|\n");
   const double m1 = percentile(us[1], 0.5), p1 = percentile(us[1], 0.2);
   for (int n = 1; n <= max_tokens; ++n) {
@@ -91,4 +86,13 @@ int main(int argc, char** argv) {
     std::printf("| %d | %.0f | %.0f | %.2f | %.2f |\n", n, m, p, m / m1, p / p1);
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_spec_step_cost: error: %s\n", e.what());
+    return 1;
+  }
 }

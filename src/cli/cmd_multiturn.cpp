@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -97,6 +98,8 @@ void run_multiturn(const MultiturnOptions& o) {
   eo.generator.max_sequences = o.max_num_seqs;
   eo.generator.kv_tiers = kv_tier_options(o.kv);
   eo.generator.trace_file = o.trace;
+  if (!o.trace.empty() && !std::ofstream(o.trace))  // the engine writes it only at the end
+    throw CliError("--trace " + o.trace + ": cannot write this file");
   const size_t block_bytes = loaded.model->kv_shape(o.block_size).block_bytes();
   eo.kv_blocks = kv_tier0_blocks(o.kv, block_bytes);
   const auto t_setup = Clock::now();

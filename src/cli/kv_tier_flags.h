@@ -1,5 +1,5 @@
-// kv_tier_flags.h — the KV tier flags shared by `generate` and `multiturn` (and, once the
-// server helper wires them, `serve`): --kv-tier0-bytes, --kv-host-bytes, --kv-disk-bytes,
+// kv_tier_flags.h — the KV tier flags shared by `generate`, `multiturn` and `serve`:
+// --kv-tier0-bytes, --kv-host-bytes, --kv-disk-bytes,
 // --kv-disk-path, --kv-placement, --kv-profile-cache. docs/KV_TIERS.md describes the tiers.
 //
 // Sizes: bytes with optional suffix (536870912, 512MiB, 4GiB, 2GB); host and disk also take

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "cli/commands.h"
@@ -54,7 +55,7 @@ void check_command_words(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"flashdllm — LLM inference engine (Llama-family GGUF models on the CPU)",
+  CLI::App app{"flashdllm — LLM inference engine (Llama-family GGUF models on CPUs and NVIDIA GPUs)",
                "flashdllm"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "flashdllm 0.1.0");
@@ -81,6 +82,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     print_error(std::string(e.what()) + " (run `flashdllm --help` for usage)");
     return 2;
+  } catch (const std::bad_alloc&) {
+    print_error("out of memory (a KV pool or tier larger than this machine's memory? "
+                "lower --kv-tier0-bytes, --kv-host-bytes or -c)");
+    return 1;
   } catch (const std::exception& e) {
     print_error(e.what());
     return 1;
