@@ -168,6 +168,25 @@ TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
   }
 }
 
+/// Tensor-core tiles (starts on the host, n_tiles + 1 entries) with `splits` context shares
+/// and `bf16` or fp16 operands, max_tile_rows as the model passes it (0: unknown); returns
+/// the relative error against the double reference.
+double tensor_core_error(const DeviceProblem& dev, const AttnCase& c, const Problem& pb,
+                         const std::vector<int32_t>& starts, int splits, bool bf16, int max_tile_rows) {
+  auto dstarts = to_device(starts);
+  cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(pb.n, c.n_head, c.head_dim, splits));
+  poison(out);
+  poison(partial);
+  cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
+  a.tile_starts = dstarts.get();
+  a.n_tiles = int(starts.size()) - 1;
+  a.tensor_cores = true;
+  a.tc_bf16 = bf16;
+  a.max_tile_rows = max_tile_rows;
+  cuda::paged_attention(a, nullptr);
+  return rel_error(to_host(out, pb.q.size()), pb.ref);
+}
+
 // The tensor-core tiles (attention_mma.cu) on the same problems: fp16 keeps 11 significant
 // bits of q, k, p and v, so ~1e-3 relative error is expected instead of ~1e-6.
 TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
@@ -183,19 +202,10 @@ TEST_P(PagedAttention, TensorCoreTilesCloseToDoubleReference) {
   std::vector<int32_t> starts(size_t(n) + 1);
   const int n_tiles =
       cuda::attention_tiles(pb.token_seq.data(), pb.positions.data(), n, c.n_head, c.n_head_kv, starts.data());
-  auto dstarts = to_device(starts);
+  starts.resize(size_t(n_tiles) + 1);
   for (bool bf16 : {false, true})
     for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
-      cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
-      poison(out);
-      poison(partial);
-      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
-      a.tile_starts = dstarts.get();
-      a.n_tiles = n_tiles;
-      a.tensor_cores = true;
-      a.tc_bf16 = bf16;
-      cuda::paged_attention(a, nullptr);
-      const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
+      const double err = tensor_core_error(dev, c, pb, starts, splits, bf16, 0);
       std::cout << "  tensor-core tiles (" << (bf16 ? "bf16" : "fp16") << "), splits " << splits << ": rel error "
                 << err << "\n";
       EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "splits=" << splits << " tokens=" << n << " bf16=" << bf16;
@@ -225,19 +235,8 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
         starts.push_back(t);
     const int n_tiles = int(starts.size());
     starts.push_back(n);
-    auto dstarts = to_device(starts);
     for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, 701)}) {
-      cuda::DeviceBuffer<float> out(pb.q.size()), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
-      poison(out);
-      poison(partial);
-      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
-      a.tile_starts = dstarts.get();
-      a.n_tiles = n_tiles;
-      a.tensor_cores = true;
-      a.max_tile_rows = tile_tokens * group;
-      a.tc_bf16 = bf16;
-      cuda::paged_attention(a, nullptr);
-      const double err = rel_error(to_host(out, pb.q.size()), pb.ref);
+      const double err = tensor_core_error(dev, c, pb, starts, splits, bf16, tile_tokens * group);
       std::cout << "  tensor-core decode tiles (" << (bf16 ? "bf16" : "fp16") << ") of " << tile_tokens
                 << " token(s), splits " << splits << ": rel error " << err << "\n";
       EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "tile tokens " << tile_tokens << ", splits " << splits << " bf16=" << bf16;

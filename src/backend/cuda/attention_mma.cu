@@ -112,6 +112,58 @@ __device__ __forceinline__ void load_q_fragments(const AttentionArgs& a, int t0,
   }
 }
 
+// This block's share of positions [0, p_last]: whole chunks of CHUNK, so a share ends at a
+// chunk boundary or at p_last + 1 and no position is counted by two shares (blockIdx.z of
+// gridDim.z splits). Returns {begin, end}.
+template <int CHUNK>
+__device__ __forceinline__ int2 context_share(int p_last) {
+  const int n_chunks = p_last / CHUNK + 1;
+  const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
+  const int begin = int(blockIdx.z) * per * CHUNK;
+  return make_int2(begin, min(p_last + 1, begin + per * CHUNK));
+}
+
+// One 16x8 tile of S = Q·Kᵀ: krow points at K[n0 + g][2c] in shared memory (row stride
+// whatever the caller staged); B fragment b0 = K[n0 + g][16k + 2c, +1], b1 = 8 dims later.
+template <int HD, typename Op>
+__device__ __forceinline__ void score_tile(float (&s)[4], const uint32_t (&qa)[HD / 16][4], const float* krow) {
+  s[0] = s[1] = s[2] = s[3] = 0.f;
+#pragma unroll
+  for (int k = 0; k < HD / 16; ++k) {
+    const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
+    const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
+    mma_16816<Op>(s, qa[k], Op::pack(b0.x, b0.y), Op::pack(b1.x, b1.y));
+  }
+}
+
+// Causal mask (position > the row's position: -inf) and scale (log2 units) of one tile whose
+// lane columns are positions j, j + 1, for rows at positions pos_r0 and pos_r1.
+__device__ __forceinline__ void mask_scale(float (&s)[4], int j, int pos_r0, int pos_r1, float sl2) {
+  s[0] = j <= pos_r0 ? s[0] * sl2 : -INFINITY;
+  s[1] = j + 1 <= pos_r0 ? s[1] * sl2 : -INFINITY;
+  s[2] = j <= pos_r1 ? s[2] * sl2 : -INFINITY;
+  s[3] = j + 1 <= pos_r1 ? s[3] * sl2 : -INFINITY;
+}
+
+// Online-softmax step of one row held by a lane quad: `mx` is this lane's maximum of the new
+// scores; m (running maximum) becomes the quad's, `base` is what exponents subtract and
+// `corr` rescales the old l and O. A row with nothing unmasked yet (m = -inf) uses base 0:
+// p = 0, corr = 0, O stays 0.
+__device__ __forceinline__ void online_softmax_step(float mx, float& m, float& base, float& corr) {
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float mn = fmaxf(m, mx);
+  base = mn == -INFINITY ? 0.f : mn;
+  corr = exp2f(m - base);
+  m = mn;
+}
+
+// Sum over the lane quad of a row (each lane summed its own columns).
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
 // Issues the cp.async copies of positions c0 .. c0 + CHUNK - 1 of KV head kvh (K rows at
 // stride KS, then V rows at stride VS floats) into buf, by the block's THREADS threads;
 // positions after p_last are zero-filled (P is 0 there, and V must not be NaN).
@@ -166,12 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
   const int warp_max_pos = warp * 16 < rows ? pos0 + min(warp * 16 + 15, rows - 1) / group : -1;
   const float sl2 = a.scale * 1.4426950408889634f;
 
-  // This block's share of the context: whole chunks, so a share ends at a chunk boundary or
-  // at p_last + 1 and no position is counted by two shares.
-  const int n_chunks = p_last / kChunk + 1;
-  const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
-  const int c_begin = int(blockIdx.z) * per * kChunk;
-  const int c_end = min(p_last + 1, c_begin + per * kChunk);
+  const int2 share = context_share<kChunk>(p_last);
+  const int c_begin = share.x, c_end = share.y;
 
   auto stage = [&](int c0, float* buf) {
     stage_kv_chunk<HD, kChunk, kThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
@@ -188,41 +236,19 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
     if (c0 <= warp_max_pos) {      // else every row of the warp precedes the chunk (or is absent)
       const float* ks = sm + buf * T::stage_floats;
       const float* vs = ks + kChunk * T::kStride;
-      // S = Q·Kᵀ: B fragment b0 = K[n0 + g][16k + 2c, +1], b1 = the same 8 dims later.
       float s[kChunk / 8][4];
-#pragma unroll
-      for (int n = 0; n < kChunk / 8; ++n) {
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        const float* krow = ks + (n * 8 + g) * T::kStride + 2 * c;
-#pragma unroll
-        for (int k = 0; k < HD / 16; ++k) {
-          const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
-          const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
-          mma_16816<Op>(s[n], qa[k], Op::pack(b0.x, b0.y), Op::pack(b1.x, b1.y));
-        }
-      }
-      // Causal mask (position j > the row's position: -inf), scale, row maxima over the quad.
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kChunk / 8; ++n) {
-        const int j = c0 + n * 8 + 2 * c;
-        s[n][0] = j <= pos_r0 ? s[n][0] * sl2 : -INFINITY;
-        s[n][1] = j + 1 <= pos_r0 ? s[n][1] * sl2 : -INFINITY;
-        s[n][2] = j <= pos_r1 ? s[n][2] * sl2 : -INFINITY;
-        s[n][3] = j + 1 <= pos_r1 ? s[n][3] * sl2 : -INFINITY;
+        score_tile<HD, Op>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
+        mask_scale(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
         mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
         mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      // A row with nothing unmasked yet (mn = -inf) uses base 0: p = 0, corr = 0, O stays 0.
-      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-      m0 = mn0, m1 = mn1;
-      // P (fp16) as A fragments: k-step kk covers positions 16kk.. = accumulator tiles 2kk, 2kk+1.
+      float base0, base1, corr0, corr1;
+      online_softmax_step(mx0, m0, base0, corr0);
+      online_softmax_step(mx1, m1, base1, corr1);
+      // P (16-bit) as A fragments: k-step kk covers positions 16kk.. = accumulator tiles 2kk, 2kk+1.
       uint32_t pa[kChunk / 16][4];
       float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
@@ -257,10 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
   }
 
   // Row sums over the quad (each lane summed its own columns).
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
   constexpr float kLn2 = 0.6931471805599453f;  // m back to natural-log units for the combine
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -346,10 +370,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   const int max_pos = pos0 + (rows - 1) / group;
   const float sl2 = a.scale * 1.4426950408889634f;
 
-  const int n_chunks = p_last / kDecChunk + 1;
-  const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
-  const int c_begin = int(blockIdx.z) * per * kDecChunk;
-  const int c_end = min(p_last + 1, c_begin + per * kDecChunk);
+  const int2 share = context_share<kDecChunk>(p_last);
+  const int c_begin = share.x, c_end = share.y;
 
   auto stage = [&](int c0, float* buf) {
     stage_kv_chunk<HD, kDecChunk, kDecThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
@@ -367,28 +389,12 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
     if (c0 + n0 <= max_pos) {  // else all 8 positions are after every row (masked)
       const float* ks = sm + buf * T::stage_floats;
       const float* vs = ks + kDecChunk * T::kStride;
-      float s[4] = {0.f, 0.f, 0.f, 0.f};
-      const float* krow = ks + (n0 + g) * T::kStride + 2 * c;
-#pragma unroll
-      for (int k = 0; k < HD / 16; ++k) {
-        const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
-        const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
-        mma_16816<Op>(s, qa[k], Op::pack(b0.x, b0.y), Op::pack(b1.x, b1.y));
-      }
-      const int j = c0 + n0 + 2 * c;
-      s[0] = j <= pos_r0 ? s[0] * sl2 : -INFINITY;
-      s[1] = j + 1 <= pos_r0 ? s[1] * sl2 : -INFINITY;
-      s[2] = j <= pos_r1 ? s[2] * sl2 : -INFINITY;
-      s[3] = j + 1 <= pos_r1 ? s[3] * sl2 : -INFINITY;
-      float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-      m0 = mn0, m1 = mn1;
+      float s[4];
+      score_tile<HD, Op>(s, qa, ks + (n0 + g) * T::kStride + 2 * c);
+      mask_scale(s, c0 + n0 + 2 * c, pos_r0, pos_r1, sl2);
+      float base0, base1, corr0, corr1;
+      online_softmax_step(fmaxf(s[0], s[1]), m0, base0, corr0);
+      online_softmax_step(fmaxf(s[2], s[3]), m1, base1, corr1);
       const float p00 = exp2f(s[0] - base0), p01 = exp2f(s[1] - base0);
       const float p10 = exp2f(s[2] - base1), p11 = exp2f(s[3] - base1);
       l0 = l0 * corr0 + p00 + p01;
@@ -406,10 +412,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   }
 
   // Merge the four warps' states (shared memory is free again after the last barrier).
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
   constexpr int R = HD + 2;  // per row: O[HD], m, l
   float* mine = sm + warp * 16 * R;
 #pragma unroll
