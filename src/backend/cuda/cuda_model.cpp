@@ -500,7 +500,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
     graph_shapes_seen_.clear();
     graphs_generation_ = generation_;
   }
-  const auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ * (max_tile_rows_ <= 16 ? -1 : 1) : 0);
+  const auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16);
   if (graph && n > kGemvMaxTokens && !graphs_.count(key)) {
     if (graph_shapes_seen_.size() >= 64 * kMaxGraphs) graph_shapes_seen_.clear();  // bounded memory
     graph = graph_shapes_seen_.insert(key).second == false;

@@ -166,8 +166,8 @@ class CudaModel final : public Model {
   size_t staging_cap_ = 0;  // elements both staging buffers hold
   std::vector<int32_t> seq_table_off_;
   uint64_t generation_ = 0;
-  // (tokens, logit rows, splits, tiles; negative: the decode-tile kernel)
-  using GraphShape = std::tuple<int, int, int, int>;
+  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them)
+  using GraphShape = std::tuple<int, int, int, int, bool>;
   struct CapturedStep {
     cudaGraphExec_t exec = nullptr;
     uint64_t last_use = 0;  // graph_clock_ at the last launch (the least recent is evicted)
