@@ -6,7 +6,7 @@
 #   REPS=3; HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
 #   SWEEP_GEMV="16,1 4,1 4,2" adds GEMV variants to the sweep; SWEEP_LITE=1 keeps only the profile
 #   AB="tc nofuse profile" adds batch-1 runs with FLASHDLLM_ATTN_TC=1 / FLASHDLLM_CUDA_FUSE=0 /
-#   FLASHDLLM_CUDA_PROFILE=1; ABENV="VAR=VALUE:BATCHES ..." adds one bench run per entry
+#   FLASHDLLM_CUDA_PROFILE=1; ABENV="VAR=VALUE[,VAR=VALUE]:BATCHES ..." adds one bench run per entry
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fdl-out}
@@ -57,10 +57,12 @@ if [[ $STEPS == *bench* ]]; then
     log "flashdllm per-op profile (batch 1)"
     FLASHDLLM_CUDA_PROFILE=1 $B1X | grep -E "profile|batch"
   fi
-  # ABENV="VAR=VALUE:BATCHES ...": one A/B bench run per entry, e.g. FLASHDLLM_GEMM_TUNE=0:64
+  # ABENV="VAR=VALUE[,VAR=VALUE]:BATCHES ...": one A/B bench run per entry, e.g.
+  # FLASHDLLM_GEMM_TUNE=0:64 or FLASHDLLM_ATTN_LANES=8,FLASHDLLM_GEMV_PER_SM=3:1
   for ab in ${ABENV:-}; do
     log "flashdllm bench, ${ab%%:*} (batches ${ab##*:})"
-    env "${ab%%:*}" timeout ${AB_TIMEOUT:-60} "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
+    # shellcheck disable=SC2046 # one word per VAR=VALUE
+    env $(tr ',' ' ' <<<"${ab%%:*}") timeout ${AB_TIMEOUT:-60} "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
       --batches "${ab##*:}" --reps 2 | grep batch
   done
   if [ -n "${NOGRAPH:-}" ]; then

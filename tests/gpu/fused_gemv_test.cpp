@@ -34,28 +34,32 @@ class FusedGemv : public ::testing::TestWithParam<WType> {};
 TEST_P(FusedGemv, NormSwigluEqualsNormGemvSiluChain) {
   FDL_SKIP_WITHOUT_GPU();
   const WType type = GetParam();
-  const int cols = 520, n_ff = 333;  // 333 pairs: the last block has one
-  const float eps = 1e-5f;
-  auto dW = to_device(random_weights(type, size_t(2 * n_ff) * cols));
-  const cuda::DeviceMatrix W{type, dW.get(), 2 * n_ff, cols};
-  ASSERT_TRUE(cuda::gemv_norm_supported(W));
-  const auto x = random_floats(cols, -3.f, 3.f), add = random_floats(cols), w = random_floats(cols, 0.5f, 1.5f);
-  auto dx = to_device(x), dadd = to_device(add), dw = to_device(w);
-  for (bool with_add : {true, false}) {
-    DeviceBuffer<float> x_out{size_t(cols)}, h{size_t(n_ff)};
-    poison(x_out);
-    poison(h);
-    cuda::gemv_norm_swiglu(W, cuda::NormIn{dx.get(), with_add ? dadd.get() : nullptr, dw.get(), x_out.get(), eps},
-                           h.get(), nullptr);
-    // Unfused: norm (in place on a copy of x), gemv, silu.
-    auto dx2 = to_device(x);
-    DeviceBuffer<float> xn{size_t(cols)}, gu{size_t(2 * n_ff)}, h_ref{size_t(n_ff)};
-    cuda::add_rms_norm(dx2.get(), with_add ? dadd.get() : nullptr, dw.get(), xn.get(), nullptr, 1, cols, eps, true,
-                       nullptr);
-    cuda::gemv(W, xn.get(), 1, gu.get(), nullptr);
-    cuda::silu_mul(gu.get(), h_ref.get(), 1, n_ff, nullptr);
-    EXPECT_LT(rel_error(to_host(h, size_t(n_ff)), widen(to_host(h_ref, size_t(n_ff)))), 1e-6) << "add " << with_add;
-    EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(dx2, size_t(cols))) << "residual, add " << with_add;
+  // 520: the last block partly empty; 4096: Llama-3-8B's rows; 4104: a row of 513 vectors.
+  for (const int cols : {520, 4096, 4104}) {
+    const int n_ff = 333;  // 333 pairs: the last block has one
+    const float eps = 1e-5f;
+    auto dW = to_device(random_weights(type, size_t(2 * n_ff) * cols));
+    const cuda::DeviceMatrix W{type, dW.get(), 2 * n_ff, cols};
+    ASSERT_TRUE(cuda::gemv_norm_supported(W));
+    const auto x = random_floats(cols, -3.f, 3.f), add = random_floats(cols), w = random_floats(cols, 0.5f, 1.5f);
+    auto dx = to_device(x), dadd = to_device(add), dw = to_device(w);
+    for (bool with_add : {true, false}) {
+      DeviceBuffer<float> x_out{size_t(cols)}, h{size_t(n_ff)};
+      poison(x_out);
+      poison(h);
+      cuda::gemv_norm_swiglu(W, cuda::NormIn{dx.get(), with_add ? dadd.get() : nullptr, dw.get(), x_out.get(), eps},
+                             h.get(), nullptr);
+      // Unfused: norm (in place on a copy of x), gemv, silu.
+      auto dx2 = to_device(x);
+      DeviceBuffer<float> xn{size_t(cols)}, gu{size_t(2 * n_ff)}, h_ref{size_t(n_ff)};
+      cuda::add_rms_norm(dx2.get(), with_add ? dadd.get() : nullptr, dw.get(), xn.get(), nullptr, 1, cols, eps, true,
+                         nullptr);
+      cuda::gemv(W, xn.get(), 1, gu.get(), nullptr);
+      cuda::silu_mul(gu.get(), h_ref.get(), 1, n_ff, nullptr);
+      EXPECT_LT(rel_error(to_host(h, size_t(n_ff)), widen(to_host(h_ref, size_t(n_ff)))), 1e-6)
+          << "cols " << cols << ", add " << with_add;
+      EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(dx2, size_t(cols))) << "residual, add " << with_add;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 // flash-decoding), so long contexts spread over many SMs even at batch 1.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -342,9 +343,21 @@ void launch_tiles(const AttentionArgs& a, cudaStream_t stream) {
              dim3(kTileRows), smem, stream, a);
 }
 
-int lanes_for(int head_dim) {
+// Lanes per position: a head's float4s spread over up to 32 lanes, except head_dim 128 with
+// groups of at most 4 query heads (Llama-3-8B): 8 lanes of four float4s each, so a warp
+// works on four positions at once with two shuffle levels less, and at batch 1 each warp
+// finishes its share of a ~20-position split in one iteration. H200, batch-1 decode step:
+// 4.634 ms with 8 lanes, 4.67 with 16, 4.77 with 32 (docs/GPU.md, run 21).
+// FLASHDLLM_ATTN_LANES=8|16|32 overrides (tuning knob, read once).
+int lanes_for(int head_dim, int gm) {
   int lanes = 1;
   while (lanes < head_dim / 4 && lanes < 32) lanes *= 2;
+  if (head_dim == 128 && gm <= 4) lanes = 8;
+  static const int forced = [] {
+    const char* e = std::getenv("FLASHDLLM_ATTN_LANES");
+    return e ? std::atoi(e) : 0;
+  }();
+  if ((forced == 8 || forced == 16 || forced == 32) && head_dim == 128 && gm <= 4) lanes = forced;
   return lanes;
 }
 
@@ -361,7 +374,11 @@ int attention_splits(int n_tokens, int n_head, int n_head_kv, int n_sm, int max_
   want = std::min<int64_t>({want, (int64_t(max_ctx) + 31) / 32, 256});  // >= ~32 positions per chunk
   int splits = 1;
   while (splits < want) splits *= 2;
-  return splits;
+  static const int forced = [] {  // FLASHDLLM_ATTN_SPLITS=N: tuning knob, read once
+    const char* e = std::getenv("FLASHDLLM_ATTN_SPLITS");
+    return e ? std::clamp(std::atoi(e), 0, 256) : 0;
+  }();
+  return forced > 0 ? forced : splits;
 }
 
 size_t attention_partial_floats(int n_tokens, int n_head, int head_dim, int n_splits) {
@@ -413,11 +430,11 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (hd % 4 != 0 || hd > 256 || hd <= 0)
     throw CudaError("paged_attention: head_dim " + std::to_string(hd) + " must be a positive multiple of 4, at most 256");
   if (a.n_head % a.kv.n_head_kv != 0) throw CudaError("paged_attention: n_head must be a multiple of n_head_kv");
-  const int lanes = lanes_for(hd);
   const int group = a.n_head / a.kv.n_head_kv;
   // Query heads per block: the group size rounded up to 1, 2, 4 or 8 (larger groups take
   // several blocks), so registers are not spent on heads that do not exist.
   const int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+  const int lanes = lanes_for(hd, gm);
   const dim3 grid(unsigned(a.n_splits), unsigned(a.kv.n_head_kv * ((group + gm - 1) / gm)), unsigned(a.n_tokens));
   const size_t smem = size_t(kThreads / 32) * (32 / lanes) * gm * (hd + 4) * sizeof(float);
   auto go = [&](auto kernel) { launch_pdl(kernel, grid, dim3(kThreads), smem, stream, a, lanes); };
@@ -425,7 +442,14 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream) {
   switch (gm) {
     case 1: wide ? go(attn_partial_kernel<2, 1, 4>) : go(attn_partial_kernel<1, 1, 4>); break;
     case 2: wide ? go(attn_partial_kernel<2, 2, 4>) : go(attn_partial_kernel<1, 2, 4>); break;
-    case 4: wide ? go(attn_partial_kernel<2, 4, 2>) : go(attn_partial_kernel<1, 4, 4>); break;
+    case 4:
+      if (lanes == 8)
+        go(attn_partial_kernel<4, 4, 2>);
+      else if (lanes == 16)
+        go(attn_partial_kernel<2, 4, 4>);
+      else
+        wide ? go(attn_partial_kernel<2, 4, 2>) : go(attn_partial_kernel<1, 4, 4>);
+      break;
     default: wide ? go(attn_partial_kernel<2, 8, 2>) : go(attn_partial_kernel<1, 8, 2>); break;
   }
   launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
