@@ -25,6 +25,7 @@
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
 #include "cli/stdout_io.h"
+#include "engine/resolved_options.h"
 #include "flashdllm/generator.h"
 
 namespace fdl::cli {
@@ -209,10 +210,14 @@ void run_generate(const GenerateOptions& opt) {
                         .max_sequences = 1,
                         .spec = spec};
   gopt.kv_tiers = kv_tier_options(opt.kv);
-  gopt.kv_blocks = kv_tier0_blocks(opt.kv, loaded.model->kv_shape(opt.block_size).block_bytes());
   gopt.trace_file = opt.trace;
   std::optional<Generator> made;
   try {
+    // Checked against the context the Generator will use (the default when --ctx-size is 0),
+    // so a too-small tier 0 is reported in the flag's own terms.
+    const int pool_ctx = engine::resolve_options(*loaded.model, gopt).n_ctx;
+    gopt.kv_blocks =
+        kv_tier0_blocks(opt.kv, loaded.model->kv_shape(opt.block_size).block_bytes(), pool_ctx, opt.block_size);
     made.emplace(*loaded.model, *loaded.tokenizer, gopt);
   } catch (const std::invalid_argument& e) {
     throw CliError(e.what());  // e.g. a tier 0 too small for one context

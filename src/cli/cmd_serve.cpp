@@ -29,6 +29,7 @@
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
 #include "control/redis_control.h"
+#include "engine/resolved_options.h"
 #include "flashdllm/engine.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
@@ -149,7 +150,12 @@ void run_serve(const ServeOptions& o) {
   }
   EngineOptions eo = engine_options(o);
   eo.generator.kv_tiers = kv_tier_options(o.kv);
-  eo.kv_blocks = kv_tier0_blocks(o.kv, loaded.model->kv_shape(o.block_size).block_bytes());
+  try {  // against the context the engine will use (the default when --ctx-size is 0)
+    const int pool_ctx = engine::resolve_options(*loaded.model, eo.generator).n_ctx;
+    eo.kv_blocks = kv_tier0_blocks(o.kv, loaded.model->kv_shape(o.block_size).block_bytes(), pool_ctx, o.block_size);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(e.what());
+  }
   Engine engine(*loaded.model, *loaded.tokenizer, eo);
 
   std::unique_ptr<control::RedisControl> redis;

@@ -80,20 +80,37 @@ inline KvTierOptions kv_tier_options(const KvTierFlags& f) {
     o.tiers.disk_path = f.disk_path;
   }
   o.profile_cache_dir = f.profile_cache;
+  // An explicit demotion target with nowhere to demote to would silently run as recompute.
+  if ((o.placement == KvPlacementMode::Host || o.placement == KvPlacementMode::Disk) && f.host_bytes.empty() &&
+      f.disk_path.empty())
+    throw CliError(std::string("--kv-placement ") + to_string(o.placement) +
+                   " needs a lower KV tier: --kv-host-bytes and/or --kv-disk-path with --kv-disk-bytes");
   return o;
 }
 
 /// Tier-0 blocks for --kv-tier0-bytes (0 = default). Throws CliError when it is not a plain
-/// size or holds less than one block.
-inline size_t kv_tier0_blocks(const KvTierFlags& f, size_t block_bytes) {
+/// positive size, or — given the context (n_ctx tokens in blocks of block_size) — when it
+/// cannot hold one full context, which a request may always need.
+inline size_t kv_tier0_blocks(const KvTierFlags& f, size_t block_bytes, int n_ctx = 0, int block_size = 0) {
   if (f.tier0_bytes.empty()) return 0;
   const TierCapacity c = parse_capacity("--kv-tier0-bytes", f.tier0_bytes);
-  if (c.bytes == 0)
+  if (c.bytes == 0 && c.fraction > 0)
     throw CliError("--kv-tier0-bytes takes a size in bytes (e.g. 64MiB), not a fraction");
+  if (c.bytes == 0)
+    throw CliError("--kv-tier0-bytes must be a positive size (leave it out for the default: room for every "
+                   "sequence's full context)");
   const size_t blocks = size_t(c.bytes / block_bytes);
   if (blocks == 0)
     throw CliError("--kv-tier0-bytes " + f.tier0_bytes + " is less than one KV block (" +
                    std::to_string(block_bytes) + " bytes)");
+  if (n_ctx > 0 && block_size > 0) {
+    const size_t per_context = (size_t(n_ctx) + size_t(block_size) - 1) / size_t(block_size);
+    if (blocks < per_context)
+      throw CliError("--kv-tier0-bytes " + f.tier0_bytes + " holds " + std::to_string(blocks) +
+                     " KV blocks; one full context (--ctx-size " + std::to_string(n_ctx) + ") needs " +
+                     std::to_string(per_context) + " blocks of " + std::to_string(block_size) + " tokens = " +
+                     std::to_string((per_context * block_bytes + 1023) / 1024) + " KiB");
+  }
   return blocks;
 }
 

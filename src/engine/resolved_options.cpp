@@ -53,8 +53,8 @@ size_t resolve_pool_blocks(const GeneratorOptions& o, size_t requested, const ch
   // One request may always run alone: it needs a full context (plus a shadow copy when
   // audited, which the scheduler drops first under pressure).
   if (blocks < per_sequence)
-    throw std::invalid_argument(std::string(who) + ": kv_blocks = " + std::to_string(blocks) +
-                                " cannot hold one full context (" + std::to_string(per_sequence) +
+    throw std::invalid_argument(std::string(who) + ": a KV pool of " + std::to_string(blocks) +
+                                " blocks (kv_blocks) cannot hold one full context (" + std::to_string(per_sequence) +
                                 " blocks of " + std::to_string(o.block_size) + " tokens for n_ctx " +
                                 std::to_string(o.n_ctx) + ")");
   return blocks;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli_test_support.h"
 
@@ -80,6 +81,29 @@ TEST(CliValidation, ContextAndPromptFileErrorsNameTheFlag) {
   expect_error(run_cli({"tokenize", "-m", m, "-f", dir}), "-f " + dir + ": is a directory");
   const std::string missing = (scratch_dir() / "no-such-prompt.txt").string();
   expect_error(run_cli({"generate", "-m", m, "-f", missing}), "-f " + missing + ": cannot open");
+}
+
+// Tier-0 sizes and placements that cannot work are reported in the flags' own terms (the
+// pool's internal name, a "fraction" for 0, or a silent fallback to recompute were reported).
+TEST(CliValidation, KvTierFlagErrorsNameTheFlag) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const std::string m = stories().string();
+  const std::vector<std::string> base = {"generate", "-m", m, "-p", "Once", "-n", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_cli(a);
+  };
+  expect_error(with({"--kv-tier0-bytes", "0"}), "--kv-tier0-bytes must be a positive size");
+  expect_error(with({"--kv-tier0-bytes", "0.5"}), "--kv-tier0-bytes takes a size in bytes");
+  // stories260K: 20480-byte blocks of 16 tokens; the default context (2048) needs 128.
+  const CliResult small = with({"--kv-tier0-bytes", "100KiB"});
+  expect_error(small, "--kv-tier0-bytes 100KiB holds 5 KV blocks; one full context (--ctx-size 2048) needs 128 blocks");
+  EXPECT_EQ(with({"--kv-tier0-bytes", "100KiB", "-c", "80"}).exit_code, 0);  // 5 blocks = 80 tokens
+  expect_error(with({"--kv-placement", "disk"}), "--kv-placement disk needs a lower KV tier");
+  expect_error(with({"--kv-placement", "host"}), "--kv-placement host needs a lower KV tier");
+  EXPECT_EQ(with({"--kv-placement", "host", "--kv-host-bytes", "1MiB"}).exit_code, 0);
 }
 
 TEST(CliValidation, TokenizeEscapesPartialUtf8Bytes) {
