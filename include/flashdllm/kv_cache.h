@@ -80,6 +80,9 @@ class BlockMirror {
   virtual void pull(BlockId id, std::span<uint8_t> host) = 0;
   /// Copy `host` (the same layout) into the backend's copy of block `id`.
   virtual void push(BlockId id, std::span<const uint8_t> host) = 0;
+  /// Called once by a pool this mirror is registered with, from its destructor, while its
+  /// host arena still exists: a mirror that page-locked the arena (for DMA) releases it here.
+  virtual void pool_closing() {}
 };
 
 /// Fixed-capacity pool of blocks in one arena, with a free list and refcounts.
@@ -88,6 +91,7 @@ class BlockPool {
   BlockPool(const KvShape& shape, size_t n_blocks);
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
+  ~BlockPool();  ///< tells a live mirror (BlockMirror::pool_closing) before the arena goes
 
   const KvShape& shape() const { return shape_; }
   size_t capacity() const { return meta_.size(); }
@@ -110,6 +114,11 @@ class BlockPool {
   const float* k_ptr(BlockId id, int layer, int slot) const;
   const float* v_ptr(BlockId id, int layer, int slot) const;
   std::span<uint8_t> block_bytes(BlockId id);
+  /// The whole host arena (capacity() blocks, contiguous, allocated once): what a mirror may
+  /// page-lock so that pull/push copies run by DMA.
+  std::span<uint8_t> arena_bytes() {
+    return {reinterpret_cast<uint8_t*>(arena_.data()), arena_.size() * sizeof(float)};
+  }
 
   /// Registers the backend that holds the blocks' bytes (held weakly: a backend destroyed
   /// before the pool just stops mirroring). Empty: the host arena is authoritative (CPU).

@@ -123,6 +123,10 @@ std::span<uint8_t> BlockPool::block_bytes(BlockId id) {
   return {reinterpret_cast<uint8_t*>(k_ptr(id, 0, 0)), shape_.block_bytes()};
 }
 
+BlockPool::~BlockPool() {
+  if (const auto m = mirror_.lock()) m->pool_closing();
+}
+
 void BlockPool::pull_from_mirror(BlockId id) {
   if (const auto m = mirror_.lock()) m->pull(id, block_bytes(id));
 }

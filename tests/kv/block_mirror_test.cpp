@@ -24,8 +24,9 @@ class FakeDeviceArena final : public BlockMirror {
     ++pushes;
     blocks[id].assign(host.begin(), host.end());
   }
+  void pool_closing() override { ++closings; }
   std::map<BlockId, std::vector<uint8_t>> blocks;
-  int pulls = 0, pushes = 0;
+  int pulls = 0, pushes = 0, closings = 0;
 };
 
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
@@ -87,6 +88,26 @@ TEST(BlockMirror, PoolWithoutMirrorLeavesHostBytesAlone) {
   pool.push_to_mirror(b);
   for (uint8_t x : pool.block_bytes(b)) ASSERT_EQ(x, 0x5A);
   pool.release(b);
+}
+
+// A pool tells its live mirror before its arena is freed (a mirror that page-locked the arena
+// must release it then), exactly once; a mirror already gone is not called.
+TEST(BlockMirror, PoolClosingIsReportedToALiveMirrorOnce) {
+  auto arena = std::make_shared<FakeDeviceArena>();
+  {
+    BlockPool pool(test::tier_shape(), 2);
+    pool.set_mirror(arena);
+    EXPECT_EQ(pool.arena_bytes().size(), 2 * pool.shape().block_bytes());
+    EXPECT_EQ(pool.arena_bytes().data(), pool.block_bytes(0).data());
+    EXPECT_EQ(arena->closings, 0);
+  }
+  EXPECT_EQ(arena->closings, 1);
+  {
+    auto gone = std::make_shared<FakeDeviceArena>();
+    BlockPool pool(test::tier_shape(), 2);
+    pool.set_mirror(gone);
+    gone.reset();  // the backend went first: the pool's destructor must not touch it
+  }
 }
 
 }  // namespace

@@ -185,20 +185,39 @@ void CudaModel::sync_block_copies(KvCache& kv) {
 }
 
 // The tier manager's view of the device arena (BlockMirror): the arena has the pool's
-// per-block layout, so a block is one contiguous copy. Pageable host memory, synchronous:
-// demotions and promotions are per block and rare next to forwards.
+// per-block layout, so a block is one contiguous copy. Synchronous (demotions and promotions
+// are per block and rare next to forwards), but from page-locked memory: the mirror pins the
+// pool's host arena (cudaHostRegister) so each copy is one DMA at PCIe speed instead of a
+// staged pageable copy; if the system refuses (memlock limits), copies stay pageable. The
+// pin is released when the pool closes or the mirror goes, whichever comes first.
 class CudaModel::ArenaMirror final : public BlockMirror {
  public:
-  ArenaMirror(CudaModel& model, const BlockPool& pool) : model_(model), pool_uid_(pool.uid()) {}
+  ArenaMirror(CudaModel& model, BlockPool& pool) : model_(model), pool_uid_(pool.uid()) {
+    const std::span<uint8_t> arena = pool.arena_bytes();
+    if (!arena.empty() && cudaHostRegister(arena.data(), arena.size(), cudaHostRegisterDefault) == cudaSuccess)
+      pinned_ = arena.data();
+    else
+      (void)cudaGetLastError();  // not pinned: clear the error, copy from pageable memory
+  }
+  ~ArenaMirror() override { unpin(); }
   void pull(BlockId id, std::span<uint8_t> host) override { model_.copy_block(pool_uid_, id, host.data(), true); }
   void push(BlockId id, std::span<const uint8_t> host) override {
     model_.copy_block(pool_uid_, id, const_cast<uint8_t*>(host.data()), false);
   }
+  void pool_closing() override { unpin(); }
+  bool pinned() const { return pinned_ != nullptr; }
 
  private:
+  void unpin() {
+    if (pinned_) (void)cudaHostUnregister(pinned_);
+    pinned_ = nullptr;
+  }
   CudaModel& model_;
   uint64_t pool_uid_;
+  void* pinned_ = nullptr;
 };
+
+bool CudaModel::kv_host_pinned() const { return mirror_ && mirror_->pinned(); }
 
 void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_host) {
   // A mirror is registered only by ensure_arena and expires when the arena moves to another

@@ -81,6 +81,9 @@ class CudaModel final : public Model {
   /// With FLASHDLLM_CUDA_PROFILE=1 (which also turns graphs off): device milliseconds per
   /// op class (embed, norm, qkv, rope, attention, wo, gate_up, silu, down, output, upload),
   /// summed over the forwards since the last reset, timed with events between the ops.
+  /// Whether tier copies of the current KV pool run from page-locked host memory (false
+  /// before the first forward with a pool, or where the system refused to pin the arena).
+  bool kv_host_pinned() const;
   std::vector<std::pair<std::string, double>> profile() const;
   void reset_profile();
   uint64_t weight_bytes_per_step() const { return weights_.bytes_per_step; }
@@ -153,7 +156,7 @@ class CudaModel final : public Model {
   };
   std::map<uint64_t, CacheCopies> cache_copies_;
   void replay_block_copies(CacheCopies& cc);
-  std::shared_ptr<BlockMirror> mirror_;  // registered (weakly) with the pool the arena serves
+  std::shared_ptr<ArenaMirror> mirror_;  // registered (weakly) with the pool the arena serves
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.
