@@ -41,7 +41,10 @@ struct SpecOptions {
   int ngram_min = 1;    ///< shortest suffix matched by prompt lookup / n-gram cache, >= 1
   int ngram_max = 4;    ///< longest, ngram_min..8
   /// Choose k per sequence from its recent acceptance and the measured step cost (k = 0:
-  /// plain decode). false = always the full window when a draft exists (tests, sweeps).
+  /// plain decode). Acceptance is also learnt on plain steps, from shadow drafts: drafts
+  /// that are not fed, only compared with the tokens emitted next (drafting time capped at
+  /// 1% of plain step time). false = always the full window when a draft exists (tests,
+  /// sweeps), no shadow drafts.
   bool adaptive = true;
   /// Fraction of greedy speculating requests that also run a plain shadow copy whose ids
   /// are compared, step by step, with XXH3 fingerprints of the accepted ids. 0 = no audit.
@@ -60,7 +63,7 @@ struct SpecOptions {
 struct SpecMetrics {
   int64_t steps = 0;            ///< decode forwards
   int64_t spec_seq_steps = 0;   ///< (sequence, step) pairs that verified >= 1 draft token
-  int64_t drafted = 0;          ///< draft tokens put into forwards
+  int64_t drafted = 0;          ///< draft tokens put into forwards (shadow drafts are not)
   int64_t accepted = 0;         ///< draft tokens accepted
   int64_t rejected = 0;         ///< draft tokens rolled back (drafted - accepted, incl. those
                                 ///< after an end condition)

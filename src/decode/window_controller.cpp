@@ -10,6 +10,7 @@ constexpr double kCostDecay = 0.98;     // ~50 steps of memory: tracks load chan
 constexpr double kAcceptDecay = 0.9;    // ~10 verifications of memory
 constexpr double kPriorRatio = 0.1;     // b / a before the data separates them
 constexpr double kRequiredGain = 1.1;   // expected tokens/ms over plain's to speculate
+constexpr double kFirstRejectDiscount = 0.5;  // extra decay of acceptances when draft 1 fails
 
 }  // namespace
 
@@ -22,17 +23,28 @@ void StepCostModel::observe(double x, double y) {
   sy_ = sy_ * kCostDecay + y;
   sxx_ = sxx_ * kCostDecay + x * x;
   sxy_ = sxy_ * kCostDecay + x * y;
+  ++observations_;
   if (x < 0 || x > 4096) return;
   const size_t i = size_t(x);
   if (by_size_.size() <= i) by_size_.resize(i + 1);
   Cell& c = by_size_[i];
-  c.mean_ms = c.n == 0 ? y : 0.8 * c.mean_ms + 0.2 * std::min(y, 2.0 * c.mean_ms);
+  // Noise only ever makes a step slower (preemption, other processes' cache traffic), and a
+  // step is slower for a while after a long prefill (the weights are streamed back into the
+  // cache: the first decode steps of a generation cost up to 2x the later ones). So a sample
+  // below the cell is the cost now and replaces it; a higher one moves it by 20%, so a
+  // lasting slowdown (load, a growing context) is still followed. A cell that kept a cold
+  // early value would misjudge every later decision (docs/SPECULATIVE.md, "Adaptive window").
+  if (c.n == 0 || y < c.ms)
+    c.ms = y;
+  else
+    c.ms = 0.8 * c.ms + 0.2 * std::min(y, 2.0 * c.ms);
   ++c.n;
+  c.last = observations_;
 }
 
 double StepCostModel::predict(double x) const {
   const size_t i = x >= 0 ? size_t(x) : 0;
-  if (i < by_size_.size() && by_size_[i].n >= kMinSamples) return by_size_[i].mean_ms;
+  if (i < by_size_.size() && by_size_[i].n >= kMinSamples) return by_size_[i].ms;
   return fixed_ms() + per_token_ms() * x;
 }
 
@@ -53,17 +65,62 @@ double StepCostModel::fixed_ms() const {
   return std::max(0.0, sy_ / w_ - per_token_ms() * sx_ / w_);
 }
 
-void WindowController::observe(size_t drafted, size_t accepted) {
-  if (drafted == 0) return;
-  accepted_ = accepted_ * kAcceptDecay + double(accepted);
-  rejections_ = rejections_ * kAcceptDecay + (accepted < drafted ? 1.0 : 0.0);
+void WindowController::decay() {
+  accepted_ *= kAcceptDecay;
+  rejections_ *= kAcceptDecay;
   // Keep alpha away from exactly 1 so E(k) stays a finite series and the estimate can move.
   rejections_ = std::max(rejections_, 1e-3);
+}
+
+void WindowController::record_rejection(size_t accepted_before) {
+  // Acceptance is not one stationary rate: text is copied for a while (drafts accepted
+  // in full), then it stops (the first draft token rejected, step after step). Counting
+  // the first-token rejection as one more event, the estimate built up by a long copied
+  // stretch would take ~8 such steps to fall (each at several times a plain step's cost);
+  // discounting the accumulated acceptances on it as well lets the window shrink in 2-3.
+  if (accepted_before == 0) accepted_ *= kFirstRejectDiscount;
+  rejections_ += 1.0;
   // A failed probe doubles the wait before the next one; any acceptance resets it.
-  probe_interval_ = accepted > 0 ? kProbeInterval : std::min(probe_interval_ * 2, kMaxProbeInterval);
+  probe_interval_ = accepted_before > 0 ? kProbeInterval : std::min(probe_interval_ * 2, kMaxProbeInterval);
+}
+
+void WindowController::observe(size_t drafted, size_t accepted) {
+  if (drafted == 0) return;
+  decay();
+  accepted_ += double(accepted);
+  if (accepted < drafted)
+    record_rejection(accepted);
+  else
+    probe_interval_ = kProbeInterval;
+}
+
+void WindowController::start_shadow(const std::vector<int32_t>& draft) {
+  shadow_ = draft;
+  shadow_pos_ = 0;
+  since_shadow_ = 0;
+  if (!shadow_.empty()) decay();
+}
+
+void WindowController::observe_plain_token(int32_t token) {
+  if (shadow_.empty()) {
+    ++since_shadow_;
+    return;
+  }
+  // The evidence is added token by token (one plain step resolves one draft token), so a
+  // shadow draft that keeps matching raises the estimate at once, not only after its last
+  // token; the totals equal observe(shadow size, tokens matched).
+  if (token == shadow_[shadow_pos_]) {
+    accepted_ += 1.0;
+    probe_interval_ = kProbeInterval;
+    if (++shadow_pos_ == shadow_.size()) drop_shadow();
+    return;
+  }
+  record_rejection(shadow_pos_);
+  drop_shadow();
 }
 
 size_t WindowController::choose(size_t max_k, size_t n_live, const StepCostModel& cost) {
+  gain_ = 0.0;
   if (max_k == 0) return 0;
   const double alpha = acceptance();
   const double n = double(std::max<size_t>(n_live, 1));
@@ -98,13 +155,16 @@ size_t WindowController::choose(size_t max_k, size_t n_live, const StepCostModel
   }
   if (best_k > 0) {
     since_probe_ = 0;
+    gain_ = best * share;
     // Exploration measures only windows that could plausibly win: an unmeasured size whose
     // line-predicted value is well below the best is not worth a step (with high acceptance
     // the 1..3-token windows cost several low-yield steps of a short generation otherwise).
     if (++choices_ % kExploreInterval == 0)
       for (size_t k = 1; k <= max_k; ++k)
-        if (cost.samples(size_t(n) + k) < StepCostModel::kMinSamples && values_[k] >= kExploreMargin * best)
+        if (cost.samples(size_t(n) + k) < StepCostModel::kMinSamples && values_[k] >= kExploreMargin * best) {
+          gain_ = values_[k] * share;
           return k;
+        }
     return best_k;
   }
   if (++since_probe_ >= probe_interval_) {

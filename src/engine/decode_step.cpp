@@ -19,7 +19,8 @@ constexpr size_t kNoRow = std::numeric_limits<size_t>::max();
 void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
                                std::vector<int32_t>& draft) {
   draft.clear();
-  if (!speculate || s.spec_window <= 0) return;
+  SpecState& sp = ctx_.spec;
+  if (!sp.enabled() || sp.breaker.open() || s.spec_window <= 0) return;
   size_t max_k = size_t(s.spec_window);
   const size_t generated = s.n_generated;
   // Never draft past what the request may still emit: the step emits up to k + 1 tokens.
@@ -28,20 +29,63 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
   // The drafts occupy positions up to prompt + generated - 1 + k, which must stay < n_ctx.
   const size_t used = s.request.prompt_ids.size() + generated;
   max_k = std::min(max_k, size_t(ctx_.options.n_ctx) - used);
-  // The window depends on acceptance and cost only, so it is chosen first: a sequence for
-  // which speculation does not pay skips drafting altogether (on a tiny model the drafters'
-  // scans are a visible share of a step).
-  if (ctx_.spec.options.adaptive && max_k > 0) max_k = s.window.choose(max_k, n_live, ctx_.spec.cost);
   if (max_k == 0) return;
-  // The pool's history is brought up to date only when a draft is wanted: a sequence that
-  // decodes plainly pays nothing for it.
-  if (ctx_.spec.options.mode != SpecMode::Lookup) {
-    s.lookahead.feed_history(s.context, s.lookahead_fed);
-    s.lookahead_fed = s.context.size();
+  const auto propose_timed = [&](size_t k) {
+    const auto t0 = Clock::now();
+    // The pool's history is brought up to date only when a draft is wanted: a sequence
+    // that decodes plainly pays for it only with its (rate-limited) shadow drafts.
+    if (sp.options.mode != SpecMode::Lookup) {
+      s.lookahead.feed_history(s.context, s.lookahead_fed);
+      s.lookahead_fed = s.context.size();
+    }
+    policy_.propose(s.context, k, s.lookahead, draft_);
+    sp.observe_draft(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  };
+  const size_t full = max_k;
+  // The window depends on acceptance and cost only, so it is chosen first: a sequence for
+  // which speculation does not pay skips drafting (on a tiny model the drafters' scans are
+  // a visible share of a step), but for a shadow draft now and then.
+  if (!speculate)
+    max_k = 0;
+  else if (sp.options.adaptive)
+    max_k = s.window.choose(max_k, n_live, sp.cost);
+  if (max_k == 0) {
+    // Plain step: maybe a shadow draft, rate-limited by what drafting costs (on a tiny
+    // model a drafter's scan is a visible share of a step).
+    if (!sp.options.adaptive ||
+        !s.window.shadow_due(sp.draft_ms, sp.plain_ms(n_live) / double(std::max<size_t>(n_live, 1))))
+      return;
+    propose_timed(full);
+    s.window.start_shadow(draft_.tokens);
+    return;
   }
-  policy_.propose(s.context, max_k, s.lookahead, draft_);
+  s.window.drop_shadow();  // the verification below is the evidence now
+  propose_timed(max_k);
   draft.assign(draft_.tokens.begin(), draft_.tokens.end());
 }
+
+namespace {
+
+bool refresh_base(const SpecState& sp, const std::vector<LiveSequence*>& seqs,
+                  const std::vector<std::vector<int32_t>>& drafts, size_t plain_tokens) {
+  // Every window decision compares against the measured cost of a plain step, which is
+  // measured only on plain steps: while sequences speculate it goes stale, and the first
+  // measurements of a generation are the slow steps right after its prefill (up to 2x the
+  // later cost on codelm-16m). A stale, too-high base makes a marginal window look like a
+  // win (lookahead on an edited passage ran at 0.84-0.93x plain that way). So when the base is
+  // old and no sequence expects a clear gain, this step runs plain and re-measures it: it
+  // costs little exactly when speculation gains little. A clear expected gain is left alone.
+  if (!sp.options.adaptive || sp.cost.age(plain_tokens) <= SpecState::kBaseMaxAge) return false;
+  bool drafting = false;
+  for (size_t r = 0; r < seqs.size(); ++r) {
+    if (drafts[r].empty()) continue;
+    drafting = true;
+    if (seqs[r]->window.predicted_gain() >= SpecState::kClearGain) return false;
+  }
+  return drafting;  // without drafts the step is plain anyway
+}
+
+}  // namespace
 
 void Scheduler::plan_decode() {
   SpecState& sp = ctx_.spec;
@@ -57,19 +101,17 @@ void Scheduler::plan_decode() {
   if (seqs.empty()) return;
   size_t n_shadows = 0;
   for (const LiveSequence* s : seqs) n_shadows += s->shadow ? 1 : 0;
-  // Plain steps for everyone: periodically, and until a plain step of this batch size has
-  // been measured often enough to be the base the window controller compares against. While
-  // prompts are being prefilled beside the decodes, steps of exactly that size do not occur;
-  // the cost model's line (fitted on every step) is the base then.
+  // Plain steps for everyone: periodically (the breaker's reference), and while prompts are
+  // prefilled before the cost model has any data. The plain step of this batch size, the base the window
+  // controller compares against, is (re)measured by refresh_base() when a decision depends
+  // on it; a fixed warm-up of plain steps would measure it on the slow first steps after the
+  // prefill and cost a copying generation its first steps (3 of ~25 on codelm-16m).
   bool prompts_pending = !waiting_.empty();
   for (const auto& s : running_) prompts_pending = prompts_pending || (s->seq >= 0 && s->prefilling());
-  const bool unmeasured = prompts_pending
-                              ? !sp.cost.has_data()
-                              : sp.cost.samples(seqs.size() + n_shadows) < spec::StepCostModel::kMinSamples;
   const bool calibrate =
       sp.enabled() &&
       (sp.decode_steps % SpecState::kCalibrationInterval == SpecState::kCalibrationInterval - 1 ||
-       unmeasured);
+       (prompts_pending && !sp.cost.has_data()));
   ++sp.decode_steps;
   bool speculate = sp.enabled() && !sp.breaker.open() && !calibrate;
 
@@ -77,10 +119,14 @@ void Scheduler::plan_decode() {
   // drafts go, then audit shadows, then the youngest sequences are preempted (recompute).
   for (;;) {
     drafts_.resize(seqs.size());
+    for (size_t r = 0; r < seqs.size(); ++r) plan_draft(*seqs[r], seqs.size(), speculate, drafts_[r]);
+    if (speculate && !prompts_pending && refresh_base(sp, seqs, drafts_, seqs.size() + n_shadows)) {
+      speculate = false;
+      for (auto& d : drafts_) d.clear();
+    }
     size_t need = 0;
     for (size_t r = 0; r < seqs.size(); ++r) {
       LiveSequence& s = *seqs[r];
-      plan_draft(s, seqs.size(), speculate, drafts_[r]);
       need += ctx_.kv.blocks_needed(s.seq, drafts_[r].size() + 1);
       if (s.shadow) need += ctx_.kv.blocks_needed(s.shadow->seq, 1);
     }
@@ -138,6 +184,7 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
   emitted_.clear();
   emitted_q_.clear();
   size_t accepted = 0;
+  int32_t last = -1;
   for (size_t i = 0; i <= k; ++i) {
     const auto row = logits_row(row0 + i);
     // Position i's logits are those plain decoding would see after x0, d1..di: drafts
@@ -147,9 +194,11 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
     const bool match = i < k && tok == draft[i];
     emitted_q_.push_back(row.empty() ? 0 : quantize_logit(row[size_t(tok)]));  // empty: an argmax-only step
     on_token(s, tok, row);
+    last = tok;
     if (match) ++accepted;
     if (s.finished || !match) break;
   }
+  if (k == 0 && sp.enabled()) s.window.observe_plain_token(last);  // resolves shadow drafts
   if (k > 0) {
     SpecMetrics& m = sp.metrics;
     ++m.spec_seq_steps;

@@ -19,6 +19,10 @@ struct SpecState {
   /// Every `kCalibrationInterval`-th decode step runs plain for every sequence, so the
   /// breaker compares speculation with measured plain steps, not only with a model.
   static constexpr int64_t kCalibrationInterval = 32;
+  /// A plain-step measurement older than this many steps is re-taken (one plain step)
+  /// unless some drafting sequence expects at least kClearGain x plain throughput.
+  static constexpr int64_t kBaseMaxAge = 8;
+  static constexpr double kClearGain = 1.5;
 
   bool enabled() const { return options.mode != SpecMode::Off; }
   /// Measured wall time of a plain step with `n_live` sequences (decayed mean), else the
@@ -28,6 +32,8 @@ struct SpecState {
       return plain_ms_by_live[n_live];
     return cost.predict(double(n_live));
   }
+  /// Wall time of one draft (policy proposal, pool update included), decayed mean.
+  void observe_draft(double ms) { draft_ms = draft_ms > 0 ? 0.9 * draft_ms + 0.1 * ms : ms; }
   void observe_plain(size_t n_live, double ms) {
     if (plain_ms_by_live.size() <= n_live) plain_ms_by_live.resize(n_live + 1, 0.0);
     double& m = plain_ms_by_live[n_live];
@@ -40,6 +46,7 @@ struct SpecState {
   spec::SpecBreaker breaker;
   SpecMetrics metrics;
   std::vector<double> plain_ms_by_live;
+  double draft_ms = 0.0;  ///< see observe_draft; 0 until the first draft
   int64_t decode_steps = 0;
   int forced_mismatches = 0;  ///< test hook (Generator::force_audit_mismatches)
   double audit_credit = 0.0;  ///< accumulates audit_fraction per admitted greedy request

@@ -104,6 +104,107 @@ TEST(WindowController, ExploresUnmeasuredWindowsNearTheBest) {
   EXPECT_EQ(best_count, 3 * WindowController::kExploreInterval);  // every 4th choice explores
 }
 
+// The first decode steps after a long prefill are slow (the weights are streamed back into
+// the cache); a cell measured then must not keep that cost once faster steps are seen.
+TEST(StepCostModel, AFasterSampleReplacesTheCellASlowerOneMovesIt) {
+  StepCostModel cost;
+  for (double ms : {1.6, 1.5, 1.4}) cost.observe(1, ms);
+  EXPECT_NEAR(cost.predict(1), 1.4, 1e-9);
+  cost.observe(1, 0.75);
+  EXPECT_NEAR(cost.predict(1), 0.75, 1e-9);
+  cost.observe(1, 1.0);  // slower: 20% of the way
+  EXPECT_NEAR(cost.predict(1), 0.8, 1e-9);
+  cost.observe(1, 100.0);  // an outlier counts as at most twice the cell
+  EXPECT_LE(cost.predict(1), 0.8 * 0.8 + 0.2 * 1.6 + 1e-9);
+}
+
+TEST(StepCostModel, AgeCountsObservationsSinceTheBatchSizeWasLastSeen) {
+  StepCostModel cost;
+  EXPECT_GT(cost.age(1), 1000);  // never observed
+  cost.observe(1, 1.0);
+  EXPECT_EQ(cost.age(1), 0);
+  for (int i = 0; i < 5; ++i) cost.observe(6, 2.0);
+  EXPECT_EQ(cost.age(1), 5);
+  EXPECT_EQ(cost.age(6), 0);
+}
+
+// Text stops being copied: the first draft token fails step after step. After a long
+// copied stretch the window must shrink to plain decoding within three such steps, not
+// after the ~8 a plain decayed ratio needs (each at several plain steps' cost).
+TEST(WindowController, ShrinksWithinThreeFirstTokenRejectionsAfterACopiedStretch) {
+  const auto pricey = cost_with(1.0, 1.0);  // compute-bound: each token costs a step
+  WindowController w;
+  for (int i = 0; i < 40; ++i) w.observe(5, 5);
+  EXPECT_GT(w.choose(5, 1, pricey), 0u);
+  for (int i = 0; i < 3; ++i) w.observe(5, 0);
+  EXPECT_EQ(w.choose(5, 1, pricey), 0u) << "acceptance estimate " << w.acceptance();
+  // A partly accepted window is ordinary evidence, not a regime change.
+  WindowController partly;
+  for (int i = 0; i < 40; ++i) partly.observe(5, 5);
+  for (int i = 0; i < 3; ++i) partly.observe(5, 2);
+  EXPECT_GT(partly.acceptance(), 0.8);
+}
+
+// A shadow draft counts, token by token, as a verification of it would have.
+TEST(WindowController, ShadowDraftsCountLikeTheirVerification) {
+  WindowController shadow, verified;
+  for (int round = 0; round < 3; ++round) {
+    shadow.start_shadow({7, 8, 9, 10});
+    for (int32_t t : {7, 8, 4}) shadow.observe_plain_token(t);  // two matched, then a miss
+    verified.observe(4, 2);
+  }
+  EXPECT_NEAR(shadow.acceptance(), verified.acceptance(), 1e-12);
+  // A fully matched shadow draft resolves on its last token; the next plain token is not
+  // compared with anything.
+  WindowController full, full_verified;
+  full.start_shadow({1, 2});
+  for (int32_t t : {1, 2, 3}) full.observe_plain_token(t);
+  full_verified.observe(2, 2);
+  EXPECT_NEAR(full.acceptance(), full_verified.acceptance(), 1e-12);
+}
+
+// Matching shadow drafts take a sequence that decodes plainly back to speculation without
+// waiting for a probe; failing ones keep it plain.
+TEST(WindowController, MatchingShadowDraftsRestartSpeculation) {
+  const auto cost = cost_with(1.0, 0.3);
+  WindowController w;
+  for (int i = 0; i < 5; ++i) w.observe(5, 0);
+  ASSERT_EQ(w.choose(5, 1, cost), 0u);
+  w.start_shadow({1, 2, 3, 4, 5});
+  for (int32_t t : {1, 2, 3, 4, 5}) w.observe_plain_token(t);
+  EXPECT_GT(w.choose(5, 1, cost), 0u) << "acceptance estimate " << w.acceptance();
+  EXPECT_GT(w.predicted_gain(), 1.1);
+
+  WindowController no;
+  for (int i = 0; i < 5; ++i) no.observe(5, 0);
+  for (int i = 0; i < 5; ++i) {
+    no.start_shadow({1, 2, 3, 4, 5});
+    no.observe_plain_token(9);
+  }
+  EXPECT_EQ(no.choose(5, 1, cost), 0u);
+  EXPECT_EQ(no.predicted_gain(), 0.0);
+}
+
+// Shadow drafting is rate-limited to kShadowBudget of the plain steps' time.
+TEST(WindowController, ShadowDraftsStayWithinTheirTimeBudget) {
+  WindowController w;
+  const double step_ms = 0.05, draft_ms = 0.002;  // a tiny model: a draft is 4% of a step
+  int drafts = 0;
+  const int steps = 1000;
+  for (int i = 0; i < steps; ++i) {
+    if (w.shadow_due(draft_ms, step_ms)) {
+      ++drafts;
+      w.start_shadow({1});
+    }
+    w.observe_plain_token(2);  // always a miss: a new draft would be wanted at once
+  }
+  EXPECT_LE(drafts * draft_ms, WindowController::kShadowBudget * steps * step_ms * 1.05);
+  EXPECT_GE(drafts, 1);
+  // Cheap drafts (a large model): one every step a draft is not pending.
+  WindowController cheap;
+  EXPECT_TRUE(cheap.shadow_due(0.002, 1.0));
+}
+
 TEST(SpecBreaker, AuditMismatchRateAboveThresholdOpensItUntilReset) {
   SpecBreaker b(0.05, 20);
   for (int i = 0; i < 19; ++i) b.record_audit(false);

@@ -36,7 +36,10 @@ void check_model(const LoadedModel& m, const std::string& file, const std::vecto
     const SpecMetrics& sm = gen.spec_metrics();
     EXPECT_GT(sm.drafted, 0);
     EXPECT_GT(sm.accepted, 0);
-    EXPECT_GT(sm.rejected, 0);
+    // Fixed windows always verify drafts that fail somewhere. The adaptive window speculates
+    // on evidence (verifications, shadow drafts), and on a loaded machine it may verify only
+    // windows that are then accepted in full; rollback is covered by the fixed runs.
+    if (!c.adaptive) EXPECT_GT(sm.rejected, 0);
     EXPECT_EQ(sm.accepted + sm.rejected, sm.drafted);
     EXPECT_GT(sm.tokens_per_forward(), 1.0);
     EXPECT_FALSE(sm.breaker_open);
