@@ -291,7 +291,8 @@ void add_bench_command(CLI::App& app) {
   add_mmap_flag(cmd, opt->mmap);
   cmd->add_option("--spec", opt->spec,
                   "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "lookup", "lookahead", "auto"}));
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens per step with --spec")
       ->capture_default_str();
   cmd->callback([opt] {

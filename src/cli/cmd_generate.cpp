@@ -298,7 +298,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
   add_mmap_flag(cmd, opt->mmap);
   cmd->add_option("--spec", opt->spec, "Speculative decoding: off, lookup, lookahead or auto")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "lookup", "lookahead", "auto"}));
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
       ->capture_default_str();
   add_kv_tier_flags(cmd, opt->kv);

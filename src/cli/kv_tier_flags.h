@@ -40,7 +40,8 @@ inline void add_kv_tier_flags(CLI::App* cmd, KvTierFlags& f) {
   cmd->add_option("--kv-disk-path", f.disk_path, "Directory for the KV tier-2 files (O_DIRECT)");
   cmd->add_option("--kv-placement", f.placement,
                   "Where evicted KV blocks go: auto (cost rule), recompute, host, disk")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "recompute", "host", "disk"}));
   cmd->add_option("--kv-profile-cache", f.profile_cache,
                   "Storage profile cache directory (default: $XDG_CACHE_HOME/flashdllm)");
 }

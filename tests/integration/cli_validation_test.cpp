@@ -106,6 +106,20 @@ TEST(CliValidation, KvTierFlagErrorsNameTheFlag) {
   EXPECT_EQ(with({"--kv-placement", "host", "--kv-host-bytes", "1MiB"}).exit_code, 0);
 }
 
+// Flags with a fixed set of choices are command-line syntax: exit status 2, like --device.
+TEST(CliValidation, ChoiceFlagsExitTwoAndNameTheFlag) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const std::string m = stories().string();
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--device", "tpu"}, {"--spec", "fast"}, {"--kv-placement", "ram"}}) {
+    const CliResult r = run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", flag, value});
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("flashdllm: error: " + flag + ": " + value + " not in {"), std::string::npos) << r.err;
+  }
+}
+
 TEST(CliValidation, TokenizeEscapesPartialUtf8Bytes) {
   FDL_REQUIRE_CLI();
   FDL_REQUIRE_FILE(stories());
