@@ -122,7 +122,9 @@ class BlockPool {
 
   /// Registers the backend that holds the blocks' bytes (held weakly: a backend destroyed
   /// before the pool just stops mirroring). Empty: the host arena is authoritative (CPU).
-  void set_mirror(std::weak_ptr<BlockMirror> mirror) { mirror_ = std::move(mirror); }
+  /// A different live mirror it replaces is told pool_closing() (it no longer hears of this
+  /// pool, so it must not keep the arena pinned).
+  void set_mirror(std::weak_ptr<BlockMirror> mirror);
   /// Host arena <- the mirror's copy of `id` (no-op without a mirror).
   void pull_from_mirror(BlockId id);
   /// The mirror's copy of `id` <- host arena (no-op without a mirror).

@@ -216,8 +216,8 @@ void run_generate(const GenerateOptions& opt) {
     // Checked against the context the Generator will use (the default when --ctx-size is 0),
     // so a too-small tier 0 is reported in the flag's own terms.
     const int pool_ctx = engine::resolve_options(*loaded.model, gopt).n_ctx;
-    gopt.kv_blocks =
-        kv_tier0_blocks(opt.kv, loaded.model->kv_shape(opt.block_size).block_bytes(), pool_ctx, opt.block_size);
+    gopt.kv_blocks = kv_tier0_blocks(opt.kv, loaded.model->kv_shape(opt.block_size).block_bytes(), pool_ctx,
+                                     opt.block_size, ctx_description(opt.ctx_size, pool_ctx));
     made.emplace(*loaded.model, *loaded.tokenizer, gopt);
   } catch (const std::invalid_argument& e) {
     throw CliError(e.what());  // e.g. a tier 0 too small for one context

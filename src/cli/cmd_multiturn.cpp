@@ -101,7 +101,9 @@ void run_multiturn(const MultiturnOptions& o) {
   if (!o.trace.empty() && !std::ofstream(o.trace))  // the engine writes it only at the end
     throw CliError("--trace " + o.trace + ": cannot write this file");
   const size_t block_bytes = loaded.model->kv_shape(o.block_size).block_bytes();
-  eo.kv_blocks = kv_tier0_blocks(o.kv, block_bytes, n_ctx, o.block_size);
+  eo.kv_blocks = kv_tier0_blocks(o.kv, block_bytes, n_ctx, o.block_size,
+                                 o.ctx_size > 0 ? "--ctx-size " + std::to_string(n_ctx)
+                                                : "the " + std::to_string(n_ctx) + "-token context the workload needs");
   const auto t_setup = Clock::now();
   std::optional<Engine> made;
   try {

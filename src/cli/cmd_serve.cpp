@@ -152,7 +152,8 @@ void run_serve(const ServeOptions& o) {
   eo.generator.kv_tiers = kv_tier_options(o.kv);
   try {  // against the context the engine will use (the default when --ctx-size is 0)
     const int pool_ctx = engine::resolve_options(*loaded.model, eo.generator).n_ctx;
-    eo.kv_blocks = kv_tier0_blocks(o.kv, loaded.model->kv_shape(o.block_size).block_bytes(), pool_ctx, o.block_size);
+    eo.kv_blocks = kv_tier0_blocks(o.kv, loaded.model->kv_shape(o.block_size).block_bytes(), pool_ctx, o.block_size,
+                                   ctx_description(o.ctx_size, pool_ctx));
   } catch (const std::invalid_argument& e) {
     throw CliError(e.what());
   }

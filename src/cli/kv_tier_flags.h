@@ -13,6 +13,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -81,18 +83,40 @@ inline KvTierOptions kv_tier_options(const KvTierFlags& f) {
     o.tiers.disk_path = f.disk_path;
   }
   o.profile_cache_dir = f.profile_cache;
-  // An explicit demotion target with nowhere to demote to would silently run as recompute.
-  if ((o.placement == KvPlacementMode::Host || o.placement == KvPlacementMode::Disk) && f.host_bytes.empty() &&
-      f.disk_path.empty())
-    throw CliError(std::string("--kv-placement ") + to_string(o.placement) +
-                   " needs a lower KV tier: --kv-host-bytes and/or --kv-disk-path with --kv-disk-bytes");
+  // An explicit demotion target whose tier is absent (or sized 0) would silently run as
+  // recompute: `host` needs tier 1; `disk` needs tier 2 (it ages blocks through tier 1 when
+  // that is configured too).
+  auto sized = [](const TierCapacity& c) { return c.bytes > 0 || c.fraction > 0; };
+  if (o.placement == KvPlacementMode::Host && !sized(o.tiers.host))
+    throw CliError("--kv-placement host needs KV tier 1: a positive --kv-host-bytes");
+  if (o.placement == KvPlacementMode::Disk && (o.tiers.disk_path.empty() || !sized(o.tiers.disk)))
+    throw CliError("--kv-placement disk needs KV tier 2: --kv-disk-path with a positive --kv-disk-bytes");
   return o;
 }
 
+/// How a tier-0 message names the context: the flag when given, else the default it took.
+inline std::string ctx_description(int ctx_flag, int n_ctx) {
+  return ctx_flag > 0 ? "--ctx-size " + std::to_string(n_ctx)
+                      : "the default context of " + std::to_string(n_ctx) + " tokens";
+}
+
+/// "2.5 MiB"-style size for messages.
+inline std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
 /// Tier-0 blocks for --kv-tier0-bytes (0 = default). Throws CliError when it is not a plain
-/// positive size, or — given the context (n_ctx tokens in blocks of block_size) — when it
-/// cannot hold one full context, which a request may always need.
-inline size_t kv_tier0_blocks(const KvTierFlags& f, size_t block_bytes, int n_ctx = 0, int block_size = 0) {
+/// positive size, or when it cannot hold one full context of `n_ctx` tokens in blocks of
+/// `block_size` (a request may always need one); `ctx_what` names that context in the
+/// message, e.g. "--ctx-size 512" or "the default context of 2048 tokens".
+inline size_t kv_tier0_blocks(const KvTierFlags& f, size_t block_bytes, int n_ctx, int block_size,
+                              const std::string& ctx_what) {
   if (f.tier0_bytes.empty()) return 0;
   const TierCapacity c = parse_capacity("--kv-tier0-bytes", f.tier0_bytes);
   if (c.bytes == 0 && c.fraction > 0)
@@ -104,14 +128,11 @@ inline size_t kv_tier0_blocks(const KvTierFlags& f, size_t block_bytes, int n_ct
   if (blocks == 0)
     throw CliError("--kv-tier0-bytes " + f.tier0_bytes + " is less than one KV block (" +
                    std::to_string(block_bytes) + " bytes)");
-  if (n_ctx > 0 && block_size > 0) {
-    const size_t per_context = (size_t(n_ctx) + size_t(block_size) - 1) / size_t(block_size);
-    if (blocks < per_context)
-      throw CliError("--kv-tier0-bytes " + f.tier0_bytes + " holds " + std::to_string(blocks) +
-                     " KV blocks; one full context (--ctx-size " + std::to_string(n_ctx) + ") needs " +
-                     std::to_string(per_context) + " blocks of " + std::to_string(block_size) + " tokens = " +
-                     std::to_string((per_context * block_bytes + 1023) / 1024) + " KiB");
-  }
+  const size_t per_context = (size_t(std::max(n_ctx, 1)) + size_t(block_size) - 1) / size_t(std::max(block_size, 1));
+  if (blocks < per_context)
+    throw CliError("--kv-tier0-bytes " + f.tier0_bytes + " holds " + std::to_string(blocks) + " KV blocks; one full " +
+                   "context (" + ctx_what + ") needs " + std::to_string(per_context) + " blocks of " +
+                   std::to_string(block_size) + " tokens = " + human_bytes(uint64_t(per_context) * block_bytes));
   return blocks;
 }
 

@@ -245,7 +245,8 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
-                         ::testing::Values(AttnCase{32, 8, 128, 16}, AttnCase{6, 2, 64, 16}, AttnCase{8, 4, 8, 7},
+                         ::testing::Values(AttnCase{32, 8, 128, 16}, AttnCase{8, 8, 128, 16}, AttnCase{8, 4, 128, 16},
+                                           AttnCase{64, 8, 128, 16}, AttnCase{6, 2, 64, 16}, AttnCase{8, 4, 8, 7},
                                            AttnCase{12, 1, 16, 5}, AttnCase{4, 4, 256, 16}, AttnCase{3, 1, 4, 1}),
                          [](const auto& info) {
                            const AttnCase& c = info.param;

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 
 #include "backend/cuda/cuda_model.h"
 #include "flashdllm/kv_tiers.h"
@@ -55,10 +55,9 @@ TEST(CudaTiers, BlocksRoundTripThroughHostAndDiskIntoOtherDeviceSlots) {
     // Reference: never leaves the device.
     const SeqId c = kv.create_sequence();
     run(m, kv, c, head, false);
-    // The first forward with this pool pinned its host arena: tier copies are DMA.
     auto* cm = dynamic_cast<cuda::CudaModel*>(&m);
     ASSERT_NE(cm, nullptr);
-    EXPECT_TRUE(cm->kv_host_pinned()) << "the pool's host arena was not page-locked";
+    EXPECT_FALSE(cm->kv_host_pinned()) << "pinned before any tier copy (a pool without tiers pays nothing)";
     run(m, kv, c, tail, false);
     const std::vector<float> want = run(m, kv, c, std::span<const int32_t>(&next, 1), true);
 
@@ -70,6 +69,9 @@ TEST(CudaTiers, BlocksRoundTripThroughHostAndDiskIntoOtherDeviceSlots) {
     kv.free_sequence(a);
     const TierEvent to_host = tiers.demote(blocks[0], BlockTier::Host);
     ASSERT_EQ(to_host.status, TransferStatus::Ok);
+    // The first tier copy pinned the pool's host arena: copies are DMA (on the H200; a
+    // system that refuses to pin falls back to pageable copies).
+    EXPECT_TRUE(cm->kv_host_pinned()) << "the pool's host arena was not page-locked";
     TierEvent to_disk = tiers.demote(blocks[1], BlockTier::Disk);
     if (to_disk.status == TransferStatus::TierDisabled) {  // no usable disk here: host for both
       std::cout << "  disk tier unavailable; both blocks go to host memory\n";
@@ -107,47 +109,58 @@ TEST(CudaTiers, BlocksRoundTripThroughHostAndDiskIntoOtherDeviceSlots) {
   std::filesystem::remove_all(dir);
 }
 
-// The pin follows the pool: released when the pool closes first (another pool then gets its
-// own), or when the model goes first (the pool then frees its arena untouched).
+// The pin follows the pool: taken at the first tier copy, released when the pool closes first
+// (another pool then gets its own), or when the model goes first (the pool then frees its
+// arena untouched).
 TEST(CudaTiers, HostArenaPinFollowsThePoolsLifetime) {
   FDL_SKIP_WITHOUT_GPU();
   auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
   auto* cm = dynamic_cast<cuda::CudaModel*>(model.get());
   ASSERT_NE(cm, nullptr);
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55};
+  auto registered = [](const void* p) {
+    unsigned flags = 0;
+    const bool yes = cudaHostGetFlags(&flags, const_cast<void*>(p)) == cudaSuccess;
+    (void)cudaGetLastError();
+    return yes;
+  };
   for (int round = 0; round < 2; ++round) {
     auto pool = make_pool(*model, 64);
     KvCache kv(*pool);
     const SeqId s = kv.create_sequence();
-    const auto logits = run(*model, kv, s, prompt, true);
-    EXPECT_FALSE(logits.empty());
+    EXPECT_FALSE(run(*model, kv, s, prompt, true).empty());
+    EXPECT_FALSE(cm->kv_host_pinned()) << "round " << round << ": pinned without a tier copy";
+    const BlockId b = kv.block_table(s)[0];
+    const size_t bytes = pool->shape().block_bytes();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) pool->pull_from_mirror(b);
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) pool->push_to_mirror(b);
+    const auto t2 = std::chrono::steady_clock::now();
     EXPECT_TRUE(cm->kv_host_pinned()) << "round " << round;
+    EXPECT_TRUE(registered(pool->arena_bytes().data()));
     if (round == 0) {  // what a tier copy of one block costs (printed; PCIe ~50 GB/s pinned)
-      const BlockId b = kv.block_table(s)[0];
-      const size_t bytes = pool->shape().block_bytes();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 20; ++i) pool->pull_from_mirror(b);
-      const auto t1 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 20; ++i) pool->push_to_mirror(b);
-      const auto t2 = std::chrono::steady_clock::now();
       auto gbs = [&](auto a, auto z) { return 20.0 * double(bytes) / std::chrono::duration<double>(z - a).count() / 1e9; };
       std::cout << "  tier copy of a " << bytes << "-byte block: pull " << gbs(t0, t1) << " GB/s, push "
-                << gbs(t1, t2) << " GB/s (pinned)\n";
-      const auto again = run(*model, kv, s, std::vector<int32_t>{66}, true);  // the pushes rewrote the same bytes
-      EXPECT_FALSE(again.empty());
+                << gbs(t1, t2) << " GB/s (pinned, the first pull includes pinning)\n";
     }
+    // The pushes wrote back the device's own bytes: the sequence continues as before.
+    EXPECT_FALSE(run(*model, kv, s, std::vector<int32_t>{66}, true).empty());
     kv.free_sequence(s);
-  }  // each pool closes before the next: its pin is released (or cudaHostRegister of the
-     // next arena could find the old pages still registered)
+  }  // the pool closes: its pin is released, the model's mirror is left unpinned
+  EXPECT_FALSE(cm->kv_host_pinned());
   auto pool = make_pool(*model, 64);
   {
     KvCache kv(*pool);
     const SeqId s = kv.create_sequence();
     run(*model, kv, s, prompt, false);
+    pool->pull_from_mirror(kv.block_table(s)[0]);
+    EXPECT_TRUE(registered(pool->arena_bytes().data()));
     kv.free_sequence(s);
   }
-  model.reset();  // the model (and its mirror) first: the pool's destructor must not call it
-  pool.reset();
+  model.reset();  // the model (and its mirror) first: the pin goes with it
+  EXPECT_FALSE(registered(pool->arena_bytes().data())) << "the arena stayed page-locked after the model went";
+  pool.reset();  // and the pool's destructor must not call the dead mirror
 }
 
 }  // namespace

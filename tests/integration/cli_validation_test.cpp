@@ -98,12 +98,26 @@ TEST(CliValidation, KvTierFlagErrorsNameTheFlag) {
   expect_error(with({"--kv-tier0-bytes", "0"}), "--kv-tier0-bytes must be a positive size");
   expect_error(with({"--kv-tier0-bytes", "0.5"}), "--kv-tier0-bytes takes a size in bytes");
   // stories260K: 20480-byte blocks of 16 tokens; the default context (2048) needs 128.
-  const CliResult small = with({"--kv-tier0-bytes", "100KiB"});
-  expect_error(small, "--kv-tier0-bytes 100KiB holds 5 KV blocks; one full context (--ctx-size 2048) needs 128 blocks");
+  expect_error(with({"--kv-tier0-bytes", "100KiB"}),
+               "--kv-tier0-bytes 100KiB holds 5 KV blocks; one full context (the default context of 2048 tokens) "
+               "needs 128 blocks of 16 tokens = 2.5 MiB");
+  expect_error(with({"--kv-tier0-bytes", "100KiB", "-c", "96"}),
+               "--kv-tier0-bytes 100KiB holds 5 KV blocks; one full context (--ctx-size 96) needs 6 blocks");
   EXPECT_EQ(with({"--kv-tier0-bytes", "100KiB", "-c", "80"}).exit_code, 0);  // 5 blocks = 80 tokens
-  expect_error(with({"--kv-placement", "disk"}), "--kv-placement disk needs a lower KV tier");
-  expect_error(with({"--kv-placement", "host"}), "--kv-placement host needs a lower KV tier");
+  // A placement whose tier is absent or sized 0 would silently run as recompute.
+  const std::string dir = scratch_dir().string();
+  expect_error(with({"--kv-placement", "disk"}), "--kv-placement disk needs KV tier 2");
+  expect_error(with({"--kv-placement", "disk", "--kv-host-bytes", "1MiB"}), "--kv-placement disk needs KV tier 2");
+  expect_error(with({"--kv-placement", "host"}), "--kv-placement host needs KV tier 1");
+  expect_error(with({"--kv-placement", "host", "--kv-host-bytes", "0"}), "--kv-placement host needs KV tier 1");
+  expect_error(with({"--kv-placement", "host", "--kv-disk-path", dir, "--kv-disk-bytes", "4MiB"}),
+               "--kv-placement host needs KV tier 1");
   EXPECT_EQ(with({"--kv-placement", "host", "--kv-host-bytes", "1MiB"}).exit_code, 0);
+  EXPECT_EQ(with({"--kv-placement", "disk", "--kv-disk-path", dir, "--kv-disk-bytes", "4MiB"}).exit_code, 0);
+  // The same checks in the other commands that take the flags.
+  expect_error(run_cli({"multiturn", "-m", m, "--kv-tier0-bytes", "100KiB"}), "--kv-tier0-bytes 100KiB holds 5 KV blocks");
+  expect_error(run_cli({"serve", "-m", m, "--host", "127.0.0.1", "--port", "0", "--kv-placement", "host"}),
+               "--kv-placement host needs KV tier 1");
 }
 
 // Flags with a fixed set of choices are command-line syntax: exit status 2, like --device.

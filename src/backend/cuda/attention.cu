@@ -344,7 +344,7 @@ void launch_tiles(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 // Lanes per position: a head's float4s spread over up to 32 lanes, except head_dim 128 with
-// groups of at most 4 query heads (Llama-3-8B): 8 lanes of four float4s each, so a warp
+// groups of 4 query heads (Llama-3-8B): 8 lanes of four float4s each, so a warp
 // works on four positions at once with two shuffle levels less, and at batch 1 each warp
 // finishes its share of a ~20-position split in one iteration. H200, batch-1 decode step:
 // 4.634 ms with 8 lanes, 4.67 with 16, 4.77 with 32 (docs/GPU.md, run 21).
@@ -352,13 +352,24 @@ void launch_tiles(const AttentionArgs& a, cudaStream_t stream) {
 int lanes_for(int head_dim, int gm) {
   int lanes = 1;
   while (lanes < head_dim / 4 && lanes < 32) lanes *= 2;
-  if (head_dim == 128 && gm <= 4) lanes = 8;
+  if (head_dim == 128 && gm == 4) lanes = 8;
   static const int forced = [] {
     const char* e = std::getenv("FLASHDLLM_ATTN_LANES");
     return e ? std::atoi(e) : 0;
   }();
-  if ((forced == 8 || forced == 16 || forced == 32) && head_dim == 128 && gm <= 4) lanes = forced;
+  if ((forced == 8 || forced == 16 || forced == 32) && head_dim == 128 && gm == 4) lanes = forced;
   return lanes;
+}
+
+// Launches the per-token kernel with CH float4s per lane; `lanes` lanes must cover the head
+// (a kernel with too few chunks would read a part of q, k and v and leave the merge reading
+// unwritten shared memory), which is checked here rather than trusted to the caller.
+template <int CH, int GM, int U>
+void launch_partial(const AttentionArgs& a, dim3 grid, size_t smem, int lanes, cudaStream_t stream) {
+  if (CH * lanes * 4 < a.kv.head_dim)
+    throw CudaError("paged_attention: " + std::to_string(lanes) + " lanes x " + std::to_string(CH) +
+                    " float4s do not cover head_dim " + std::to_string(a.kv.head_dim));
+  launch_pdl(attn_partial_kernel<CH, GM, U>, grid, dim3(kThreads), smem, stream, a, lanes);
 }
 
 }  // namespace
@@ -437,20 +448,25 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream) {
   const int lanes = lanes_for(hd, gm);
   const dim3 grid(unsigned(a.n_splits), unsigned(a.kv.n_head_kv * ((group + gm - 1) / gm)), unsigned(a.n_tokens));
   const size_t smem = size_t(kThreads / 32) * (32 / lanes) * gm * (hd + 4) * sizeof(float);
-  auto go = [&](auto kernel) { launch_pdl(kernel, grid, dim3(kThreads), smem, stream, a, lanes); };
   const bool wide = hd / 4 > 32;
   switch (gm) {
-    case 1: wide ? go(attn_partial_kernel<2, 1, 4>) : go(attn_partial_kernel<1, 1, 4>); break;
-    case 2: wide ? go(attn_partial_kernel<2, 2, 4>) : go(attn_partial_kernel<1, 2, 4>); break;
+    case 1:
+      wide ? launch_partial<2, 1, 4>(a, grid, smem, lanes, stream) : launch_partial<1, 1, 4>(a, grid, smem, lanes, stream);
+      break;
+    case 2:
+      wide ? launch_partial<2, 2, 4>(a, grid, smem, lanes, stream) : launch_partial<1, 2, 4>(a, grid, smem, lanes, stream);
+      break;
     case 4:
       if (lanes == 8)
-        go(attn_partial_kernel<4, 4, 2>);
+        launch_partial<4, 4, 2>(a, grid, smem, lanes, stream);
       else if (lanes == 16)
-        go(attn_partial_kernel<2, 4, 4>);
+        launch_partial<2, 4, 4>(a, grid, smem, lanes, stream);
       else
-        wide ? go(attn_partial_kernel<2, 4, 2>) : go(attn_partial_kernel<1, 4, 4>);
+        wide ? launch_partial<2, 4, 2>(a, grid, smem, lanes, stream) : launch_partial<1, 4, 4>(a, grid, smem, lanes, stream);
       break;
-    default: wide ? go(attn_partial_kernel<2, 8, 2>) : go(attn_partial_kernel<1, 8, 2>); break;
+    default:
+      wide ? launch_partial<2, 8, 2>(a, grid, smem, lanes, stream) : launch_partial<1, 8, 2>(a, grid, smem, lanes, stream);
+      break;
   }
   launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
              size_t(a.n_splits) * sizeof(float), stream,

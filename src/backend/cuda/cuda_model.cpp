@@ -186,35 +186,47 @@ void CudaModel::sync_block_copies(KvCache& kv) {
 
 // The tier manager's view of the device arena (BlockMirror): the arena has the pool's
 // per-block layout, so a block is one contiguous copy. Synchronous (demotions and promotions
-// are per block and rare next to forwards), but from page-locked memory: the mirror pins the
-// pool's host arena (cudaHostRegister) so each copy is one DMA at PCIe speed instead of a
-// staged pageable copy; if the system refuses (memlock limits), copies stay pageable. The
+// are per block and rare next to forwards), but from page-locked memory: on the first copy the
+// mirror pins the pool's host arena (cudaHostRegister: ~60 ms per GiB on the H200, so a pool
+// without KV tiers, which never copies, does not pay it), and each copy is one DMA at PCIe
+// speed instead of a staged pageable copy; if the system refuses, copies stay pageable. The
 // pin is released when the pool closes or the mirror goes, whichever comes first.
 class CudaModel::ArenaMirror final : public BlockMirror {
  public:
-  ArenaMirror(CudaModel& model, BlockPool& pool) : model_(model), pool_uid_(pool.uid()) {
-    const std::span<uint8_t> arena = pool.arena_bytes();
-    if (!arena.empty() && cudaHostRegister(arena.data(), arena.size(), cudaHostRegisterDefault) == cudaSuccess)
-      pinned_ = arena.data();
-    else
-      (void)cudaGetLastError();  // not pinned: clear the error, copy from pageable memory
-  }
+  ArenaMirror(CudaModel& model, BlockPool& pool) : model_(model), pool_uid_(pool.uid()), arena_(pool.arena_bytes()) {}
   ~ArenaMirror() override { unpin(); }
-  void pull(BlockId id, std::span<uint8_t> host) override { model_.copy_block(pool_uid_, id, host.data(), true); }
+  void pull(BlockId id, std::span<uint8_t> host) override {
+    pin_once();
+    model_.copy_block(pool_uid_, id, host.data(), true);
+  }
   void push(BlockId id, std::span<const uint8_t> host) override {
+    pin_once();
     model_.copy_block(pool_uid_, id, const_cast<uint8_t*>(host.data()), false);
   }
-  void pool_closing() override { unpin(); }
+  void pool_closing() override {
+    unpin();
+    closed_ = true;  // the arena is going: never pin it again
+  }
   bool pinned() const { return pinned_ != nullptr; }
 
  private:
+  void pin_once() {
+    if (tried_ || closed_ || arena_.empty()) return;
+    tried_ = true;
+    if (cudaHostRegister(arena_.data(), arena_.size(), cudaHostRegisterDefault) == cudaSuccess)
+      pinned_ = arena_.data();
+    else
+      (void)cudaGetLastError();  // not pinned: clear the error, copy from pageable memory
+  }
   void unpin() {
-    if (pinned_) (void)cudaHostUnregister(pinned_);
+    if (pinned_ && cudaHostUnregister(pinned_) != cudaSuccess) (void)cudaGetLastError();
     pinned_ = nullptr;
   }
   CudaModel& model_;
   uint64_t pool_uid_;
+  std::span<uint8_t> arena_;
   void* pinned_ = nullptr;
+  bool tried_ = false, closed_ = false;
 };
 
 bool CudaModel::kv_host_pinned() const { return mirror_ && mirror_->pinned(); }

@@ -78,12 +78,13 @@ class CudaModel final : public Model {
   /// Device bytes of the weights, and the bytes one decode step streams (for bandwidth
   /// reports).
   uint64_t weight_bytes() const { return weights_.bytes; }
+  /// Whether tier copies of the current KV pool run from page-locked host memory: the
+  /// arena is pinned at the first tier copy (false before it, after the pool closed, or
+  /// where the system refused to pin it).
+  bool kv_host_pinned() const;
   /// With FLASHDLLM_CUDA_PROFILE=1 (which also turns graphs off): device milliseconds per
   /// op class (embed, norm, qkv, rope, attention, wo, gate_up, silu, down, output, upload),
   /// summed over the forwards since the last reset, timed with events between the ops.
-  /// Whether tier copies of the current KV pool run from page-locked host memory (false
-  /// before the first forward with a pool, or where the system refused to pin the arena).
-  bool kv_host_pinned() const;
   std::vector<std::pair<std::string, double>> profile() const;
   void reset_profile();
   uint64_t weight_bytes_per_step() const { return weights_.bytes_per_step; }
