@@ -118,7 +118,12 @@ inline std::string human_bytes(uint64_t bytes) {
 inline size_t kv_tier0_blocks(const KvTierFlags& f, size_t block_bytes, int n_ctx, int block_size,
                               const std::string& ctx_what) {
   if (f.tier0_bytes.empty()) return 0;
-  const TierCapacity c = parse_capacity("--kv-tier0-bytes", f.tier0_bytes);
+  TierCapacity c;
+  try {
+    c = TierCapacity::parse(f.tier0_bytes);
+  } catch (const std::invalid_argument&) {  // its message offers fractions, which tier 0 does not take
+    throw CliError("--kv-tier0-bytes takes a size in bytes (e.g. 64MiB, 2GiB), got '" + f.tier0_bytes + "'");
+  }
   if (c.bytes == 0 && c.fraction > 0)
     throw CliError("--kv-tier0-bytes takes a size in bytes (e.g. 64MiB), not a fraction");
   if (c.bytes == 0)

@@ -97,6 +97,8 @@ TEST(CliValidation, KvTierFlagErrorsNameTheFlag) {
   };
   expect_error(with({"--kv-tier0-bytes", "0"}), "--kv-tier0-bytes must be a positive size");
   expect_error(with({"--kv-tier0-bytes", "0.5"}), "--kv-tier0-bytes takes a size in bytes");
+  expect_error(with({"--kv-tier0-bytes", "-5"}), "--kv-tier0-bytes takes a size in bytes (e.g. 64MiB, 2GiB), got '-5'");
+  expect_error(with({"--kv-tier0-bytes", "lots"}), "--kv-tier0-bytes takes a size in bytes (e.g. 64MiB, 2GiB), got 'lots'");
   // stories260K: 20480-byte blocks of 16 tokens; the default context (2048) needs 128.
   expect_error(with({"--kv-tier0-bytes", "100KiB"}),
                "--kv-tier0-bytes 100KiB holds 5 KV blocks; one full context (the default context of 2048 tokens) "
