@@ -25,6 +25,7 @@
 #include "cli/json_output.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "cli/spec_flags.h"
 #include "flashdllm/generator.h"
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/model.h"
@@ -289,10 +290,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object with all statistics");
   add_mmap_flag(cmd, opt->mmap);
-  cmd->add_option("--spec", opt->spec,
-                  "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"off", "lookup", "lookahead", "auto"}));
+  add_spec_flag(cmd, opt->spec, "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto");
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens per step with --spec")
       ->capture_default_str();
   cmd->callback([opt] {

@@ -24,6 +24,7 @@
 #include "cli/kv_tier_flags.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "cli/spec_flags.h"
 #include "cli/stdout_io.h"
 #include "engine/resolved_options.h"
 #include "flashdllm/generator.h"
@@ -297,9 +298,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
   add_mmap_flag(cmd, opt->mmap);
-  cmd->add_option("--spec", opt->spec, "Speculative decoding: off, lookup, lookahead or auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"off", "lookup", "lookahead", "auto"}));
+  add_spec_flag(cmd, opt->spec, "Speculative decoding: off, lookup, lookahead or auto");
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
       ->capture_default_str();
   add_kv_tier_flags(cmd, opt->kv);

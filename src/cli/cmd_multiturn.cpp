@@ -102,8 +102,7 @@ void run_multiturn(const MultiturnOptions& o) {
     throw CliError("--trace " + o.trace + ": cannot write this file");
   const size_t block_bytes = loaded.model->kv_shape(o.block_size).block_bytes();
   eo.kv_blocks = kv_tier0_blocks(o.kv, block_bytes, n_ctx, o.block_size,
-                                 o.ctx_size > 0 ? "--ctx-size " + std::to_string(n_ctx)
-                                                : "the " + std::to_string(n_ctx) + "-token context the workload needs");
+                                 ctx_description(o.ctx_size, n_ctx, "the workload's context"));
   const auto t_setup = Clock::now();
   std::optional<Engine> made;
   try {

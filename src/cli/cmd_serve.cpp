@@ -28,6 +28,7 @@
 #include "cli/model_flags.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "cli/spec_flags.h"
 #include "control/redis_control.h"
 #include "engine/resolved_options.h"
 #include "flashdllm/engine.h"
@@ -249,9 +250,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks of common prompt prefixes");
   cmd->add_option("--chat-template", o->chat_template,
                   "llama2, llama3 or chatml (default: detected from the GGUF's tokenizer.chat_template)");
-  cmd->add_option("--spec", o->spec, "Speculative decoding: off, lookup, lookahead or auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"off", "lookup", "lookahead", "auto"}));
+  add_spec_flag(cmd, o->spec, "Speculative decoding: off, lookup, lookahead or auto");
   cmd->add_option("--spec-window", o->spec_window, "Max draft tokens verified per step")->capture_default_str();
   cmd->add_option("--control-redis", o->control_redis,
                   "Breaker commands from Redis Pub/Sub, e.g. redis://127.0.0.1:6379/flashdllm-control");

@@ -94,10 +94,11 @@ inline KvTierOptions kv_tier_options(const KvTierFlags& f) {
   return o;
 }
 
-/// How a tier-0 message names the context: the flag when given, else the default it took.
-inline std::string ctx_description(int ctx_flag, int n_ctx) {
+/// How a tier-0 message names the context: the flag when given, else where it came from
+/// (`fallback`, e.g. "the default context").
+inline std::string ctx_description(int ctx_flag, int n_ctx, const std::string& fallback = "the default context") {
   return ctx_flag > 0 ? "--ctx-size " + std::to_string(n_ctx)
-                      : "the default context of " + std::to_string(n_ctx) + " tokens";
+                      : fallback + " of " + std::to_string(n_ctx) + " tokens";
 }
 
 /// "2.5 MiB"-style size for messages.
