@@ -13,22 +13,6 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::WType;
 
-std::vector<uint8_t> random_weights(WType type, size_t count) {
-  const std::vector<float> v = random_floats(count);
-  std::vector<uint8_t> bits(count * cuda::wtype_size(type));
-  for (size_t i = 0; i < count; ++i) {
-    if (type == WType::F32) {
-      std::memcpy(&bits[4 * i], &v[i], 4);
-    } else {
-      const uint16_t h = type == WType::F16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
-      std::memcpy(&bits[2 * i], &h, 2);
-    }
-  }
-  return bits;
-}
-
-std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
-
 class FusedGemv : public ::testing::TestWithParam<WType> {};
 
 TEST_P(FusedGemv, NormSwigluEqualsNormGemvSiluChain) {

@@ -6,12 +6,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_model_factory.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/kernels.h"
+#include "flashdllm/dtype.h"
 
 #define FDL_SKIP_WITHOUT_GPU()                                          \
   do {                                                                  \
@@ -59,6 +62,23 @@ inline std::vector<float> random_floats(size_t n, float lo = -1.f, float hi = 1.
   for (float& x : v) x = u(rng());
   return v;
 }
+
+/// `count` random weights in [-1, 1) stored as `type` (the bytes of a DeviceMatrix).
+inline std::vector<uint8_t> random_weights(cuda::WType type, size_t count) {
+  const std::vector<float> v = random_floats(count);
+  std::vector<uint8_t> bits(count * cuda::wtype_size(type));
+  for (size_t i = 0; i < count; ++i) {
+    if (type == cuda::WType::F32) {
+      std::memcpy(&bits[4 * i], &v[i], 4);
+    } else {
+      const uint16_t h = type == cuda::WType::F16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+      std::memcpy(&bits[2 * i], &h, 2);
+    }
+  }
+  return bits;
+}
+
+inline std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 /// ‖out − ref‖ / ‖ref‖ (NaN in `out` gives NaN, which fails every bound).
 inline double rel_error(const std::vector<float>& out, const std::vector<double>& ref) {

@@ -21,9 +21,12 @@ struct Layout {
         row_idx(4 * size_t(n)), cos_sin(4 * size_t(n) + size_t(m)),
         tables(cos_sin + size_t(n) * size_t(rope_dim)) {}
 };
-enum ProfKind { kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kGateUp, kSilu, kDown, kOutput, kUpload, kProfKinds };
-constexpr const char* kProfNames[kProfKinds] = {"embed", "norm",  "qkv",  "rope",   "attention", "wo",
-                                                "gate_up", "silu", "down", "output", "upload"};
+enum ProfKind {
+  kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kAttnBlock, kGateUp, kSilu, kDown, kFfnBlock, kOutput, kUpload, kProfKinds
+};
+constexpr const char* kProfNames[kProfKinds] = {"embed",   "norm",      "qkv",  "rope",   "attention", "wo",
+                                                "attn_block", "gate_up", "silu", "down", "ffn_block", "output",
+                                                "upload"};
 }  // namespace
 
 CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
@@ -68,6 +71,23 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
   if (const char* t = std::getenv("FLASHDLLM_ATTN_TC"); t) attn_tc_ = std::string(t) == "1";
   if (const char* t = std::getenv("FLASHDLLM_DECODE_TILES"); t && std::string(t) == "0") decode_tiles_ = false;
+  // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
+  // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
+  // keep the kernels they replace.
+  auto env_off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string(v) == "0";
+  };
+  if (fuse_enabled_ && !weights_.layers.empty()) {
+    const CudaLayer& L0 = weights_.layers[0];
+    if (!env_off("FLASHDLLM_ATTN_BLOCK"))
+      attn_block_groups_ = attention_block_groups(L0.qkv.view, L0.wo.view, c.n_head,
+                                                  KvLayerView{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim}, n_sm_);
+    if (!env_off("FLASHDLLM_FFN_BLOCK")) ffn_blocks_ = ffn_block_blocks(L0.gate_up.view, L0.down.view, n_sm_);
+    if (attn_block_groups_ > 0)
+      block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
+    block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
+  }
   if (const char* p = std::getenv("FLASHDLLM_CUDA_PROFILE"); p && std::string(p) == "1") {
     profile_ = true;
     use_graphs_ = false;
@@ -343,6 +363,8 @@ void CudaModel::run_kernels(int n, int m) {
   att.partial = partial_.get();
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
   const bool fused = n == 1 && fuse_enabled_;
+  if (fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0))  // every layer's hand-off counters start at zero
+    FDL_CUDA_CHECK(cudaMemsetAsync(block_sync_.get(), 0, block_sync_.bytes(), stream_));
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaLayer& L = weights_.layers[size_t(l)];
     kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
@@ -400,19 +422,73 @@ void CudaModel::run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att
   const ModelConfig& c = config_;
   const CudaLayer& L = weights_.layers[size_t(l)];
   const NormIn attn_in{x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), x2_.get(), c.rms_eps};
-  gemv_norm_rope_qkv(L.qkv.view, attn_in, d_cos_sin_, d_positions_, d_dst_block_, c.n_head, c.rope_dim, kv, q_.get(),
-                     stream_);
-  prof(kQkv);
-  att.kv = kv;
-  paged_attention(att, stream_);
-  prof(kAttention);
-  gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
-  prof(kWo);
+  if (attn_block_groups_ > 0) {
+    run_attention_block(l, kv, attn_in, att.scale);
+  } else {
+    gemv_norm_rope_qkv(L.qkv.view, attn_in, d_cos_sin_, d_positions_, d_dst_block_, c.n_head, c.rope_dim, kv,
+                       q_.get(), stream_);
+    prof(kQkv);
+    att.kv = kv;
+    paged_attention(att, stream_);
+    prof(kAttention);
+    gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
+    prof(kWo);
+  }
   const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps};
+  if (ffn_blocks_ > 0) {
+    FfnBlockArgs f;
+    f.type = L.gate_up.view.type;
+    f.w_gate_up = L.gate_up.view.data;
+    f.w_down = L.down.view.data;
+    f.down_rows = L.down.view.rows;
+    f.cols = int(L.gate_up.view.cols);
+    f.n_ff = c.n_ff;
+    f.in = ffn_in;
+    f.h = h_.get();
+    f.y = proj_.get();
+    f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + size_t(c.n_head_kv) + 1;
+    f.blocks = ffn_blocks_;
+    decode_ffn_block(f, stream_);
+    prof(kFfnBlock);
+    return;
+  }
   gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_);
   prof(kGateUp);
   gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
   prof(kDown);
+}
+
+// The attention half of a batch-1 layer as one kernel: norm, QKV, RoPE/KV store, attention,
+// wo (kernels.h: decode_attention_block), its output in proj_ as wo's would be.
+void CudaModel::run_attention_block(int l, const KvLayerView& kv, const NormIn& attn_in, float scale) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  AttentionBlockArgs b;
+  b.type = L.qkv.view.type;
+  b.wqkv = L.qkv.view.data;
+  b.wo = L.wo.view.data;
+  b.wo_rows = L.wo.view.rows;
+  b.cols = int(L.qkv.view.cols);
+  b.in = attn_in;
+  b.cos_sin = d_cos_sin_;
+  b.positions = d_positions_;
+  b.dst_block = d_dst_block_;
+  b.tables = d_tables_;
+  b.table_off = d_table_off_;
+  b.n_head = c.n_head;
+  b.rope_dim = c.rope_dim;
+  b.scale = scale;
+  b.kv = kv;
+  b.q_out = q_.get();
+  b.attn_out = attn_.get();
+  b.partial = block_partial_.get();
+  b.y = proj_.get();
+  b.sync = block_sync_.get() + size_t(l) * sync_per_layer();
+  b.blocks_per_group = attn_block_groups_;
+  static const int skip = std::getenv("FLASHDLLM_ATTN_BLOCK_SKIP") ? std::atoi(std::getenv("FLASHDLLM_ATTN_BLOCK_SKIP")) : 0;
+  b.skip = skip;
+  decode_attention_block(b, stream_);
+  prof(kAttnBlock);
 }
 
 void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {

@@ -16,9 +16,12 @@
 // SGEMM for F32 weights, GemmEx with fp32 accumulation for F16/BF16 weights after rounding
 // the activations to the weight type (as llama.cpp's GPU path does); this is the one place
 // the CUDA numerics differ from the CPU's beyond reduction order.
-// A single-token step (batch-1 decode) runs each layer as gemv_norm_rope_qkv, attention, wo,
-// gemv_norm_swiglu, down (kernels.h: the norms, RoPE and SwiGLU fused into the projections;
-// FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain). Attention of steps above 16 tokens runs in
+// A single-token step (batch-1 decode) runs each layer as two kernels (kernels.h):
+// decode_attention_block (norm, QKV, RoPE/KV store, attention, wo) and decode_ffn_block (norm,
+// gate/up, SwiGLU, down), each one block per SM handing over between phases through counters.
+// Where a shape does not allow them, or with FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0:
+// gemv_norm_rope_qkv, attention, wo / gemv_norm_swiglu, down (the norms, RoPE and SwiGLU fused
+// into the projections); FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain. Attention of steps above 16 tokens runs in
 // tiles on tensor cores (mma.sync, operands in the weights' 16-bit type, fp32 accumulation)
 // when the weights are F16/BF16, on fp32 CUDA cores for F32 weights; FLASHDLLM_ATTN_TC=0/1
 // forces either.
@@ -108,6 +111,7 @@ class CudaModel final : public Model {
   void run_kernels(int n, int m);
   /// One layer of a single-token step through the fused kernels (gemv_norm_*).
   void run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att);
+  void run_attention_block(int l, const KvLayerView& kv, const NormIn& attn_in, float scale);
   /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
@@ -129,6 +133,11 @@ class CudaModel final : public Model {
   std::vector<double> prof_ms_;
   int splits_ = 1;  // attention context chunks of the current step
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
+  int attn_block_groups_ = 0;  // > 0: batch-1 layers run decode_attention_block (blocks per KV head)
+  int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
+  DeviceBuffer<float> block_partial_;  // decode_attention_block's split partials
+  DeviceBuffer<unsigned> block_sync_;  // hand-off counters: sync_per_layer() per layer
+  size_t sync_per_layer() const { return size_t(config_.n_head_kv) + 2; }  // attention's n_kv + 1, the FFN's 1
   bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   bool decode_tiles_ = true;  // FLASHDLLM_DECODE_TILES=0: decode batches keep the per-token kernel
   bool tiles_enabled_ = true;  // FLASHDLLM_ATTN_TILES=0 turns the tiled prefill kernel off

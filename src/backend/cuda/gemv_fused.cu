@@ -17,6 +17,7 @@
 // The arithmetic is the unfused kernels' operation for operation (fp32, no FMA contraction
 // where they avoid it), so the fused path gives the same values up to the fp64 sum order.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/gemv_widen.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -44,7 +45,6 @@ __global__ void __launch_bounds__(kThreads)
     gemv_norm_kernel(const WT* __restrict__ W, int64_t rows, int cols, NormIn in, RopeOut ro, float* __restrict__ h) {
   extern __shared__ float4 xs4[];
   float* xs = reinterpret_cast<float*>(xs4);
-  __shared__ double red[kWarps];
   __shared__ float res[kWarps];
   launch_dependents();
   constexpr int kVec = Widen<WT>::kVec;
@@ -82,24 +82,7 @@ __global__ void __launch_bounds__(kThreads)
   grid_dependency_wait();
 
   // Residual add + RMSNorm of the single row into shared memory.
-  double sum = 0.0;
-  const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
-  for (int i = threadIdx.x; i < cols; i += kThreads) {
-    const float v = in.add ? in.x[i] + in.add[i] : in.x[i];
-    if (write_x) in.x_out[i] = v;
-    xs[i] = v;
-    sum += double(__fmul_rn(v, v));
-  }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) red[warp] = sum;
-  __syncthreads();
-  double total = 0.0;
-#pragma unroll
-  for (int k = 0; k < kWarps; ++k) total += red[k];
-  const float mean = float(total / double(cols));
-  const float scale = 1.0f / sqrtf(mean + in.eps);
-  for (int i = threadIdx.x; i < cols; i += kThreads) xs[i] = __fmul_rn(__fmul_rn(xs[i], scale), in.w[i]);
-  __syncthreads();
+  block::norm_to_smem<kThreads>(in, cols, in.w, xs);
 
   for (; g < n_groups; g += gridDim.x) {
     // The weight row against the normalized row (gemv.cu's loop with X in shared memory).

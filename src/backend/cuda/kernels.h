@@ -146,6 +146,80 @@ void gemv_norm_rope_qkv(const DeviceMatrix& W, const NormIn& in, const float* co
 /// 2*n_ff rows), then silu_mul: h[i] = silu(gate_i) * up_i for i < W.rows / 2 (fp32).
 void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream);
 
+/// The attention half of a batch-1 decode layer in one kernel (decode_attention_block.cu):
+///   v = in.x + in.add (block 0 writes v to in.x_out), xn = RMSNorm(v) * in.w,
+///   qkv = wqkv · xn, RoPE and K/V store as gemv_norm_rope_qkv (q to q_out),
+///   attn_out = attention of q over positions [0, positions[0]] of the sequence whose block
+///   table is tables[table_off[0] ...] (causal, GQA),
+///   y = wo · attn_out.
+/// Blocks are grouped per KV head (blocks_per_group each, from attention_block_groups) and
+/// hand over through `sync`: n_head_kv + 1 counters that must be zero at launch (they are
+/// left at their final values). `partial` holds attention_block_partial_floats() floats.
+/// Blocks wait for each other, so all must be resident at once: the grid is sized to the
+/// device's SMs, which holds unless other work (e.g. an MPS client limit) takes SMs away for
+/// the whole kernel — then it would hang; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
+/// select the kernels without hand-offs.
+/// Values agree with the separate kernels to fp32 rounding (other context split points).
+struct AttentionBlockArgs {
+  WType type = WType::F32;       ///< of both matrices
+  const void* wqkv = nullptr;    ///< [(n_head + 2 n_head_kv) hd][cols]: [q | k | v] rows
+  const void* wo = nullptr;      ///< [wo_rows][n_head hd]
+  int64_t wo_rows = 0;
+  int cols = 0;                  ///< n_embd (wqkv's columns)
+  NormIn in;
+  const float* cos_sin = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* dst_block = nullptr;
+  const int32_t* tables = nullptr;
+  const int32_t* table_off = nullptr;
+  int n_head = 0;
+  int rope_dim = 0;
+  float scale = 1.f;
+  KvLayerView kv;
+  float* q_out = nullptr;        ///< [n_head hd]
+  float* attn_out = nullptr;     ///< [n_head hd]
+  float* partial = nullptr;
+  float* y = nullptr;            ///< [wo_rows]
+  unsigned* sync = nullptr;      ///< n_head_kv + 1 counters, zero at launch
+  int blocks_per_group = 0;
+  int skip = 0;  // TEMP timing knob
+};
+/// Blocks per KV-head group for decode_attention_block on `n_sm` multiprocessors, or 0 when
+/// the shape is not supported (head_dim a multiple of 4 up to 128, up to 4 query heads per KV
+/// head, matching F32/F16/BF16 matrices with 16-byte rows, cols <= 16384, every block resident
+/// at once).
+int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
+                           int n_sm);
+size_t attention_block_partial_floats(int n_head, int head_dim, int blocks_per_group);
+void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream);
+
+/// The FFN half of a batch-1 decode layer in one kernel (decode_ffn_block.cu):
+///   v = in.x + in.add (block 0 writes v to in.x_out), xn = RMSNorm(v) * in.w,
+///   h = silu(gate · xn) * (up · xn) (w_gate_up = [gate | up] rows, as gemv_norm_swiglu),
+///   y = w_down · h.
+/// One block per SM (`blocks` from ffn_block_blocks); the down projection waits for all of h
+/// behind `sync`, one counter that must be zero at launch. h: n_ff floats of scratch. y may
+/// alias in.add (every block has read in.add before any writes y). Values agree with
+/// gemv_norm_swiglu + gemv to fp32 rounding.
+struct FfnBlockArgs {
+  WType type = WType::F32;         ///< of both matrices
+  const void* w_gate_up = nullptr; ///< [2 n_ff][cols]
+  const void* w_down = nullptr;    ///< [down_rows][n_ff]
+  int64_t down_rows = 0;
+  int cols = 0;
+  int n_ff = 0;
+  NormIn in;
+  float* h = nullptr;              ///< [n_ff]
+  float* y = nullptr;              ///< [down_rows]
+  unsigned* sync = nullptr;        ///< one counter, zero at launch
+  int blocks = 0;
+};
+/// Blocks for decode_ffn_block on `n_sm` multiprocessors (one per SM), or 0 when the matrices
+/// are not supported (matching F32/F16/BF16 types, 16-byte rows, cols <= 16384, down's
+/// columns = gate/up's rows / 2, h fits in shared memory).
+int ffn_block_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm);
+void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
+
 /// dst[i] = X[i] rounded to `type` (F16 or BF16, round to nearest even) for i < count.
 void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream);
 

@@ -1,0 +1,337 @@
+// The attention half of a batch-1 decode layer in one kernel (contract in kernels.h):
+//   RMSNorm -> QKV projection -> RoPE + K/V store -> attention over the context -> merge of
+//   the context splits -> wo projection.
+// As separate kernels this is four launches (gemv_norm_rope_qkv, the attention partials, their
+// combine, wo), and each boundary costs ~5-7 µs on an H200 while HBM idles: the next grid can
+// only start once the previous one has drained, and every kernel here is one short wave
+// (docs/GPU.md, tuning log). Here one block per SM stays resident for the whole half-layer and
+// the phases hand over through counters instead of kernel boundaries:
+//   - blocks are grouped by KV head: group g (bpg blocks) projects exactly the q, k and v rows
+//     that attention over KV head g needs, so the first hand-off (q/k/v of g stored) and the
+//     second (all context splits of g computed) only wait for the bpg blocks of the group;
+//   - only the wo projection needs every head, behind one grid-wide hand-off (grid <= SMs, one
+//     block per SM: all blocks are co-resident, so spinning on a counter cannot deadlock).
+// Counters are zeroed by the caller before the launch (one memset per step for all layers).
+// Data written during the kernel by other blocks (q, the new K/V slot, the split partials,
+// the attention output) is read through L2 (ld.global.cg), never through a possibly stale L1.
+// Arithmetic: the projections are gemv.cu's loop (fp32 accumulate, same lane order), the norm
+// gemv_fused.cu's (the fp64 sum over 512 threads instead of 256), the attention the per-token
+// kernel's online softmax with other split points: values agree with the separate kernels to
+// fp32 rounding (tests/gpu/attention_block_test.cpp).
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_block.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+#include <algorithm>
+#include <string>
+
+namespace fdl::cuda {
+namespace {
+
+using namespace block;
+constexpr int kUnroll = 8;
+constexpr int kMaxGroupBlocks = 16;  // context splits per KV head (and blocks per group)
+constexpr int kU = 4;                // positions per warp in flight in the attention phase
+
+/// Row of the fused QKV matrix for local row `lr` of KV group g: the group's G q heads, then
+/// its k head, then its v head.
+__device__ __forceinline__ int64_t qkv_row(int lr, int g, int G, int hd, int q_dim, int kv_dim) {
+  if (lr < G * hd) return int64_t(g) * G * hd + lr;
+  if (lr < (G + 1) * hd) return q_dim + int64_t(g) * hd + (lr - G * hd);
+  return q_dim + kv_dim + int64_t(g) * hd + (lr - (G + 1) * hd);
+}
+
+template <typename WT, int GM>
+__global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
+  extern __shared__ float4 smem4[];
+  launch_dependents();
+  constexpr int kVec = Widen<WT>::kVec;
+  const KvLayerView& kv = a.kv;
+  const int cols = a.cols, hd = kv.head_dim, n_kv = kv.n_head_kv, G = a.n_head / n_kv;
+  const int q_dim = a.n_head * hd, kv_dim = n_kv * hd;
+  const int bpg = a.blocks_per_group, g = blockIdx.x / bpg, r = blockIdx.x % bpg;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* xs = reinterpret_cast<float*>(smem4);        // [max(cols, q_dim)]: the normalized row, then wo's input
+  float* mrg = xs + ((max(cols, q_dim) + 3) & ~3);    // [kWarps][GM][hd + 4] warp states
+  float* ws = mrg + kWarps * GM * (hd + 4);           // [cols] the norm weight
+  float* res = ws + cols;                             // [chunk] this block's q/k/v values
+
+  // This block's rows of the group (an even count, so RoPE pairs stay in one block).
+  const int rows_g = (G + 2) * hd;
+  int chunk = (rows_g + bpg - 1) / bpg;
+  chunk += chunk & 1;
+  const int lr0 = min(rows_g, r * chunk), lr1 = min(rows_g, lr0 + chunk);
+  const int nvec = cols / kVec;
+  const WT* Wqkv = static_cast<const WT*>(a.wqkv);
+  auto qkv_ptr = [&](int lr) {
+    return reinterpret_cast<const uint4*>(Wqkv + qkv_row(lr, g, G, hd, q_dim, kv_dim) * cols);
+  };
+  uint4 w[kUnroll];
+  // First weight loads before waiting for the previous kernel: weights depend on nothing.
+  if (lr0 + warp < lr1) load_first<kUnroll>(qkv_ptr(lr0 + warp), w, nvec, lane);
+  norm_weight_prefetch(a.in, cols, ws);
+  // This block's share of the context, known before the wait (the step's inputs were copied
+  // before the step's first kernel): its K/V vectors, written by earlier steps, start moving
+  // into L2 now; only the newest position's comes from this kernel (not prefetched).
+  const int pos = a.positions[0];
+  const int ctx = pos + 1, per = (ctx + bpg - 1) / bpg;
+  const int begin = min(ctx, r * per), end = min(ctx, begin + per);
+  const int32_t* table = a.tables + a.table_off[0];
+  auto kv_at = [&](int j) {
+    return kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
+           int64_t(j % kv.block_size) * kv_dim + int64_t(g) * hd;
+  };
+  for (int i = threadIdx.x; i < 2 * (min(end, pos) - begin); i += kThreads) {
+    const int j = begin + i / 2;
+    prefetch_l2(kv_at(j) + (i & 1) * int64_t(kv.block_size) * kv_dim, unsigned(hd * sizeof(float)));
+  }
+  grid_dependency_wait();
+
+  // 1. v = x + add, RMSNorm into shared memory (block 0 writes v: the residual stream).
+  norm_to_smem(a.in, cols, ws, xs);
+
+  // 2. q/k/v rows of group g: warps take the block's rows round-robin.
+  for (int lr = lr0 + warp; lr < lr1; lr += kWarps) {
+    const float acc =
+        dot_row<WT, kUnroll>(qkv_ptr(lr), w, xs, nvec, lane, lr + kWarps < lr1 ? qkv_ptr(lr + kWarps) : nullptr);
+    if (lane == 0) res[lr - lr0] = acc;
+  }
+  __syncthreads();
+  // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
+  float* k_dst = kv.base + int64_t(a.dst_block[0]) * kv.block_stride + kv.layer_offset +
+                 int64_t(pos % kv.block_size) * kv_dim;
+  for (int i = threadIdx.x; 2 * i < lr1 - lr0; i += kThreads) {
+    const int lr = lr0 + 2 * i;
+    const int ri = int(qkv_row(lr, g, G, hd, q_dim, kv_dim));
+    const float x0 = res[2 * i], x1 = res[2 * i + 1];
+    if (ri >= q_dim + kv_dim) {
+      float* v_dst = k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim);
+      v_dst[0] = x0;
+      v_dst[1] = x1;
+    } else {
+      float* dst = ri < q_dim ? a.q_out + ri : k_dst + (ri - q_dim);
+      const int e = ri % hd;
+      if (e < a.rope_dim) {
+        const float c = a.cos_sin[e], sn = a.cos_sin[e + 1];
+        dst[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        dst[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+      } else {
+        dst[0] = x0;
+        dst[1] = x1;
+      }
+    }
+  }
+  arrive_and_wait(a.sync + g, unsigned(bpg));
+
+  // 3. Attention of the group's G query heads over split r of the context [0, pos]: a warp
+  //    takes one position per step, 32 lanes x one float4 cover head_dim <= 128; online
+  //    softmax per head (the per-token kernel's), kU positions loaded before any is used.
+  const int hd4 = hd / 4;
+  const int h0 = g * G;
+  const bool has = lane < hd4;
+  float4 q[GM];
+  float m[GM], l[GM];
+  float4 acc[GM];
+#pragma unroll
+  for (int gi = 0; gi < GM; ++gi) {
+    q[gi] = (gi < G && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    m[gi] = -INFINITY, l[gi] = 0.f, acc[gi] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  for (int j0 = begin + warp; j0 < end; j0 += kU * kWarps) {
+    float4 k[kU], v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int j = j0 + u * kWarps;
+      k[u] = v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (j < end && has) {
+        const float* kp = kv_at(j) + lane * 4;
+        k[u] = ldcg4(kp);
+        v[u] = ldcg4(kp + int64_t(kv.block_size) * kv_dim);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (j0 + u * kWarps >= end) break;  // uniform across the warp
+#pragma unroll
+      for (int gi = 0; gi < GM; ++gi) {
+        if (gi >= G) break;
+        float s = q[gi].x * k[u].x + q[gi].y * k[u].y + q[gi].z * k[u].z + q[gi].w * k[u].w;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        s *= a.scale;
+        const float m_new = fmaxf(m[gi], s);
+        const float corr = expf(m[gi] - m_new), p = expf(s - m_new);
+        l[gi] = l[gi] * corr + p;
+        acc[gi] = make_float4(acc[gi].x * corr + v[u].x * p, acc[gi].y * corr + v[u].y * p,
+                              acc[gi].z * corr + v[u].z * p, acc[gi].w * corr + v[u].w * p);
+        m[gi] = m_new;
+      }
+    }
+  }
+  // Merge the warps' states in shared memory; one partial (acc, m, l) per head and split.
+  const int rec = hd + 4;
+#pragma unroll
+  for (int gi = 0; gi < GM; ++gi) {
+    if (gi >= G) break;
+    float* rp = mrg + (warp * GM + gi) * rec;
+    if (has) *reinterpret_cast<float4*>(rp + lane * 4) = acc[gi];
+    if (lane == 0) rp[hd] = m[gi], rp[hd + 1] = l[gi];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+    const int gi = idx / hd, d = idx % hd;
+    float mx = -INFINITY;
+    for (int s = 0; s < kWarps; ++s) mx = fmaxf(mx, mrg[(s * GM + gi) * rec + hd]);
+    float o = 0.f, lsum = 0.f;
+    if (mx != -INFINITY)
+      for (int s = 0; s < kWarps; ++s) {
+        const float* rp = mrg + (s * GM + gi) * rec;
+        const float wgt = expf(rp[hd] - mx);  // 0 for warps that saw no position (m = -inf)
+        o += rp[d] * wgt;
+        lsum += rp[hd + 1] * wgt;
+      }
+    float* out = a.partial + (int64_t(h0 + gi) * bpg + r) * (hd + 2);
+    out[d] = o;
+    if (d == 0) out[hd] = mx, out[hd + 1] = lsum;
+  }
+  arrive_and_wait(a.sync + g, unsigned(2 * bpg));
+
+  // 4. Merge the group's splits: block r finalizes its share of the G * hd outputs. A
+  //    half-warp per output, one lane per split: every partial is loaded at once (one L2
+  //    round trip, not one per split), then reduced with shuffles.
+  {
+    const int per_out = (G * hd + bpg - 1) / bpg;
+    const int o0 = r * per_out, o1 = min(G * hd, o0 + per_out);
+    const int s = threadIdx.x % kMaxGroupBlocks;
+    for (int idx = o0 + threadIdx.x / kMaxGroupBlocks; idx - (threadIdx.x / kMaxGroupBlocks) < o1;
+         idx += kThreads / kMaxGroupBlocks) {
+      const bool live = idx < o1 && s < bpg;
+      const int gi = live ? idx / hd : 0, d = live ? idx % hd : 0;
+      const float* p = a.partial + (int64_t(h0 + gi) * bpg + s) * (hd + 2);
+      const float m_s = live ? __ldcg(p + hd) : -INFINITY;
+      const float l_s = live ? __ldcg(p + hd + 1) : 0.f;
+      const float o_s = live ? __ldcg(p + d) : 0.f;
+      float mx = m_s;
+      for (int o = kMaxGroupBlocks / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float wgt = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: an empty split
+      float o_sum = o_s * wgt, l_sum = l_s * wgt;
+      for (int o = kMaxGroupBlocks / 2; o > 0; o >>= 1) {
+        o_sum += __shfl_xor_sync(0xffffffffu, o_sum, o);
+        l_sum += __shfl_xor_sync(0xffffffffu, l_sum, o);
+      }
+      if (idx < o1 && s == 0) a.attn_out[int64_t(h0 + gi) * hd + d] = o_sum / l_sum;
+    }
+  }
+
+  // 5. wo: every block takes a contiguous share of its rows; each row needs every head, so
+  //    this waits for all blocks. The first weight loads are issued before the wait.
+  const WT* Wo = static_cast<const WT*>(a.wo);
+  const int wo_cols = q_dim, wo_nvec = wo_cols / kVec;
+  const int64_t wchunk = (a.wo_rows + gridDim.x - 1) / gridDim.x;
+  const int64_t wr0 = ::min(a.wo_rows, int64_t(blockIdx.x) * wchunk), wr1 = ::min(a.wo_rows, wr0 + wchunk);
+  auto wo_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wo + row * wo_cols); };
+  if (wr0 + warp < wr1) load_first<kUnroll>(wo_ptr(wr0 + warp), w, wo_nvec, lane);
+  arrive_and_wait(a.sync + n_kv, gridDim.x);
+  // The attention output (written by every block) into shared memory: every warp reads it
+  // once per row, and through L2 that would be as many bytes as the weights.
+  stage_to_smem(a.attn_out, q_dim, xs);
+  for (int64_t row = wr0 + warp; row < wr1; row += kWarps) {
+    const float acc_o =
+        dot_row<WT, kUnroll>(wo_ptr(row), w, xs, wo_nvec, lane, row + kWarps < wr1 ? wo_ptr(row + kWarps) : nullptr);
+    if (lane == 0) a.y[row] = acc_o;
+  }
+}
+
+size_t smem_bytes(int cols, int gm, int hd, int blocks_per_group, int n_head_kv, int n_head) {
+  const int group = n_head / n_head_kv, rows_g = (group + 2) * hd;
+  int chunk = (rows_g + blocks_per_group - 1) / blocks_per_group;
+  chunk += chunk & 1;
+  return (size_t((std::max(cols, n_head * hd) + 3) & ~3) + size_t(kWarps) * gm * (hd + 4) + size_t(cols) +
+          size_t(chunk)) *
+         sizeof(float);
+}
+
+int gm_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : 4; }
+
+template <typename WT, int GM>
+void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
+  auto* kernel = attention_block_kernel<WT, GM>;
+  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch_pdl(kernel, dim3(unsigned(a.kv.n_head_kv * a.blocks_per_group)), dim3(kThreads), smem, stream, a);
+}
+
+template <typename WT>
+void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
+  switch (gm_for(a.n_head / a.kv.n_head_kv)) {
+    case 1: return launch_typed<WT, 1>(a, smem, stream);
+    case 2: return launch_typed<WT, 2>(a, smem, stream);
+    default: return launch_typed<WT, 4>(a, smem, stream);
+  }
+}
+
+template <typename WT, int GM>
+int resident_per_sm(size_t smem) {
+  auto* kernel = attention_block_kernel<WT, GM>;
+  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0;
+  FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  return per_sm;
+}
+
+template <typename WT>
+int resident_gm(int gm, size_t smem) {
+  switch (gm) {
+    case 1: return resident_per_sm<WT, 1>(smem);
+    case 2: return resident_per_sm<WT, 2>(smem);
+    default: return resident_per_sm<WT, 4>(smem);
+  }
+}
+
+bool matrix_ok(const DeviceMatrix& W) {
+  return W.cols > 0 && (W.cols * int64_t(wtype_size(W.type))) % 16 == 0 && reinterpret_cast<uintptr_t>(W.data) % 16 == 0;
+}
+
+}  // namespace
+
+int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
+                           int n_sm) {
+  const int hd = kv.head_dim, n_kv = kv.n_head_kv;
+  // Groups above 4 query heads would spill registers (the 512-thread block caps them at 128).
+  if (n_kv <= 0 || n_head % n_kv != 0 || n_head / n_kv > 4) return 0;
+  if (hd <= 0 || hd % 4 != 0 || hd > 128) return 0;
+  if (Wqkv.type != Wo.type || !matrix_ok(Wqkv) || !matrix_ok(Wo)) return 0;
+  if (Wqkv.cols > 16384 || Wqkv.cols % 4 != 0) return 0;
+  if (Wqkv.rows != int64_t(n_head + 2 * n_kv) * hd || Wo.cols != int64_t(n_head) * hd) return 0;
+  const int bpg = std::min(kMaxGroupBlocks, n_sm / n_kv);
+  if (bpg < 1) return 0;
+  const size_t smem = smem_bytes(int(Wqkv.cols), gm_for(n_head / n_kv), hd, bpg, n_kv, n_head);
+  if (smem > 200 * 1024) return 0;
+  int per_sm = 0;
+  switch (Wqkv.type) {
+    case WType::F32: per_sm = resident_gm<float>(gm_for(n_head / n_kv), smem); break;
+    case WType::F16: per_sm = resident_gm<__half>(gm_for(n_head / n_kv), smem); break;
+    case WType::BF16: per_sm = resident_gm<__nv_bfloat16>(gm_for(n_head / n_kv), smem); break;
+  }
+  // Every block must be resident at once (they wait for each other).
+  if (per_sm < 1 || int64_t(bpg) * n_kv > int64_t(per_sm) * n_sm) return 0;
+  return bpg;
+}
+
+size_t attention_block_partial_floats(int n_head, int head_dim, int blocks_per_group) {
+  return size_t(n_head) * blocks_per_group * (head_dim + 2);
+}
+
+void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream) {
+  const int bpg = a.blocks_per_group;
+  if (bpg < 1 || bpg > kMaxGroupBlocks)
+    throw CudaError("decode_attention_block: blocks_per_group " + std::to_string(bpg) + " outside 1.." +
+                    std::to_string(kMaxGroupBlocks) + " (use attention_block_groups)");
+  const size_t smem = smem_bytes(a.cols, gm_for(a.n_head / a.kv.n_head_kv), a.kv.head_dim, bpg, a.kv.n_head_kv, a.n_head);
+  switch (a.type) {
+    case WType::F32: return launch_gm<float>(a, smem, stream);
+    case WType::F16: return launch_gm<__half>(a, smem, stream);
+    case WType::BF16: return launch_gm<__nv_bfloat16>(a, smem, stream);
+  }
+}
+
+}  // namespace fdl::cuda

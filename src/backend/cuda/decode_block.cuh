@@ -1,0 +1,191 @@
+// decode_block.cuh — device helpers shared by the persistent batch-1 decode kernels
+// (decode_attention_block.cu, decode_ffn_block.cu): one block of kBlockThreads per SM stays
+// resident for a whole phase chain, and the phases hand over through counters in global
+// memory instead of kernel boundaries. Device code only; include from .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/gemv_widen.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace fdl::cuda::block {
+
+constexpr int kWarps = 16, kThreads = 32 * kWarps;
+
+__device__ __forceinline__ float4 ldcg4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+
+/// All threads of the block arrive; thread 0 adds one to `counter` and waits until it reaches
+/// `target` (cooperative groups' grid sync, scoped to the blocks that share the counter). Only
+/// correct when every block that must arrive is resident (callers size grids to the SMs).
+/// Writes made before the call by any thread of an arriving block are visible after it.
+__device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+    unsigned v;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+      if (v >= target) break;
+      __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+/// The first batch of a weight row's 16-byte vectors (lane + 32 u, u < UNROLL): issued early
+/// (before a hand-off or the previous row's reduction), consumed by dot_row.
+template <int UNROLL>
+__device__ __forceinline__ void load_first(const uint4* wrow, uint4 (&w)[UNROLL], int nvec, int lane) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int idx = lane + u * 32;
+    w[u] = idx < nvec ? __ldcs(wrow + idx) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+/// acc += the fp32 products of one batch (weights w at vectors base + 32 u) with x.
+template <typename WT, int UNROLL>
+__device__ __forceinline__ void dot_batch(const uint4 (&w)[UNROLL], const float* x, int base, int nvec, float& acc) {
+  constexpr int kVec = Widen<WT>::kVec;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int idx = base + u * 32;
+    if (idx < nvec) {
+      float wf[kVec];
+      Widen<WT>::run(w[u], wf);
+#pragma unroll
+      for (int v = 0; v < kVec / 4; ++v) {
+        const float4 xv = *reinterpret_cast<const float4*>(x + (int64_t(idx) * kVec + 4 * v));
+        acc = fmaf(wf[4 * v], xv.x, acc);
+        acc = fmaf(wf[4 * v + 1], xv.y, acc);
+        acc = fmaf(wf[4 * v + 2], xv.z, acc);
+        acc = fmaf(wf[4 * v + 3], xv.w, acc);
+      }
+    }
+  }
+}
+
+/// W[row] · x over `nvec` 16-byte weight vectors (x in shared memory, fp32), reduced over the
+/// warp: gemv.cu's loop (fp32 fmaf in the same lane order), so the value is the unfused
+/// GEMV's. `w` holds the row's first batch on entry; when `next` is set, its first batch is in
+/// `w` on return (issued before the reduction). Waits for each batch before loading the next
+/// (registers for one batch); stream_rows overlaps them.
+template <typename WT, int UNROLL>
+__device__ __forceinline__ float dot_row(const uint4* wrow, uint4 (&w)[UNROLL], const float* x, int nvec, int lane,
+                                         const uint4* next = nullptr) {
+  float acc = 0.f;
+  for (int base = lane; base < nvec; base += 32 * UNROLL) {
+    if (base != lane) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int idx = base + u * 32;
+        w[u] = idx < nvec ? __ldcs(wrow + idx) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    dot_batch<WT, UNROLL>(w, x, base, nvec, acc);
+  }
+  if (next) load_first<UNROLL>(next, w, nvec, lane);
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
+}
+
+/// A warp's dot products with `n_rows` weight rows, row_ptr(i) for i < n_rows, streamed as
+/// one sequence of batches through NB register buffers: while batch k is multiplied, the loads
+/// of batches k + 1 .. k + NB - 1 (of the same or the next rows) are in flight, so a warp keeps
+/// up to (NB - 1) x UNROLL x 512 bytes coming (dot_row waits for each batch). Same products in
+/// the same order as dot_row; out(i, value) receives row i's reduced value (all lanes).
+/// buf[0] holds row 0's first batch on entry (load_first).
+template <typename WT, int UNROLL, int NB, typename RowPtr, typename Out>
+__device__ __forceinline__ void stream_rows(int n_rows, RowPtr row_ptr, const float* x, int nvec, int lane,
+                                            uint4 (&buf)[NB][UNROLL], Out out) {
+  const int per_row = (nvec + 32 * UNROLL - 1) / (32 * UNROLL);
+  const int total = n_rows * per_row;
+  float acc = 0.f;
+  auto load = [&](uint4(&w)[UNROLL], int k) {
+    if (k >= total) return;
+    const uint4* row = row_ptr(k / per_row);
+    const int base = lane + (k % per_row) * 32 * UNROLL;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int idx = base + u * 32;
+      w[u] = idx < nvec ? __ldcs(row + idx) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto consume = [&](const uint4(&w)[UNROLL], int k) {
+    dot_batch<WT, UNROLL>(w, x, lane + (k % per_row) * 32 * UNROLL, nvec, acc);
+    if (k % per_row == per_row - 1) {
+      float s = acc;
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      out(k / per_row, s);
+      acc = 0.f;
+    }
+  };
+#pragma unroll
+  for (int j = 1; j < NB - 1; ++j) load(buf[j], j);
+  for (int k = 0; k < total; k += NB) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {  // buffer indices are compile-time: the ring stays in registers
+      if (k + j >= total) break;
+      load(buf[(j + NB - 1) % NB], k + j + NB - 1);
+      consume(buf[j], k + j);
+    }
+  }
+}
+
+/// Starts copying the norm weight in.w (cols floats, 16-byte aligned, cols a multiple of 4)
+/// into shared memory `ws` (cp.async): it depends on no earlier kernel, so callers issue it
+/// before grid_dependency_wait and its HBM round trip leaves the critical path.
+__device__ __forceinline__ void norm_weight_prefetch(const NormIn& in, int cols, float* ws) {
+  for (int i = threadIdx.x; i < cols / 4; i += kThreads) {
+    const unsigned dst = unsigned(__cvta_generic_to_shared(ws + 4 * i));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(in.w + 4 * i) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/// v = in.x + in.add (block 0 also writes v to in.x_out), xs = (v * scale) * w with
+/// scale = 1/sqrt(mean(v²) + eps), the mean summed in fp64, for a block of THREADS threads.
+/// w is in.w, or the copy norm_weight_prefetch started in shared memory (waited for here,
+/// after the first pass). Ends with a block barrier (xs is complete). Shared with the fused
+/// GEMVs of gemv_fused.cu, so the norm is written once.
+template <int THREADS = kThreads>
+__device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const float* w, float* xs) {
+  __shared__ double red[THREADS / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double sum = 0.0;
+  const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
+  for (int i = threadIdx.x; i < cols; i += THREADS) {
+    const float v = in.add ? in.x[i] + in.add[i] : in.x[i];
+    if (write_x) in.x_out[i] = v;
+    xs[i] = v;
+    sum += double(__fmul_rn(v, v));
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) red[warp] = sum;
+  asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's part of a prefetched w has landed
+  __syncthreads();                                   // ... and everyone's
+  double total = 0.0;
+#pragma unroll
+  for (int k = 0; k < THREADS / 32; ++k) total += red[k];
+  const float scale = 1.0f / sqrtf(float(total / double(cols)) + in.eps);
+  for (int i = threadIdx.x; i < cols; i += THREADS) xs[i] = __fmul_rn(__fmul_rn(xs[i], scale), w[i]);
+  __syncthreads();
+}
+
+/// Asks L2 to fetch [p, p + bytes) from HBM (p 16-byte aligned, bytes a multiple of 16);
+/// nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+/// Copies n floats (n a multiple of 4, 16-byte aligned) written by other blocks of this grid
+/// into shared memory, through L2; ends with a block barrier.
+__device__ __forceinline__ void stage_to_smem(const float* src, int n, float* dst) {
+  for (int i = threadIdx.x; i < n / 4; i += kThreads) reinterpret_cast<float4*>(dst)[i] = ldcg4(src + 4 * i);
+  __syncthreads();
+}
+
+}  // namespace fdl::cuda::block

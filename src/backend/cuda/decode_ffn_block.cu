@@ -1,0 +1,133 @@
+// The FFN half of a batch-1 decode layer in one kernel (contract in kernels.h):
+//   residual add + RMSNorm -> gate/up projection -> SwiGLU -> down projection.
+// As separate kernels (gemv_norm_swiglu, gemv down) the hand-over between them is a kernel
+// boundary, ~5-7 µs on an H200 with HBM idle; here one block per SM stays resident and the
+// down projection starts behind one grid-wide counter (decode_block.cuh), its first weight
+// loads already in flight. The SwiGLU output h is written to global memory and staged into
+// each block's shared memory after the hand-off (57 KB for Llama-3-8B, read once per block
+// from L2 instead of once per warp).
+// Arithmetic: the unfused kernels' (gemv.cu's fp32 dot loop in the same lane order, silu_mul's
+// formula), the fp64 norm sum over 512 threads: values agree with gemv_norm_swiglu + gemv to
+// fp32 rounding (tests/gpu/ffn_block_test.cpp).
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_block.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+#include <algorithm>
+#include <string>
+
+namespace fdl::cuda {
+namespace {
+
+using namespace block;
+// stream_rows' batch (UNROLL 16-byte vectors per lane) and register buffers. H200, batch-1
+// Llama-3-8B step: 8 x 2 4.39 ms; deeper rings were slower (12 x 2 4.65, 6 x 3 4.64,
+// 4 x 4 4.77, 8 x 3 4.50: spills), and so was one undoubled batch of 16 (docs/GPU.md).
+constexpr int kUnroll = 8, kBuffers = 2;
+
+template <typename WT>
+__global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) {
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);        // [max(cols, n_ff)]: the normalized row, then h
+  float* ws = xs + ((max(a.cols, a.n_ff) + 3) & ~3);  // [cols] the norm weight
+  launch_dependents();
+  constexpr int kVec = Widen<WT>::kVec;
+  const int cols = a.cols, n_ff = a.n_ff;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const WT* Wgu = static_cast<const WT*>(a.w_gate_up);
+  const WT* Wd = static_cast<const WT*>(a.w_down);
+  // Gate/up pairs and down rows: contiguous shares per block, dealt to warps round-robin. A
+  // warp computes pair p as gate row p then up row n_ff + p.
+  const int64_t pchunk = (n_ff + gridDim.x - 1) / gridDim.x;
+  const int64_t p0 = ::min(int64_t(n_ff), int64_t(blockIdx.x) * pchunk), p1 = ::min(int64_t(n_ff), p0 + pchunk);
+  const int64_t dchunk = (a.down_rows + gridDim.x - 1) / gridDim.x;
+  const int64_t d0 = ::min(a.down_rows, int64_t(blockIdx.x) * dchunk), d1 = ::min(a.down_rows, d0 + dchunk);
+  const int gu_nvec = cols / kVec, d_nvec = n_ff / kVec;
+  auto gu_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wgu + row * cols); };
+  auto d_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wd + row * n_ff); };
+
+  uint4 w[kBuffers][kUnroll];
+  if (p0 + warp < p1) load_first<kUnroll>(gu_ptr(p0 + warp), w[0], gu_nvec, lane);
+  norm_weight_prefetch(a.in, cols, ws);
+  grid_dependency_wait();
+  norm_to_smem(a.in, cols, ws, xs);
+
+  // Rows 2j and 2j + 1 of this warp's stream: gate and up rows of pair p0 + warp + 16 j.
+  const int my_pairs = p0 + warp < p1 ? int((p1 - p0 - warp + kWarps - 1) / kWarps) : 0;
+  float gate = 0.f;
+  stream_rows<WT, kUnroll, kBuffers>(
+      2 * my_pairs, [&](int i) { return gu_ptr((i & 1) * int64_t(n_ff) + p0 + warp + int64_t(kWarps) * (i >> 1)); },
+      xs, gu_nvec, lane, w, [&](int i, float v) {
+        if (!(i & 1)) {
+          gate = v;
+        } else if (lane == 0) {
+          const int64_t p = p0 + warp + int64_t(kWarps) * (i >> 1);
+          a.h[p] = __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), v);  // silu_mul's formula
+        }
+      });
+
+  // Down needs all of h: its first loads go out before the hand-off.
+  if (d0 + warp < d1) load_first<kUnroll>(d_ptr(d0 + warp), w[0], d_nvec, lane);
+  arrive_and_wait(a.sync, gridDim.x);
+  stage_to_smem(a.h, n_ff, xs);
+  const int my_rows = d0 + warp < d1 ? int((d1 - d0 - warp + kWarps - 1) / kWarps) : 0;
+  stream_rows<WT, kUnroll, kBuffers>(
+      my_rows, [&](int i) { return d_ptr(d0 + warp + int64_t(kWarps) * i); }, xs, d_nvec, lane, w,
+      [&](int i, float v) {
+        if (lane == 0) a.y[d0 + warp + int64_t(kWarps) * i] = v;
+      });
+}
+
+size_t ffn_smem_bytes(int cols, int n_ff) {
+  return (size_t((std::max(cols, n_ff) + 3) & ~3) + size_t(cols)) * sizeof(float);
+}
+
+template <typename WT>
+int resident_per_sm(size_t smem) {
+  auto* kernel = ffn_block_kernel<WT>;
+  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0;
+  FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  return per_sm;
+}
+
+bool rows_ok(const DeviceMatrix& W) {
+  return W.cols > 0 && W.cols % 4 == 0 && (W.cols * int64_t(wtype_size(W.type))) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(W.data) % 16 == 0;
+}
+
+template <typename WT>
+void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
+  const size_t smem = ffn_smem_bytes(a.cols, a.n_ff);
+  auto* kernel = ffn_block_kernel<WT>;
+  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch_pdl(kernel, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
+}
+
+}  // namespace
+
+int ffn_block_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm) {
+  if (w_gate_up.type != w_down.type || !rows_ok(w_gate_up) || !rows_ok(w_down)) return 0;
+  if (w_gate_up.rows % 2 != 0 || w_down.cols != w_gate_up.rows / 2 || w_gate_up.cols > 16384) return 0;
+  const size_t smem = ffn_smem_bytes(int(w_gate_up.cols), int(w_down.cols));
+  if (smem > 200 * 1024) return 0;
+  int per_sm = 0;
+  switch (w_gate_up.type) {
+    case WType::F32: per_sm = resident_per_sm<float>(smem); break;
+    case WType::F16: per_sm = resident_per_sm<__half>(smem); break;
+    case WType::BF16: per_sm = resident_per_sm<__nv_bfloat16>(smem); break;
+  }
+  return per_sm >= 1 ? n_sm : 0;  // one block per SM: all resident at once
+}
+
+void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream) {
+  if (a.blocks < 1) throw CudaError("decode_ffn_block: no blocks (use ffn_block_blocks)");
+  switch (a.type) {
+    case WType::F32: return launch_typed<float>(a, stream);
+    case WType::F16: return launch_typed<__half>(a, stream);
+    case WType::BF16: return launch_typed<__nv_bfloat16>(a, stream);
+  }
+}
+
+}  // namespace fdl::cuda

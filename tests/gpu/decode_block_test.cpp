@@ -1,0 +1,247 @@
+// The persistent batch-1 decode kernels against the kernel chains they replace (each tested
+// against CPU references elsewhere), on random weights of every type:
+//  - decode_attention_block vs gemv_norm_rope_qkv, paged_attention, gemv(wo): GQA groups of 1,
+//    2 and 4 (and a group of 3), contexts from one position to several blocks, scattered block
+//    tables, several blocks-per-group counts (the context splits depend on the GPU's
+//    multiprocessor count; smaller counts are forced by passing fewer SMs);
+//  - decode_ffn_block vs gemv_norm_swiglu, gemv(down): Llama-3-8B's shape, odd sizes, more
+//    blocks than gate/up pairs, and y written over its own residual input (as the model does).
+// Each kernel runs twice, so counters left from a launch would show.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/kernels.h"
+#include "flashdllm/dtype.h"
+#include "gpu/gpu_test_util.h"
+
+namespace fdl::test {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::WType;
+
+struct Shape {
+  int n_head, n_kv, hd, rope_dim, cols, wo_rows, block_size;
+};
+
+class AttentionBlock : public ::testing::TestWithParam<WType> {};
+
+/// Runs both paths for one shape and context on fresh random inputs and compares every output.
+void check(WType type, const Shape& s, int ctx, int n_sm) {
+  const int q_dim = s.n_head * s.hd, kv_dim = s.n_kv * s.hd, rows = q_dim + 2 * kv_dim;
+  const float eps = 1e-5f;
+  auto dWqkv = to_device(random_weights(type, size_t(rows) * s.cols));
+  auto dWo = to_device(random_weights(type, size_t(s.wo_rows) * q_dim));
+  const cuda::DeviceMatrix Wqkv{type, dWqkv.get(), rows, s.cols}, Wo{type, dWo.get(), s.wo_rows, q_dim};
+
+  // Scattered block table: the sequence's blocks are a random subset of the arena's.
+  const int n_layer = 2, layer = 1, n_blocks_seq = (ctx + s.block_size - 1) / s.block_size;
+  const int arena_blocks = n_blocks_seq + 5;
+  std::vector<int32_t> ids(static_cast<size_t>(arena_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());
+  const std::vector<int32_t> table(ids.begin(), ids.begin() + n_blocks_seq);
+  const int pos = ctx - 1;
+  const std::vector<int32_t> positions = {pos}, dst = {table[size_t(pos / s.block_size)]}, off = {0};
+  const int64_t stride = int64_t(n_layer) * 2 * s.block_size * kv_dim;
+  const std::vector<float> arena_init = random_floats(size_t(stride) * arena_blocks);
+  cpu::RopeParams rp{.head_dim = s.hd, .rope_dim = s.rope_dim, .freq_base = 10000.f, .freq_scale = 1.f};
+  std::vector<float> cs(size_t(s.rope_dim));
+  cpu::rope_cos_sin(rp, pos, cs.data());
+  const auto x = random_floats(size_t(s.cols), -3.f, 3.f), add = random_floats(size_t(s.cols));
+  const auto w = random_floats(size_t(s.cols), 0.5f, 1.5f);
+  auto dx = to_device(x), dadd = to_device(add), dw = to_device(w), dcs = to_device(cs);
+  auto dpos = to_device(positions), ddst = to_device(dst), doff = to_device(off), dtab = to_device(table);
+  const float scale = 1.0f / std::sqrt(float(s.hd));
+
+  // The kernel chain.
+  auto arena_ref = to_device(arena_init);
+  DeviceBuffer<float> q_ref{size_t(q_dim)}, attn_ref{size_t(q_dim)}, y_ref{size_t(s.wo_rows)}, x_ref{size_t(s.cols)};
+  cuda::KvLayerView kv_ref{arena_ref.get(), int64_t(layer) * 2 * s.block_size * kv_dim, stride, s.block_size, s.n_kv,
+                           s.hd};
+  const cuda::NormIn in_ref{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps};
+  cuda::gemv_norm_rope_qkv(Wqkv, in_ref, dcs.get(), dpos.get(), ddst.get(), s.n_head, s.rope_dim, kv_ref, q_ref.get(),
+                           nullptr);
+  const int splits = cuda::attention_splits(1, s.n_head, s.n_kv, n_sm, ctx);
+  DeviceBuffer<float> partial_ref{cuda::attention_partial_floats(1, s.n_head, s.hd, splits)};
+  cuda::AttentionArgs att;
+  att.kv = kv_ref;
+  att.q = q_ref.get();
+  att.out = attn_ref.get();
+  att.positions = dpos.get();
+  att.table_off = doff.get();
+  att.tables = dtab.get();
+  att.n_tokens = 1;
+  att.n_head = s.n_head;
+  att.scale = scale;
+  att.n_splits = splits;
+  att.partial = partial_ref.get();
+  cuda::paged_attention(att, nullptr);
+  cuda::gemv(Wo, attn_ref.get(), 1, y_ref.get(), nullptr);
+
+  // The one kernel, run twice (the counters are zeroed before each launch, as the model does).
+  auto arena = to_device(arena_init);
+  cuda::KvLayerView kv = kv_ref;
+  kv.base = arena.get();
+  const int bpg = cuda::attention_block_groups(Wqkv, Wo, s.n_head, kv, n_sm);
+  ASSERT_GT(bpg, 0) << "shape not supported";
+  DeviceBuffer<float> q{size_t(q_dim)}, attn{size_t(q_dim)}, y{size_t(s.wo_rows)}, x_out{size_t(s.cols)};
+  DeviceBuffer<float> partial{cuda::attention_block_partial_floats(s.n_head, s.hd, bpg)};
+  DeviceBuffer<unsigned> sync{size_t(s.n_kv + 1)};
+  cuda::AttentionBlockArgs b;
+  b.type = type;
+  b.wqkv = Wqkv.data;
+  b.wo = Wo.data;
+  b.wo_rows = s.wo_rows;
+  b.cols = s.cols;
+  b.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), x_out.get(), eps};
+  b.cos_sin = dcs.get();
+  b.positions = dpos.get();
+  b.dst_block = ddst.get();
+  b.tables = dtab.get();
+  b.table_off = doff.get();
+  b.n_head = s.n_head;
+  b.rope_dim = s.rope_dim;
+  b.scale = scale;
+  b.kv = kv;
+  b.q_out = q.get();
+  b.attn_out = attn.get();
+  b.partial = partial.get();
+  b.y = y.get();
+  b.sync = sync.get();
+  b.blocks_per_group = bpg;
+  for (int run = 0; run < 2; ++run) {
+    poison(q);
+    poison(attn);
+    poison(y);
+    poison(x_out);
+    FDL_CUDA_CHECK(cudaMemset(sync.get(), 0, sync.bytes()));
+    cuda::decode_attention_block(b, nullptr);
+    FDL_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::string(cuda::wtype_name(type)) + " heads " + std::to_string(s.n_head) + "/" +
+                              std::to_string(s.n_kv) + " hd " + std::to_string(s.hd) + " ctx " + std::to_string(ctx) +
+                              " blocks/group " + std::to_string(bpg) + " run " + std::to_string(run);
+    EXPECT_EQ(to_host(x_out, size_t(s.cols)), to_host(x_ref, size_t(s.cols))) << where;
+    EXPECT_LT(rel_error(to_host(q, size_t(q_dim)), widen(to_host(q_ref, size_t(q_dim)))), 1e-6) << where;
+    const size_t arena_floats = size_t(stride) * arena_blocks;
+    EXPECT_LT(rel_error(to_host(arena, arena_floats), widen(to_host(arena_ref, arena_floats))), 1e-6) << where;
+    EXPECT_LT(rel_error(to_host(attn, size_t(q_dim)), widen(to_host(attn_ref, size_t(q_dim)))), 1e-5) << where;
+    EXPECT_LT(rel_error(to_host(y, size_t(s.wo_rows)), widen(to_host(y_ref, size_t(s.wo_rows)))), 1e-5) << where;
+  }
+}
+
+int device_sms() {
+  int n = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+  return n;
+}
+
+TEST_P(AttentionBlock, MatchesTheKernelChainItReplaces) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = GetParam();
+  const int sms = device_sms();
+  // Llama-3-8B's attention half (GQA 4, head_dim 128), at several contexts.
+  const Shape llama3{32, 8, 128, 128, 4096, 4096, 16};
+  for (const int ctx : {1, 2, 17, 700}) check(type, llama3, ctx, sms);
+  // Fewer blocks per group than context positions and than the default (other split points).
+  check(type, llama3, 300, 3 * 8);
+  // Multi-head (group 1), small head_dim, partial RoPE, odd block size, odd column count.
+  check(type, Shape{12, 12, 32, 16, 264, 200, 5}, 129, sms);
+  // Group 2 and group 3 (registers sized for 4), wo with a row count no block divides.
+  check(type, Shape{8, 4, 64, 64, 520, 333, 16}, 64, sms);
+  check(type, Shape{6, 2, 20, 12, 264, 130, 3}, 41, sms);
+}
+
+TEST(AttentionBlockShapes, UnsupportedShapesAreRefused) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto d = to_device(random_weights(WType::F16, size_t(96) * 64));
+  const cuda::KvLayerView kv8{nullptr, 0, 0, 16, 1, 8};
+  // Group of 8 query heads per KV head: not taken (registers).
+  const cuda::DeviceMatrix qkv8{WType::F16, d.get(), (8 + 2) * 8, 64}, wo8{WType::F16, d.get(), 64, 64};
+  EXPECT_EQ(cuda::attention_block_groups(qkv8, wo8, 8, kv8, device_sms()), 0);
+  // Mismatched types.
+  const cuda::KvLayerView kv4{nullptr, 0, 0, 16, 2, 8};
+  const cuda::DeviceMatrix qkv{WType::F16, d.get(), (4 + 4) * 8, 64}, wo_f32{WType::F32, d.get(), 64, 32};
+  EXPECT_EQ(cuda::attention_block_groups(qkv, wo_f32, 4, kv4, device_sms()), 0);
+  // Too few multiprocessors for one block per KV head.
+  const cuda::DeviceMatrix wo{WType::F16, d.get(), 64, 32};
+  EXPECT_GT(cuda::attention_block_groups(qkv, wo, 4, kv4, device_sms()), 0);
+  EXPECT_EQ(cuda::attention_block_groups(qkv, wo, 4, kv4, 1), 0);
+}
+
+class FfnBlock : public ::testing::TestWithParam<WType> {};
+
+void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
+  const float eps = 1e-5f;
+  auto dWgu = to_device(random_weights(type, size_t(2 * n_ff) * cols));
+  auto dWd = to_device(random_weights(type, size_t(down_rows) * n_ff));
+  const cuda::DeviceMatrix Wgu{type, dWgu.get(), 2 * n_ff, cols}, Wd{type, dWd.get(), down_rows, n_ff};
+  const auto x = random_floats(size_t(cols), -3.f, 3.f), add = random_floats(size_t(cols));
+  const auto w = random_floats(size_t(cols), 0.5f, 1.5f);
+  auto dx = to_device(x), dadd = to_device(add), dw = to_device(w);
+  DeviceBuffer<float> x_ref{size_t(cols)}, h_ref{size_t(n_ff)}, y_ref{size_t(down_rows)};
+  cuda::gemv_norm_swiglu(Wgu, cuda::NormIn{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps}, h_ref.get(), nullptr);
+  cuda::gemv(Wd, h_ref.get(), 1, y_ref.get(), nullptr);
+
+  const int blocks = cuda::ffn_block_blocks(Wgu, Wd, n_sm);
+  ASSERT_GT(blocks, 0) << "shape not supported";
+  DeviceBuffer<float> x_out{size_t(cols)}, h{size_t(n_ff)};
+  DeviceBuffer<unsigned> sync{1};
+  for (int run = 0; run < 2; ++run) {
+    // y overwrites the residual input it adds, as in the model (the wo output buffer).
+    std::vector<float> io(size_t(std::max(cols, down_rows)), 0.f);
+    std::copy(add.begin(), add.end(), io.begin());
+    auto io_buf = to_device(io);
+    poison(x_out);
+    poison(h);
+    FDL_CUDA_CHECK(cudaMemset(sync.get(), 0, sync.bytes()));
+    cuda::FfnBlockArgs f;
+    f.type = type;
+    f.w_gate_up = Wgu.data;
+    f.w_down = Wd.data;
+    f.down_rows = down_rows;
+    f.cols = cols;
+    f.n_ff = n_ff;
+    f.in = cuda::NormIn{dx.get(), io_buf.get(), dw.get(), x_out.get(), eps};
+    f.h = h.get();
+    f.y = io_buf.get();
+    f.sync = sync.get();
+    f.blocks = blocks;
+    cuda::decode_ffn_block(f, nullptr);
+    FDL_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::string(cuda::wtype_name(type)) + " cols " + std::to_string(cols) + " n_ff " +
+                              std::to_string(n_ff) + " blocks " + std::to_string(blocks) + " run " + std::to_string(run);
+    EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(x_ref, size_t(cols))) << where;
+    EXPECT_LT(rel_error(to_host(h, size_t(n_ff)), widen(to_host(h_ref, size_t(n_ff)))), 1e-6) << where;
+    EXPECT_LT(rel_error(to_host(io_buf, size_t(down_rows)), widen(to_host(y_ref, size_t(down_rows)))), 1e-5) << where;
+  }
+}
+
+TEST_P(FfnBlock, MatchesTheKernelChainItReplaces) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = GetParam();
+  const int sms = device_sms();
+  check_ffn(type, 4096, 14336, 4096, sms);  // Llama-3-8B
+  check_ffn(type, 264, 344, 200, 7);        // uneven shares over a few blocks
+  check_ffn(type, 64, 40, 72, sms);         // more blocks than pairs and than down rows
+}
+
+TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto d = to_device(random_weights(WType::F16, size_t(128) * 64));
+  const cuda::DeviceMatrix gu{WType::F16, d.get(), 64, 64}, down{WType::F16, d.get(), 64, 32};
+  EXPECT_GT(cuda::ffn_block_blocks(gu, down, device_sms()), 0);
+  const cuda::DeviceMatrix down_f32{WType::F32, d.get(), 64, 32}, down_wide{WType::F16, d.get(), 32, 64};
+  EXPECT_EQ(cuda::ffn_block_blocks(gu, down_f32, device_sms()), 0);   // mismatched types
+  EXPECT_EQ(cuda::ffn_block_blocks(gu, down_wide, device_sms()), 0);  // down's columns != n_ff
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, FfnBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),
+                         [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Types, AttentionBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),
+                         [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
+
+}  // namespace
+}  // namespace fdl::test
