@@ -1,7 +1,8 @@
 // The CUDA model end to end: greedy ids equal the reference ids for every reference prompt
 // (stories260K: llama.cpp; codelm-16m: HF fp32), logits close to the CPU model's (fp32
 // prefill through SGEMM, F16 prefill through the tensor-core path), a mixed batch equal to
-// separate runs, and a one-line error where no GPU is present.
+// separate runs, the batch-1 decode kernels equal to the chains they replace, and a one-line
+// error where no GPU is present.
 #include <cstdlib>
 
 #include "backend/cuda/kernels.h"
@@ -135,6 +136,33 @@ TEST(CudaModel, TensorCorePrefillAttentionCloseToFp32Tiles) {
   std::cout << "  tensor-core vs fp32 tiles: logits rel error " << err << "\n";
   EXPECT_GT(err, 0.0) << "the tensor-core path did not run (identical logits)";
   EXPECT_LT(err, 1e-2);
+}
+
+TEST(CudaModel, BatchOneDecodeKernelsMatchTheKernelsTheyReplace) {
+  FDL_SKIP_WITHOUT_GPU();
+  // FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0 (read by the constructor) keep the kernel
+  // chains; the default model runs decode_attention_block / decode_ffn_block for one token.
+  for (const auto& [file, reference] : {std::pair<std::string, std::string>{"stories260K.gguf", "stories260K_greedy.json"},
+                                        {"codelm-16m-f16.gguf", "codelm_greedy.json"}}) {
+    ::setenv("FLASHDLLM_ATTN_BLOCK", "0", 1);
+    ::setenv("FLASHDLLM_FFN_BLOCK", "0", 1);
+    std::unique_ptr<Model> chain = Model::load(model_path(file), ModelOptions{.device = Device::Cuda});
+    ::unsetenv("FLASHDLLM_ATTN_BLOCK");
+    ::unsetenv("FLASHDLLM_FFN_BLOCK");
+    Model& blocks = cuda_model(file);
+    const auto prompt = load_reference(reference)[0]["prompt_token_ids"].get<std::vector<int32_t>>();
+    const int steps = 40;
+    auto pool_a = make_pool(blocks, prompt.size() + steps), pool_b = make_pool(*chain, prompt.size() + steps);
+    KvCache kv_a(*pool_a), kv_b(*pool_b);
+    std::vector<std::vector<float>> la, lb;
+    const auto ids_a = greedy_decode(blocks, kv_a, prompt, steps, false, &la);
+    const auto ids_b = greedy_decode(*chain, kv_b, prompt, steps, false, &lb);
+    size_t same = 0;  // logits are comparable while both saw the same ids
+    while (same < ids_a.size() && ids_a[same] == ids_b[same]) ++same;
+    EXPECT_GE(same, size_t(20)) << file;
+    for (size_t s = 0; s <= std::min(same, ids_a.size() - 1); ++s)
+      EXPECT_LT(rel_error(la[s], std::vector<double>(lb[s].begin(), lb[s].end())), 1e-5) << file << " step " << s;
+  }
 }
 
 TEST(CudaModel, MixedBatchOfPrefillAndDecodeEqualsSeparateRuns) {

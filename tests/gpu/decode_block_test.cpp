@@ -6,7 +6,8 @@
 //    multiprocessor count; smaller counts are forced by passing fewer SMs);
 //  - decode_ffn_block vs gemv_norm_swiglu, gemv(down): Llama-3-8B's shape, odd sizes, more
 //    blocks than gate/up pairs, and y written over its own residual input (as the model does).
-// Each kernel runs twice, so counters left from a launch would show.
+// Each kernel runs four times, every output and hand-off buffer reset to garbage (or the
+// initial cache) before each run.
 #include <algorithm>
 #include <numeric>
 
@@ -80,7 +81,8 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
   cuda::paged_attention(att, nullptr);
   cuda::gemv(Wo, attn_ref.get(), 1, y_ref.get(), nullptr);
 
-  // The one kernel, run twice (the counters are zeroed before each launch, as the model does).
+  // The one kernel, run four times (the counters are zeroed before each launch, as the model
+  // does).
   auto arena = to_device(arena_init);
   cuda::KvLayerView kv = kv_ref;
   kv.base = arena.get();
@@ -111,7 +113,11 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
   b.y = y.get();
   b.sync = sync.get();
   b.blocks_per_group = bpg;
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < 4; ++run) {
+    // Every output and every hand-off buffer starts from garbage or the initial cache, so a
+    // phase that reads before its producer finished shows in any run.
+    FDL_CUDA_CHECK(cudaMemcpy(arena.get(), arena_init.data(), arena_init.size() * sizeof(float), cudaMemcpyHostToDevice));
+    poison(partial);
     poison(q);
     poison(attn);
     poison(y);
@@ -146,6 +152,7 @@ TEST_P(AttentionBlock, MatchesTheKernelChainItReplaces) {
   for (const int ctx : {1, 2, 17, 700}) check(type, llama3, ctx, sms);
   // Fewer blocks per group than context positions and than the default (other split points).
   check(type, llama3, 300, 3 * 8);
+  check(type, llama3, 33, 8);  // one block per KV head: no context split
   // Multi-head (group 1), small head_dim, partial RoPE, odd block size, odd column count.
   check(type, Shape{12, 12, 32, 16, 264, 200, 5}, 129, sms);
   // Group 2 and group 3 (registers sized for 4), wo with a row count no block divides.
@@ -188,7 +195,7 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
   ASSERT_GT(blocks, 0) << "shape not supported";
   DeviceBuffer<float> x_out{size_t(cols)}, h{size_t(n_ff)};
   DeviceBuffer<unsigned> sync{1};
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < 4; ++run) {
     // y overwrites the residual input it adds, as in the model (the wo output buffer).
     std::vector<float> io(size_t(std::max(cols, down_rows)), 0.f);
     std::copy(add.begin(), add.end(), io.begin());
@@ -225,6 +232,7 @@ TEST_P(FfnBlock, MatchesTheKernelChainItReplaces) {
   check_ffn(type, 4096, 14336, 4096, sms);  // Llama-3-8B
   check_ffn(type, 264, 344, 200, 7);        // uneven shares over a few blocks
   check_ffn(type, 64, 40, 72, sms);         // more blocks than pairs and than down rows
+  check_ffn(type, 264, 344, 200, 1);        // one block: the hand-off to itself
 }
 
 TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {

@@ -79,11 +79,21 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     return v && std::string(v) == "0";
   };
   if (fuse_enabled_ && !weights_.layers.empty()) {
-    const CudaLayer& L0 = weights_.layers[0];
-    if (!env_off("FLASHDLLM_ATTN_BLOCK"))
-      attn_block_groups_ = attention_block_groups(L0.qkv.view, L0.wo.view, c.n_head,
-                                                  KvLayerView{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim}, n_sm_);
-    if (!env_off("FLASHDLLM_FFN_BLOCK")) ffn_blocks_ = ffn_block_blocks(L0.gate_up.view, L0.down.view, n_sm_);
+    // Every layer must pass (the weight types may differ from layer to layer: a tensor kept
+    // at higher precision turns its fused matrix F32), with one block count for all.
+    const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim};
+    if (!env_off("FLASHDLLM_ATTN_BLOCK")) {
+      attn_block_groups_ = attention_block_groups(weights_.layers[0].qkv.view, weights_.layers[0].wo.view, c.n_head,
+                                                  shape, n_sm_);
+      for (const CudaLayer& L : weights_.layers)
+        if (attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm_) != attn_block_groups_)
+          attn_block_groups_ = 0;
+    }
+    if (!env_off("FLASHDLLM_FFN_BLOCK")) {
+      ffn_blocks_ = ffn_block_blocks(weights_.layers[0].gate_up.view, weights_.layers[0].down.view, n_sm_);
+      for (const CudaLayer& L : weights_.layers)
+        if (ffn_block_blocks(L.gate_up.view, L.down.view, n_sm_) != ffn_blocks_) ffn_blocks_ = 0;
+    }
     if (attn_block_groups_ > 0)
       block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
     block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
@@ -485,8 +495,6 @@ void CudaModel::run_attention_block(int l, const KvLayerView& kv, const NormIn& 
   b.y = proj_.get();
   b.sync = block_sync_.get() + size_t(l) * sync_per_layer();
   b.blocks_per_group = attn_block_groups_;
-  static const int skip = std::getenv("FLASHDLLM_ATTN_BLOCK_SKIP") ? std::atoi(std::getenv("FLASHDLLM_ATTN_BLOCK_SKIP")) : 0;
-  b.skip = skip;
   decode_attention_block(b, stream_);
   prof(kAttnBlock);
 }

@@ -109,7 +109,8 @@ class CudaModel final : public Model {
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
   void collect_profile();   // after a synchronize
   void run_kernels(int n, int m);
-  /// One layer of a single-token step through the fused kernels (gemv_norm_*).
+  /// One layer of a single-token step: decode_attention_block / decode_ffn_block where chosen
+  /// at load, else the fused kernels (gemv_norm_*), attention and plain GEMVs.
   void run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att);
   void run_attention_block(int l, const KvLayerView& kv, const NormIn& attn_in, float scale);
   /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the

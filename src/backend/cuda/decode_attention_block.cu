@@ -17,7 +17,7 @@
 // Arithmetic: the projections are gemv.cu's loop (fp32 accumulate, same lane order), the norm
 // gemv_fused.cu's (the fp64 sum over 512 threads instead of 256), the attention the per-token
 // kernel's online softmax with other split points: values agree with the separate kernels to
-// fp32 rounding (tests/gpu/attention_block_test.cpp).
+// fp32 rounding (tests/gpu/decode_block_test.cpp).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/kernels.h"
@@ -255,9 +255,12 @@ int gm_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : 4; }
 
 template <typename WT, int GM>
 void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
-  auto* kernel = attention_block_kernel<WT, GM>;
-  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  launch_pdl(kernel, dim3(unsigned(a.kv.n_head_kv * a.blocks_per_group)), dim3(kThreads), smem, stream, a);
+  const void* kernel = reinterpret_cast<const void*>(attention_block_kernel<WT, GM>);
+  const int64_t blocks = int64_t(a.kv.n_head_kv) * a.blocks_per_group;
+  if (blocks > resident_blocks(kernel, smem))  // the hand-offs would wait forever
+    throw CudaError("decode_attention_block: " + std::to_string(blocks) + " blocks cannot be resident at once (" +
+                    std::to_string(resident_blocks(kernel, smem)) + " fit)");
+  launch_pdl(attention_block_kernel<WT, GM>, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
 }
 
 template <typename WT>
@@ -269,21 +272,12 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
   }
 }
 
-template <typename WT, int GM>
-int resident_per_sm(size_t smem) {
-  auto* kernel = attention_block_kernel<WT, GM>;
-  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int per_sm = 0;
-  FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  return per_sm;
-}
-
 template <typename WT>
-int resident_gm(int gm, size_t smem) {
+int64_t capacity(int gm, size_t smem) {
   switch (gm) {
-    case 1: return resident_per_sm<WT, 1>(smem);
-    case 2: return resident_per_sm<WT, 2>(smem);
-    default: return resident_per_sm<WT, 4>(smem);
+    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1>), smem);
+    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2>), smem);
+    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4>), smem);
   }
 }
 
@@ -305,15 +299,14 @@ int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int
   const int bpg = std::min(kMaxGroupBlocks, n_sm / n_kv);
   if (bpg < 1) return 0;
   const size_t smem = smem_bytes(int(Wqkv.cols), gm_for(n_head / n_kv), hd, bpg, n_kv, n_head);
-  if (smem > 200 * 1024) return 0;
-  int per_sm = 0;
+  int64_t fit = 0;
   switch (Wqkv.type) {
-    case WType::F32: per_sm = resident_gm<float>(gm_for(n_head / n_kv), smem); break;
-    case WType::F16: per_sm = resident_gm<__half>(gm_for(n_head / n_kv), smem); break;
-    case WType::BF16: per_sm = resident_gm<__nv_bfloat16>(gm_for(n_head / n_kv), smem); break;
+    case WType::F32: fit = capacity<float>(gm_for(n_head / n_kv), smem); break;
+    case WType::F16: fit = capacity<__half>(gm_for(n_head / n_kv), smem); break;
+    case WType::BF16: fit = capacity<__nv_bfloat16>(gm_for(n_head / n_kv), smem); break;
   }
   // Every block must be resident at once (they wait for each other).
-  if (per_sm < 1 || int64_t(bpg) * n_kv > int64_t(per_sm) * n_sm) return 0;
+  if (int64_t(bpg) * n_kv > fit) return 0;
   return bpg;
 }
 

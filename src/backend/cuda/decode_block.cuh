@@ -6,6 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv_widen.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -178,7 +183,11 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
 /// Asks L2 to fetch [p, p + bytes) from HBM (p 16-byte aligned, bytes a multiple of 16);
 /// nothing waits for it.
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p, (void)bytes;  // a hint only: older GPUs go without
+#endif
 }
 
 /// Copies n floats (n a multiple of 4, 16-byte aligned) written by other blocks of this grid
@@ -186,6 +195,29 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 __device__ __forceinline__ void stage_to_smem(const float* src, int n, float* dst) {
   for (int i = threadIdx.x; i < n / 4; i += kThreads) reinterpret_cast<float4*>(dst)[i] = ldcg4(src + 4 * i);
   __syncthreads();
+}
+
+/// Host side: prepares `kernel` (blocks of kThreads) for `smem` bytes of dynamic shared memory
+/// on the current device and returns how many of its blocks can be resident there at once
+/// (0 when the device cannot give a block that much shared memory). Cached per (device,
+/// kernel, size): launches call it too, and it must be cheap. Thread-safe.
+inline int64_t resident_blocks(const void* kernel, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, size_t>, int64_t> cache;
+  int dev = 0;
+  FDL_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, kernel, smem);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int optin = 0, n_sm = 0, per_sm = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+  if (smem <= size_t(optin)) {
+    if (smem > 48 * 1024)
+      FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  }
+  return cache[key] = int64_t(per_sm) * n_sm;
 }
 
 }  // namespace fdl::cuda::block

@@ -8,7 +8,7 @@
 // from L2 instead of once per warp).
 // Arithmetic: the unfused kernels' (gemv.cu's fp32 dot loop in the same lane order, silu_mul's
 // formula), the fp64 norm sum over 512 threads: values agree with gemv_norm_swiglu + gemv to
-// fp32 rounding (tests/gpu/ffn_block_test.cpp).
+// fp32 rounding (tests/gpu/decode_block_test.cpp).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/kernels.h"
@@ -84,12 +84,8 @@ size_t ffn_smem_bytes(int cols, int n_ff) {
 }
 
 template <typename WT>
-int resident_per_sm(size_t smem) {
-  auto* kernel = ffn_block_kernel<WT>;
-  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int per_sm = 0;
-  FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  return per_sm;
+int64_t capacity(size_t smem) {
+  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT>), smem);
 }
 
 bool rows_ok(const DeviceMatrix& W) {
@@ -100,9 +96,10 @@ bool rows_ok(const DeviceMatrix& W) {
 template <typename WT>
 void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
   const size_t smem = ffn_smem_bytes(a.cols, a.n_ff);
-  auto* kernel = ffn_block_kernel<WT>;
-  if (smem > 48 * 1024) FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  launch_pdl(kernel, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
+  if (a.blocks > capacity<WT>(smem))  // the hand-off would wait forever
+    throw CudaError("decode_ffn_block: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +
+                    std::to_string(capacity<WT>(smem)) + " fit)");
+  launch_pdl(ffn_block_kernel<WT>, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace
@@ -111,14 +108,13 @@ int ffn_block_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, 
   if (w_gate_up.type != w_down.type || !rows_ok(w_gate_up) || !rows_ok(w_down)) return 0;
   if (w_gate_up.rows % 2 != 0 || w_down.cols != w_gate_up.rows / 2 || w_gate_up.cols > 16384) return 0;
   const size_t smem = ffn_smem_bytes(int(w_gate_up.cols), int(w_down.cols));
-  if (smem > 200 * 1024) return 0;
-  int per_sm = 0;
+  int64_t fit = 0;
   switch (w_gate_up.type) {
-    case WType::F32: per_sm = resident_per_sm<float>(smem); break;
-    case WType::F16: per_sm = resident_per_sm<__half>(smem); break;
-    case WType::BF16: per_sm = resident_per_sm<__nv_bfloat16>(smem); break;
+    case WType::F32: fit = capacity<float>(smem); break;
+    case WType::F16: fit = capacity<__half>(smem); break;
+    case WType::BF16: fit = capacity<__nv_bfloat16>(smem); break;
   }
-  return per_sm >= 1 ? n_sm : 0;  // one block per SM: all resident at once
+  return n_sm >= 1 && n_sm <= fit ? n_sm : 0;  // one block per SM, all resident at once
 }
 
 void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream) {

@@ -155,9 +155,13 @@ void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStr
 /// Blocks are grouped per KV head (blocks_per_group each, from attention_block_groups) and
 /// hand over through `sync`: n_head_kv + 1 counters that must be zero at launch (they are
 /// left at their final values). `partial` holds attention_block_partial_floats() floats.
+/// y may alias in.add (every block reads in.add before the grid-wide hand-off that precedes
+/// any write of y); x_out must not alias y. in.w, q_out, attn_out and kv.base 16-byte aligned
+/// (cudaMalloc'd buffers are).
 /// Blocks wait for each other, so all must be resident at once: the grid is sized to the
-/// device's SMs, which holds unless other work (e.g. an MPS client limit) takes SMs away for
-/// the whole kernel — then it would hang; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
+/// device's SMs and the launcher refuses a grid the device cannot hold at once. Other work
+/// holding SMs for as long as the kernel runs (e.g. two processes spinning under MPS, each on
+/// part of the SMs) would make it wait forever; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
 /// select the kernels without hand-offs.
 /// Values agree with the separate kernels to fp32 rounding (other context split points).
 struct AttentionBlockArgs {
@@ -182,7 +186,6 @@ struct AttentionBlockArgs {
   float* y = nullptr;            ///< [wo_rows]
   unsigned* sync = nullptr;      ///< n_head_kv + 1 counters, zero at launch
   int blocks_per_group = 0;
-  int skip = 0;  // TEMP timing knob
 };
 /// Blocks per KV-head group for decode_attention_block on `n_sm` multiprocessors, or 0 when
 /// the shape is not supported (head_dim a multiple of 4 up to 128, up to 4 query heads per KV
@@ -199,8 +202,9 @@ void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream);
 ///   y = w_down · h.
 /// One block per SM (`blocks` from ffn_block_blocks); the down projection waits for all of h
 /// behind `sync`, one counter that must be zero at launch. h: n_ff floats of scratch. y may
-/// alias in.add (every block has read in.add before any writes y). Values agree with
-/// gemv_norm_swiglu + gemv to fp32 rounding.
+/// alias in.add (every block has read in.add before any writes y). in.w and h 16-byte
+/// aligned. Values agree with gemv_norm_swiglu + gemv to fp32 rounding. Every block must be
+/// resident at once (see AttentionBlockArgs).
 struct FfnBlockArgs {
   WType type = WType::F32;         ///< of both matrices
   const void* w_gate_up = nullptr; ///< [2 n_ff][cols]
