@@ -5,11 +5,16 @@
 //    in-flight count drain() waits on); it is held only for a swap, so submit() and abort()
 //    never wait for a forward;
 //  - state_mu guards the scheduler, the KV cache and the breakers; the engine thread holds it
-//    for one step, so metrics() and the breaker calls wait at most one forward.
+//    for one step, so metrics() and the breaker calls wait at most one forward. A mutex is not
+//    fair: the engine thread, re-locking right after each step, would win every time and
+//    starve them for a whole generation (a /metrics request hung for the 45 s of a long
+//    request). So they announce themselves (lock_state) and the engine thread lets them in
+//    before its next step.
 // Sinks run on the engine thread with state_mu held: they must not call metrics().
 #include "flashdllm/engine.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
@@ -72,7 +77,28 @@ struct Engine::Impl {
   std::atomic<RequestId> next_id{1};
 
   mutable std::mutex state_mu;
+  // Callers other than the engine thread waiting for state_mu, and where they say they got it.
+  mutable std::atomic<int> state_waiters{0};
+  mutable std::mutex turn_mu;
+  mutable std::condition_variable turn_cv;
   std::thread thread;
+
+  /// state_mu for a caller other than the engine thread, taken ahead of the engine's next step.
+  std::unique_lock<std::mutex> lock_state() const {
+    state_waiters.fetch_add(1, std::memory_order_acq_rel);
+    std::unique_lock st(state_mu);
+    state_waiters.fetch_sub(1, std::memory_order_acq_rel);
+    turn_cv.notify_all();
+    return st;
+  }
+  /// On the engine thread between steps: lets announced callers take state_mu first (a bounded
+  /// wait: a notification missed between the check and the wait costs at most 1 ms).
+  void give_turn() {
+    if (state_waiters.load(std::memory_order_acquire) == 0) return;
+    std::unique_lock lk(turn_mu);
+    turn_cv.wait_for(lk, std::chrono::milliseconds(1),
+                     [&] { return state_waiters.load(std::memory_order_acquire) == 0; });
+  }
 };
 
 void Engine::Impl::finished_one() {
@@ -91,6 +117,7 @@ void Engine::Impl::loop() {
       adds.swap(inbox);
       ends.swap(aborts);
     }
+    give_turn();
     std::lock_guard st(state_mu);
     for (auto& r : adds) scheduler.add(r.id, std::move(r.request), std::move(r.sink));
     adds.clear();
@@ -184,7 +211,7 @@ void Engine::drain() {
 
 EngineMetrics Engine::metrics() const {
   const Impl& im = *impl_;
-  std::lock_guard st(im.state_mu);
+  const auto st = im.lock_state();
   EngineMetrics m;
   const auto& c = im.scheduler.counters();
   m.running = int64_t(im.scheduler.n_running());
@@ -219,7 +246,7 @@ EngineMetrics Engine::metrics() const {
 
 std::vector<BreakerState> Engine::breakers() const {
   const Impl& im = *impl_;
-  std::lock_guard st(im.state_mu);
+  const auto st = im.lock_state();
   std::vector<BreakerState> out;
   out.push_back({kSpeculation, im.core.spec.breaker.open(), im.core.spec.breaker.trips(),
                  im.core.spec.breaker.reason()});
@@ -230,7 +257,7 @@ std::vector<BreakerState> Engine::breakers() const {
 
 void Engine::trip_breaker(const std::string& name, const std::string& reason) {
   Impl& im = *impl_;
-  std::lock_guard st(im.state_mu);
+  const auto st = im.lock_state();
   const std::string why = reason.empty() ? "tripped by an operator" : reason;
   if (name == kSpeculation)
     im.core.spec.breaker.trip(why);
@@ -243,7 +270,7 @@ void Engine::trip_breaker(const std::string& name, const std::string& reason) {
 
 void Engine::reset_breaker(const std::string& name) {
   Impl& im = *impl_;
-  std::lock_guard st(im.state_mu);
+  const auto st = im.lock_state();
   if (name == kSpeculation)
     im.core.spec.breaker.reset();
   else if (name == kDiskOffload)

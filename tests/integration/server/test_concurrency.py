@@ -4,11 +4,14 @@ vanish mid-stream get their requests aborted and their KV blocks freed within a 
 import concurrent.futures as cf
 import random
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
+from pathlib import Path
 
-from server_harness import CODELM, Server, completion_text, read_events
+from server_harness import Server, completion_text, flashdllm_bin, read_events
 
 PROMPT = "Once upon a time"
 
@@ -66,13 +69,29 @@ class Disconnects(unittest.TestCase):
 
 
 class WaitingClientVanishes(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # A random-weight model that decodes at a few ms per token on one thread, with a long
+        # context: its request holds the only slot for many seconds on any machine (the shared
+        # models finish their whole context in about a second, faster than the detection).
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.slow_model = str(Path(cls.tmp.name) / "slow.gguf")
+        subprocess.run([flashdllm_bin(), "tools", "make-model", "-o", cls.slow_model, "--preset", "tiny",
+                        "--dim", "512", "--n-layers", "8", "--n-heads", "8", "--n-kv-heads", "8",
+                        "--ffn-dim", "1536", "--context", "4096", "--dtype", "f16", "-t", "2"],
+                       check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
     def test_keep_alive_notices_a_client_gone_while_queued(self):
-        # One slot, held by a long codelm request (~1000 tokens, a few seconds); a second
-        # stream queues behind it and its client leaves without reading. The keep-alive
-        # comment written after 1 s of silence finds the closed socket, and the queued
-        # request is aborted while the first one is still running.
-        with Server("--max-num-seqs", "1", "--ctx-size", "1024", model=CODELM) as s:
-            holder = s.open_stream({"prompt": "def f(x):", "max_tokens": 1000, "temperature": 0,
+        # One slot, held by a long request (up to 4000 tokens of a 27M-parameter model); a
+        # second stream queues behind it and its client leaves without reading. The
+        # keep-alive comment written after 250 ms of silence finds the closed socket, and the
+        # queued request is aborted while the first one is still running.
+        with Server("--max-num-seqs", "1", "--ctx-size", "4096", model=self.slow_model) as s:
+            holder = s.open_stream({"prompt": "def f(x):", "max_tokens": 4000, "temperature": 0,
                                     "ignore_eos": True})
             read_events(holder, 1)
             # Keep reading the holder so its writes never block on a full socket buffer.
@@ -85,7 +104,11 @@ class WaitingClientVanishes(unittest.TestCase):
             t0 = time.monotonic()
             deadline = time.monotonic() + 5
             while True:
+                asked = time.monotonic()
                 m = s.metrics()
+                # /metrics waits for at most one step of the busy engine (its lock is handed
+                # over between steps; it once hung until the holder had finished).
+                self.assertLess(time.monotonic() - asked, 1.0, "/metrics stalled behind the engine")
                 if m.get('flashdllm_requests_finished_total{finish_reason="abort"}', 0) == 1:
                     break
                 self.assertLess(time.monotonic(), deadline)
