@@ -2,9 +2,9 @@
 // verification pays for a window of k drafts (k + 1 tokens of one sequence in one forward)
 // against a plain 1-token step. Not a Google Benchmark: it prints one table.
 //
-//   bench_spec_step_cost MODEL.gguf [--threads T] [--context L] [--max-tokens N] [--iters I]
+//   bench_spec_step_cost MODEL.gguf [--threads T] [--context L] [--min-tokens M] [--max-tokens N] [--iters I]
 //
-// A sequence is prefilled with L tokens (default 200), then for n = 1..N (default 9) the
+// A sequence is prefilled with L tokens (default 200), then for n = 1 and M..N (default 1..9) the
 // forward of n tokens at positions L..L+n-1 runs I times (default 300), truncating back to L
 // after each. The runs of one n are consecutive, as in decoding (a 1-token step right after
 // a 9-token one finds less of the weights in L3 than one after another 1-token step), in 10
@@ -38,10 +38,13 @@ double percentile(std::vector<double> v, double q) {
 int run(int argc, char** argv) {
   CLI::App app{"Forward cost of a decode step by batch size (speculative verification vs plain)"};
   std::string model_path;
-  int threads = 1, context = 200, max_tokens = 9, iters = 300;
+  int threads = 1, context = 200, min_tokens = 1, max_tokens = 9, iters = 300;
   app.add_option("model", model_path, "GGUF model file")->required();
   app.add_option("--threads", threads, "Worker threads")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--context", context, "Prefilled context (tokens)")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--min-tokens", min_tokens, "Smallest batch timed besides 1 (for profiling one size)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--max-tokens", max_tokens, "Largest batch timed")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--iters", iters, "Timed forwards per batch size")->check(CLI::Range(10, 1000000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -64,7 +67,7 @@ int run(int argc, char** argv) {
   std::vector<std::vector<double>> us(static_cast<size_t>(max_tokens) + 1);
   constexpr int kRounds = 10;
   for (int round = 0; round < kRounds; ++round)
-    for (int n = 1; n <= max_tokens; ++n)
+    for (int n = 1; n <= max_tokens; n = n == 1 ? std::max(2, min_tokens) : n + 1)
       for (int it = -1; it < std::max(1, iters / kRounds); ++it) {
         batch.clear();
         const size_t pos = kv.append_slots(seq, static_cast<size_t>(n));
@@ -81,7 +84,7 @@ int run(int argc, char** argv) {
               iters);
   std::printf("| tokens | median us | p20 us | median / 1-token | p20 / 1-token |\n|---:|---:|---:|---:|---:|\n");
   const double m1 = percentile(us[1], 0.5), p1 = percentile(us[1], 0.2);
-  for (int n = 1; n <= max_tokens; ++n) {
+  for (int n = 1; n <= max_tokens; n = n == 1 ? std::max(2, min_tokens) : n + 1) {
     const double m = percentile(us[size_t(n)], 0.5), p = percentile(us[size_t(n)], 0.2);
     std::printf("| %d | %.0f | %.0f | %.2f | %.2f |\n", n, m, p, m / m1, p / p1);
   }

@@ -1,10 +1,15 @@
 // forward_scratch.h — activation buffers of one forward step, sized by the largest batch seen.
 //
 // Buffers only grow (ensure()), so after the first step of the largest batch size a forward
-// allocates nothing. Shapes are row-major, one row per batch token.
+// allocates nothing. Shapes are row-major, one row per batch token. Activation buffers start
+// on a cache line: a matmul split across threads hands out 16-row slices (64 bytes of each
+// output row), and on a misaligned buffer every slice boundary was a cache line written by
+// both threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "backend/cpu/attention.h"
@@ -12,18 +17,33 @@
 
 namespace fdl {
 
+/// std::allocator with 64-byte alignment.
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t n) { ::operator delete(p, n * sizeof(T), kAlign); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+};
+using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
+
 struct ForwardScratch {
-  std::vector<float> x;         ///< residual stream [n][n_embd]
-  std::vector<float> xn;        ///< normed input of a sub-block [n][n_embd]
-  std::vector<float> q;         ///< [n][n_head*head_dim]
-  std::vector<float> k;         ///< [n][n_head_kv*head_dim]
-  std::vector<float> v;         ///< [n][n_head_kv*head_dim]
-  std::vector<float> attn;      ///< attention output [n][n_head*head_dim]
-  std::vector<float> proj;      ///< output of wo / w_down before the residual add [n][n_embd]
-  std::vector<float> gate;      ///< [n][n_ff], then silu(gate)*up
-  std::vector<float> up;        ///< [n][n_ff]
-  std::vector<float> rope_cs;   ///< cos/sin per token [n][rope_dim]
-  std::vector<float> out_rows;  ///< final-normed rows of tokens that want logits [m][n_embd]
+  AlignedFloats x;         ///< residual stream [n][n_embd]
+  AlignedFloats xn;        ///< normed input of a sub-block [n][n_embd]
+  AlignedFloats q;         ///< [n][n_head*head_dim]
+  AlignedFloats k;         ///< [n][n_head_kv*head_dim]
+  AlignedFloats v;         ///< [n][n_head_kv*head_dim]
+  AlignedFloats attn;      ///< attention output [n][n_head*head_dim]
+  AlignedFloats proj;      ///< output of wo / w_down before the residual add [n][n_embd]
+  AlignedFloats gate;      ///< [n][n_ff], then silu(gate)*up
+  AlignedFloats up;        ///< [n][n_ff]
+  AlignedFloats rope_cs;   ///< cos/sin per token [n][rope_dim]
+  AlignedFloats out_rows;  ///< final-normed rows of tokens that want logits [m][n_embd]
   std::vector<const int32_t*> block_tables;  ///< per token: its sequence's block table
   cpu::AttentionScratch attention;
 

@@ -2,7 +2,9 @@
 //
 // Orchestration only: every numeric step is one of a small set of backend ops (embedding
 // gather, rms_norm, matmul, rope, paged attention, silu_mul, add), so another backend can
-// implement the same sequence. Batch invariance follows from each op being per row with a
+// implement the same sequence. Q/K/V and gate/up (+ silu_mul) go through matmul_multi: the
+// same arithmetic as separate calls, in one parallel region each (fewer hand-offs between
+// the threads of a small model's step). Batch invariance follows from each op being per row with a
 // fixed reduction order (matmul.h, ops.h, attention.h): nothing here mixes rows.
 #include <algorithm>
 #include <cmath>
@@ -58,9 +60,11 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
 
   // Attention block: x += wo · attention(rope(wq·norm(x)), rope(wk·norm(x)), wv·norm(x)).
   cpu::rms_norm_rows(s.x.data(), w.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-  cpu::matmul(threads_, w.wq, s.xn.data(), n, s.q.data());
-  cpu::matmul(threads_, w.wk, s.xn.data(), n, s.k.data());
-  cpu::matmul(threads_, w.wv, s.xn.data(), n, s.v.data());
+  {
+    const cpu::WeightMatrix* mats[] = {&w.wq, &w.wk, &w.wv};
+    float* outs[] = {s.q.data(), s.k.data(), s.v.data()};
+    cpu::matmul_multi(threads_, mats, outs, 3, s.xn.data(), n);
+  }
   for (int64_t t = 0; t < n; ++t) {
     const float* cs = s.rope_cs.data() + t * c.rope_dim;
     cpu::rope_apply(rope_, cs, s.q.data() + t * q_dim, c.n_head);
@@ -93,9 +97,11 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
 
   // FFN block (SwiGLU): x += w_down · (silu(w_gate·norm(x)) * (w_up·norm(x))).
   cpu::rms_norm_rows(s.x.data(), w.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-  cpu::matmul(threads_, w.w_gate, s.xn.data(), n, s.gate.data());
-  cpu::matmul(threads_, w.w_up, s.xn.data(), n, s.up.data());
-  cpu::silu_mul(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
+  {
+    const cpu::WeightMatrix* mats[] = {&w.w_gate, &w.w_up};
+    float* outs[] = {s.gate.data(), s.up.data()};
+    cpu::matmul_multi(threads_, mats, outs, 2, s.xn.data(), n, /*swiglu=*/true);  // gate = silu(gate) * up
+  }
   cpu::matmul(threads_, w.w_down, s.gate.data(), n, s.proj.data());
   cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);
 }

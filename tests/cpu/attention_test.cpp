@@ -119,6 +119,46 @@ TEST_P(AttentionTest, HeadOutputDoesNotDependOnGroupSize) {
   }
 }
 
+TEST_P(AttentionTest, HeadOutputDoesNotDependOnKvHeadCount) {
+  // Small heads are processed several KV heads per work item (the V sums as independent
+  // lanes), how many depending on the thread count: each head must still give the bits of a
+  // model that has only that KV head. Tokens form one run (a verification window), GQA
+  // groups of 1 and 2.
+  KernelSetGuard guard(portable());
+  const int n_pos = 70;
+  const std::vector<int32_t> positions{64, 65, 66, 67, 68, 69};
+  for (int hd : {8, 16, 24, 32, 64})
+    for (int group : {1, 2})
+      for (int n_kv : {1, 3, 4, 8}) {
+        const int n_head = group * n_kv;
+        const int64_t slot = int64_t(n_kv) * hd;
+        const auto kd = random_floats(size_t(n_pos * slot), 19 + hd), vd = random_floats(kd.size(), 23 + hd);
+        const auto q = random_floats(positions.size() * n_head * hd, 29 + hd, 2.f);
+        const Arena arena(16, n_kv, hd, n_pos, kd, vd);
+        for (int threads : {1, 2}) {
+          const auto out = attend(arena, n_head, q, positions, threads);
+          for (int c = 0; c < n_kv; ++c) {
+            // KV head c alone: its K/V columns, its query heads.
+            std::vector<float> k1(size_t(n_pos * hd)), v1(k1.size()), q1(positions.size() * group * hd);
+            for (int p = 0; p < n_pos; ++p) {
+              std::memcpy(k1.data() + p * hd, kd.data() + p * slot + c * hd, hd * sizeof(float));
+              std::memcpy(v1.data() + p * hd, vd.data() + p * slot + c * hd, hd * sizeof(float));
+            }
+            for (size_t t = 0; t < positions.size(); ++t)
+              std::memcpy(q1.data() + t * group * hd, q.data() + (t * n_head + c * group) * hd,
+                          size_t(group) * hd * sizeof(float));
+            const auto ref = attend(Arena(16, 1, hd, n_pos, k1, v1), group, q1, positions, 1);
+            for (size_t t = 0; t < positions.size(); ++t)
+              ASSERT_EQ(std::memcmp(out.data() + (t * n_head + c * group) * hd, ref.data() + t * group * hd,
+                                    size_t(group) * hd * sizeof(float)),
+                        0)
+                  << "head dim " << hd << " group " << group << " kv heads " << n_kv << " kv head " << c
+                  << " token " << t << " threads " << threads;
+          }
+        }
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(KernelSets, AttentionTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "portable" : "avx2"; });
 

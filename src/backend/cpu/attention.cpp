@@ -9,6 +9,7 @@
 
 #include "backend/cpu/attention_impl.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/parallel_policy.h"
 
 namespace fdl::cpu {
 
@@ -58,11 +59,24 @@ void attention_items_portable(const PagedAttentionArgs& a, int64_t begin, int64_
 
 namespace {
 
-// Below this many multiply-adds a call runs on the calling thread: waking workers costs more
-// than the work (a decode step of a small model at short context).
-constexpr int64_t kMinParallelWork = 1 << 15;
 // Longest run of one sequence's tokens handled as one work item by the AVX2 kernels.
 constexpr int64_t kMaxRun = 16;
+// Work items per thread when splitting, so a thread that starts late takes fewer of them.
+constexpr int kChunksPerThread = 2;
+
+// KV heads per work item of the AVX2 kernel. Small heads (head dim <= kMaxLaneHeadDim, a
+// multiple of 8) share an item, up to 8 vector lanes of V sums (8 query heads at head dim 8):
+// one KV head per item left the V sum of a head-dim-8 model a single latency-bound FMA chain.
+// Fewer heads per item where that would leave some of `threads` without an item. Grouping
+// never changes results (each head's arithmetic is its own).
+int kv_heads_per_item(const PagedAttentionArgs& a, int64_t n_runs, int threads) {
+  if (a.head_dim % 8 != 0 || a.head_dim > detail::kMaxLaneHeadDim) return 1;
+  const int lanes_per_kv = (a.n_head / a.n_head_kv) * (a.head_dim / 8);
+  int best = 1;
+  for (int d = 2; d <= a.n_head_kv; ++d)
+    if (a.n_head_kv % d == 0 && d * lanes_per_kv <= 8 && n_runs * (a.n_head_kv / d) >= threads) best = d;
+  return best;
+}
 
 void check_args(const PagedAttentionArgs& a) {
   if (a.kv.k_base == nullptr || a.kv.v_base == nullptr || a.q == nullptr || a.out == nullptr ||
@@ -94,33 +108,48 @@ void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, Attent
   // splits across threads; portable: one token per run.
   const bool avx2 = use_avx2_kernels();
   std::vector<int64_t>& runs = scratch.run_starts();
-  runs.clear();
   int64_t longest = 1;
-  for (int64_t t = 0; t < args.n_tokens; ++t)
-    if (!avx2 || t == 0 || args.block_tables[t] != args.block_tables[t - 1] || t - runs.back() == kMaxRun) {
-      if (!runs.empty()) longest = std::max(longest, t - runs.back());
-      runs.push_back(t);
-    }
-  if (!runs.empty()) longest = std::max(longest, args.n_tokens - runs.back());
-  runs.push_back(args.n_tokens);
-  scratch.reserve(threads.size(), longest * int64_t(group) * (max_positions + 1));
+  const auto build_runs = [&](int64_t max_run) {
+    runs.clear();
+    longest = 1;
+    for (int64_t t = 0; t < args.n_tokens; ++t)
+      if (!avx2 || t == 0 || args.block_tables[t] != args.block_tables[t - 1] || t - runs.back() == max_run) {
+        if (!runs.empty()) longest = std::max(longest, t - runs.back());
+        runs.push_back(t);
+      }
+    if (!runs.empty()) longest = std::max(longest, args.n_tokens - runs.back());
+    runs.push_back(args.n_tokens);
+  };
+  build_runs(kMaxRun);
+  const bool split = worth_splitting(threads, attention_cost_ns(total_positions, args.n_head, args.head_dim));
+  int kv_per_item = avx2 ? kv_heads_per_item(args, int64_t(runs.size() - 1), split ? threads.size() : 1) : 1;
+  // Too few items to balance (codelm-16m: 2 KV heads, so a lone verification window was one
+  // item per thread, and a thread that started late held up the other): cut runs shorter
+  // until there are kChunksPerThread items per thread, claimed one by one. Each token's
+  // arithmetic is unchanged; a shorter run only shares each K/V row among fewer tokens.
+  const int64_t want_items = int64_t(threads.size()) * kChunksPerThread;
+  if (avx2 && split && kv_per_item == 1)
+    while (int64_t(runs.size() - 1) * args.n_head_kv < want_items && longest > 1) build_runs((longest + 1) / 2);
+  const int64_t n_runs = int64_t(runs.size() - 1);
+  scratch.reserve(threads.size() * kChunksPerThread, longest * int64_t(kv_per_item) * group * (max_positions + 1));
   // One pointer is captured so std::function keeps the closure inline (no allocation).
   struct Job {
     const PagedAttentionArgs* a;
     AttentionScratch* scratch;
     bool avx2;
-  } job{&args, &scratch, avx2};
+    int kv_per_item;
+  } job{&args, &scratch, avx2, kv_per_item};
   const auto body = [&job](int64_t begin, int64_t end, int thread) {
     float* buf = job.scratch->thread_buffer(thread);
-    if (job.avx2) detail::attention_runs_avx2(*job.a, job.scratch->run_starts().data(), begin, end, buf);
+    if (job.avx2) detail::attention_runs_avx2(*job.a, job.scratch->run_starts().data(), job.kv_per_item, begin, end, buf);
     else detail::attention_items_portable(*job.a, begin, end, buf);
   };
-  const int64_t n_items = int64_t(runs.size() - 1) * args.n_head_kv;
-  const int64_t work = total_positions * args.n_head * args.head_dim * 2;  // QK and PV
-  if (work < kMinParallelWork || threads.size() == 1) {
+  const int64_t n_items = n_runs * (args.n_head_kv / kv_per_item);
+  // Small calls run on the calling thread (parallel_policy.h: by estimated time).
+  if (n_items == 1 || !split) {
     body(0, n_items, 0);
   } else {
-    threads.parallel_for(n_items, body);
+    threads.parallel_for(n_items, body, kChunksPerThread);
   }
 }
 

@@ -66,8 +66,12 @@ class AttentionScratch {
 /// heads sharing a KV head are processed together so each K/V vector is read once per group.
 /// The AVX2 kernels go further: consecutive tokens with the same block table (one sequence's
 /// speculative verification or prompt chunk; up to 16) form one item, whose loops share each
-/// K/V row while it is in L1 — the arithmetic of every token stays exactly its own.
-/// Items are split across `threads` when there is enough work to pay for the hand-off.
+/// K/V row while it is in L1 — the arithmetic of every token stays exactly its own. Small
+/// heads (head_dim <= 32, a multiple of 8) put several KV heads in one item, so their V sums
+/// run as independent FMA chains.
+/// Items are split across `threads` when the estimated work pays for the hand-off
+/// (parallel_policy.h); runs are then cut shorter where there would be fewer than two items
+/// per thread (a lone verification window of a model with 2 KV heads).
 /// Throws std::invalid_argument for a null pointer, n_head not a positive multiple of
 /// n_head_kv, a non-positive head_dim/block_size, or a negative position. Block ids are
 /// trusted (the caller takes them from a KvCache block table covering each position).

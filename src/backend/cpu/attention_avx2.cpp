@@ -20,17 +20,8 @@ namespace {
 inline __m256 exp_nonpositive(__m256 x) {
   const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_LT_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.33f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);  // ln2 high part
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);       // ln2 low part
-  __m256 p = _mm256_set1_ps(1.f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  __m256 n, p;
+  simd::exp_reduce(x, n, p);
   const __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(too_small, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
 }
@@ -229,14 +220,112 @@ inline void prefetch_rows(const float* first, int64_t n, int64_t stride, int64_t
 // L1 while every token of the run reads them.
 constexpr int64_t kVWindowPositions = 64;
 
-// Query heads [kvh*group, (kvh+1)*group) of tokens [t0, t1) — a run of tokens of one sequence
+// Most 8-float V vectors summed together by the lane kernel below (one accumulator each).
+constexpr int kMaxLanes = 8;
+
+// The V sums of small heads (head_dim a multiple of 8, at most kMaxLaneHeadDim), several heads
+// at once: lane l accumulates out_l (8 floats) += p_l[j] * V[j][voff_l .. +8) over positions
+// [jb, je), where each lane may belong to a different query head *and* KV head (voff_l is its
+// offset in the slot). weighted_chunk shares one V load between the heads of one KV head; at
+// head dim 8 and one query head per KV head (stories260K) that left a single FMA chain per
+// item, bound by its 4-cycle latency. Here up to 8 independent chains share the loop. Every
+// lane performs exactly the FMA sequence of weighted_chunk (fma(p_j, v, acc), j ascending,
+// from zero at jb == 0, else from `out`), so results are bit-identical to it.
+template <int NL>
+void weighted_lanes(const float* const* p, const int64_t* voff, float* const* out, int64_t jb, int64_t je,
+                    const VRows& v) {
+  __m256 acc[NL];
+  for (int l = 0; l < NL; ++l) acc[l] = jb == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out[l]);
+  for (int64_t j0 = jb; j0 < je; j0 += v.block_size) {
+    const int64_t n_in_block = std::min<int64_t>(v.block_size, je - j0);
+    const float* vb = v.base + v.table[j0 / v.block_size] * v.block_stride;
+    for (int64_t s = 0; s < n_in_block; ++s) {
+      const float* vj = vb + s * v.slot_stride;
+      for (int l = 0; l < NL; ++l)
+        acc[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[l][j0 + s]), _mm256_loadu_ps(vj + voff[l]), acc[l]);
+    }
+  }
+  for (int l = 0; l < NL; ++l) _mm256_storeu_ps(out[l], acc[l]);
+}
+
+// weighted_lanes for the regular layout of one query head per KV head (group 1): lane l is
+// vector l % VPH of head l / VPH, so its V offset and output are both 8 * l floats from the
+// item's first head, and its weights are row l / VPH of p (row stride p_stride). The same FMA
+// sequence per lane as weighted_lanes; it only keeps no per-lane pointers (those spilled).
+template <int NL, int VPH>
+void weighted_lanes_mha(const float* p, int64_t p_stride, float* out, int64_t jb, int64_t je, const VRows& v) {
+  __m256 acc[NL];
+  for (int l = 0; l < NL; ++l) acc[l] = jb == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * l);
+  for (int64_t j0 = jb; j0 < je; j0 += v.block_size) {
+    const int64_t n_in_block = std::min<int64_t>(v.block_size, je - j0);
+    const float* vb = v.base + v.table[j0 / v.block_size] * v.block_stride;
+    const float* pj = p + j0;
+    for (int64_t s = 0; s < n_in_block; ++s, ++pj) {
+      const float* vj = vb + s * v.slot_stride;
+      for (int h = 0; h < NL / VPH; ++h) {
+        const __m256 w = _mm256_set1_ps(pj[h * p_stride]);
+        for (int c = 0; c < VPH; ++c)
+          acc[h * VPH + c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * (h * VPH + c)), acc[h * VPH + c]);
+      }
+    }
+  }
+  for (int l = 0; l < NL; ++l) _mm256_storeu_ps(out + 8 * l, acc[l]);
+}
+
+// Lanes [0, n) of the regular layout in passes of 8 (4 or 2 whole heads) and a remainder
+// pass; returns false when VPH does not fit (the caller then uses the generic lanes).
+bool weighted_mha(int vph, int n, const float* p, int64_t p_stride, float* out, int64_t jb, int64_t je, const VRows& v) {
+  const auto run = [&]<int VPH>() {
+    int l = 0;
+    for (; l + 8 <= n; l += 8) weighted_lanes_mha<8, VPH>(p + (l / VPH) * p_stride, p_stride, out + 8 * l, jb, je, v);
+    const VRows vl{v.base + 8 * l, v.table, v.block_stride, v.slot_stride, v.block_size, v.head_dim};
+    const float* pl = p + (l / VPH) * p_stride;
+    switch (n - l) {
+      case 0: break;
+      case 4: weighted_lanes_mha<4, VPH>(pl, p_stride, out + 8 * l, jb, je, vl); break;
+      case 6: if constexpr (VPH != 4) weighted_lanes_mha<6, VPH>(pl, p_stride, out + 8 * l, jb, je, vl); break;
+      case 2: if constexpr (VPH != 4) weighted_lanes_mha<2, VPH>(pl, p_stride, out + 8 * l, jb, je, vl); break;
+      default: if constexpr (VPH == 1) {
+          for (int i = l; i < n; ++i)
+            weighted_lanes_mha<1, 1>(p + i * p_stride, p_stride, out + 8 * i, jb, je,
+                                     VRows{v.base + 8 * i, v.table, v.block_stride, v.slot_stride, v.block_size, v.head_dim});
+        }
+        break;
+    }
+  };
+  switch (vph) {
+    case 1: run.template operator()<1>(); return true;
+    case 2: run.template operator()<2>(); return true;
+    case 4: run.template operator()<4>(); return true;
+    default: return false;
+  }
+}
+
+void weighted_lanes_n(int n, const float* const* p, const int64_t* voff, float* const* out, int64_t jb, int64_t je,
+                      const VRows& v) {
+  switch (n) {
+    case 8: return weighted_lanes<8>(p, voff, out, jb, je, v);
+    case 7: return weighted_lanes<7>(p, voff, out, jb, je, v);
+    case 6: return weighted_lanes<6>(p, voff, out, jb, je, v);
+    case 5: return weighted_lanes<5>(p, voff, out, jb, je, v);
+    case 4: return weighted_lanes<4>(p, voff, out, jb, je, v);
+    case 3: return weighted_lanes<3>(p, voff, out, jb, je, v);
+    case 2: return weighted_lanes<2>(p, voff, out, jb, je, v);
+    default: return weighted_lanes<1>(p, voff, out, jb, je, v);
+  }
+}
+
+// Query heads [kvh0*group, kvh1*group) of tokens [t0, t1) — a run of tokens of one sequence
 // (they share the block table: a speculative verification, or a prompt chunk) — against KV
-// head kvh. Each token's arithmetic is exactly that of running it alone (attention.h); the
-// tokens only share the loops, so each K/V row is brought into L1 once for the whole run
-// instead of once per token. `buf` holds (t1 - t0) * group * max n_pos floats.
-void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kvh, float* buf) {
+// heads [kvh0, kvh1). Each token's arithmetic is exactly that of running it alone, one KV
+// head at a time (attention.h); tokens and heads only share the loops, so each K/V row is
+// brought into L1 once for the whole run, and small heads give the V sum independent chains.
+// `buf` holds (t1 - t0) * (kvh1 - kvh0) * group * max n_pos floats.
+void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kvh0, int kvh1, float* buf) {
   const PagedKvLayer& kv = a.kv;
   const int group = a.n_head / a.n_head_kv;
+  const int n_kv = kvh1 - kvh0;
+  const int nh = n_kv * group;  // query heads of this item
   const int64_t hd = a.head_dim;
   const int64_t steps = hd / 8;
   const int tail = int(hd % 8);
@@ -246,92 +335,127 @@ void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kv
   const __m128 scale4 = _mm_set1_ps(a.scale);
   int64_t max_pos = 0;
   for (int64_t t = t0; t < t1; ++t) max_pos = std::max<int64_t>(max_pos, int64_t(a.positions[t]) + 1);
-  const int64_t stride = int64_t(group) * max_pos;  // buf floats per token: [group][n_pos]
-  auto q_of = [&](int64_t t) { return a.q + (t * a.n_head + int64_t(kvh) * group) * hd; };
+  const int64_t stride = int64_t(nh) * max_pos;  // buf floats per token: [nh][n_pos]
+  auto q_of = [&](int64_t t) { return a.q + (t * a.n_head + int64_t(kvh0) * group) * hd; };
+  const int64_t head_off = int64_t(kvh0) * hd;  // this item's first KV head within a slot
 
   // Scores, block by block of the KV; within a block four positions at a time for up to
-  // three heads at once, the rest one by one.
+  // three heads of one KV head at once, the rest one by one.
   for (int64_t j0 = 0; j0 < max_pos; j0 += kv.block_size) {
-    const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + kvh * hd;
+    const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + head_off;
     if (j0 + kv.block_size < max_pos)
-      prefetch_rows(kv.k_base + table[j0 / kv.block_size + 1] * kv.block_stride + kvh * hd, kv.block_size,
-                    slot_stride, hd);
+      prefetch_rows(kv.k_base + table[j0 / kv.block_size + 1] * kv.block_stride + head_off, kv.block_size,
+                    slot_stride, n_kv * hd);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n_pos = int64_t(a.positions[t]) + 1;
       if (j0 >= n_pos) continue;
       const int64_t n_in_block = std::min<int64_t>(kv.block_size, n_pos - j0);
-      const float* q = q_of(t);
       float* scores = buf + (t - t0) * stride;
-      int64_t s = 0;
-      for (; s + 4 <= n_in_block; s += 4) {
-        const float* k0 = kb + s * slot_stride;
-        const float* const k[4] = {k0, k0 + slot_stride, k0 + 2 * slot_stride, k0 + 3 * slot_stride};
-        // Up to 3 heads per pass: 12 accumulators plus the K rows fit the 16 ymm registers.
-        for (int g = 0; g < group;) {
-          const int left = group - g;
-          const int heads = left == 4 ? 2 : std::min(left, 3);  // 4 heads: 2 + 2, not 3 + 1
-          const float* qg = q + g * hd;
-          float* sg = scores + g * n_pos;
-          switch (heads) {
-            case 3: score_heads4<3>(qg, hd, k, steps, tail, tail_m, scale4, sg, n_pos, j0 + s); break;
-            case 2: score_heads4<2>(qg, hd, k, steps, tail, tail_m, scale4, sg, n_pos, j0 + s); break;
-            default: score_heads4<1>(qg, hd, k, steps, tail, tail_m, scale4, sg, n_pos, j0 + s); break;
+      for (int c = 0; c < n_kv; ++c) {
+        const float* q = q_of(t) + int64_t(c) * group * hd;
+        const float* kc = kb + c * hd;
+        float* sc = scores + int64_t(c) * group * n_pos;
+        int64_t s = 0;
+        for (; s + 4 <= n_in_block; s += 4) {
+          const float* k0 = kc + s * slot_stride;
+          const float* const k[4] = {k0, k0 + slot_stride, k0 + 2 * slot_stride, k0 + 3 * slot_stride};
+          // Up to 3 heads per pass: 12 accumulators plus the K rows fit the 16 ymm registers.
+          for (int g = 0; g < group;) {
+            const int left = group - g;
+            const int heads = left == 4 ? 2 : std::min(left, 3);  // 4 heads: 2 + 2, not 3 + 1
+            const float* qg = q + g * hd;
+            float* sg = sc + g * n_pos;
+            switch (heads) {
+              case 3: score_heads4<3>(qg, hd, k, steps, tail, tail_m, scale4, sg, n_pos, j0 + s); break;
+              case 2: score_heads4<2>(qg, hd, k, steps, tail, tail_m, scale4, sg, n_pos, j0 + s); break;
+              default: score_heads4<1>(qg, hd, k, steps, tail, tail_m, scale4, sg, n_pos, j0 + s); break;
+            }
+            g += heads;
           }
-          g += heads;
         }
+        for (; s < n_in_block; ++s)
+          for (int g = 0; g < group; ++g)
+            sc[g * n_pos + j0 + s] =
+                simd::hsum_canonical(dot_lanes(q + g * hd, kc + s * slot_stride, steps, tail, tail_m)) * a.scale;
       }
-      for (; s < n_in_block; ++s)
-        for (int g = 0; g < group; ++g)
-          scores[g * n_pos + j0 + s] =
-              simd::hsum_canonical(dot_lanes(q + g * hd, kb + s * slot_stride, steps, tail, tail_m)) * a.scale;
     }
   }
   // Softmax per token and head (fp32 exponentials, double sum); the normalizer is folded
   // into the weights before the V sum.
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n_pos = int64_t(a.positions[t]) + 1;
-    for (int g = 0; g < group; ++g) {
-      float* sg = buf + (t - t0) * stride + g * n_pos;
+    for (int h = 0; h < nh; ++h) {
+      float* sg = buf + (t - t0) * stride + h * n_pos;
       const float inv_sum = float(1.0 / exp_sum(sg, n_pos, max_of(sg, n_pos)));
       scale_in_place(sg, n_pos, inv_sum);
     }
   }
   // V sums, window by window of positions (a whole number of KV blocks), every token of the
   // run per window.
-  const VRows v{kv.v_base + kvh * hd, table, kv.block_stride, slot_stride, kv.block_size, hd};
+  const VRows v{kv.v_base + head_off, table, kv.block_stride, slot_stride, kv.block_size, hd};
   const int64_t window = std::max<int64_t>(1, kVWindowPositions / kv.block_size) * kv.block_size;
+  const bool lanes = hd % 8 == 0 && hd <= kMaxLaneHeadDim;
+  const int vecs = int(hd / 8);  // lane path: vectors per head
   for (int64_t jb = 0; jb < max_pos; jb += window) {
     for (int64_t j = jb + window; j < std::min(jb + 2 * window, max_pos); j += kv.block_size)
       prefetch_rows(v.base + table[j / kv.block_size] * kv.block_stride, std::min<int64_t>(kv.block_size, max_pos - j),
-                    slot_stride, hd);
+                    slot_stride, n_kv * hd);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n_pos = int64_t(a.positions[t]) + 1;
       if (jb >= n_pos) continue;
-      float* out = a.out + (t * a.n_head + int64_t(kvh) * group) * hd;
-      weighted_v_sums(buf + (t - t0) * stride, n_pos, jb, std::min(jb + window, n_pos), group, v, out);
+      const int64_t je = std::min(jb + window, n_pos);
+      float* out = a.out + (t * a.n_head + int64_t(kvh0) * group) * hd;
+      const float* p = buf + (t - t0) * stride;
+      if (!lanes) {
+        for (int c = 0; c < n_kv; ++c) {
+          const VRows vc{v.base + c * hd, table, kv.block_stride, slot_stride, kv.block_size, hd};
+          weighted_v_sums(p + int64_t(c) * group * n_pos, n_pos, jb, je, group, vc, out + int64_t(c) * group * hd);
+        }
+        continue;
+      }
+      const int n_lanes = nh * vecs;
+      if (group == 1 && weighted_mha(vecs, n_lanes, p, n_pos, out, jb, je, v)) continue;
+      // Lane i = (query head h, vector c) of this item, in passes of up to kMaxLanes.
+      for (int i0 = 0; i0 < n_lanes; i0 += kMaxLanes) {
+        const int n = std::min(kMaxLanes, n_lanes - i0);
+        const float* pl[kMaxLanes];
+        int64_t voff[kMaxLanes];
+        float* ol[kMaxLanes];
+        for (int l = 0; l < n; ++l) {
+          const int h = (i0 + l) / vecs, c = (i0 + l) % vecs;
+          pl[l] = p + int64_t(h) * n_pos;
+          voff[l] = int64_t(h / group) * hd + 8 * c;
+          ol[l] = out + int64_t(h) * hd + 8 * c;
+        }
+        weighted_lanes_n(n, pl, voff, ol, jb, je, v);
+      }
     }
   }
 }
 
 }  // namespace
 
-void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int64_t begin, int64_t end,
-                         float* buf) {
+void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int kv_per_item, int64_t begin,
+                         int64_t end, float* buf) {
+  const int64_t items_per_run = a.n_head_kv / kv_per_item;
   for (int64_t i = begin; i < end; ++i) {
-    const int64_t r = i / a.n_head_kv;
-    attend_run_avx2(a, run_starts[r], run_starts[r + 1], int(i % a.n_head_kv), buf);
+    const int64_t r = i / items_per_run;
+    const int kvh0 = int(i % items_per_run) * kv_per_item;
+    attend_run_avx2(a, run_starts[r], run_starts[r + 1], kvh0, kvh0 + kv_per_item, buf);
   }
 }
 
 #else  // Built without AVX2 (non-x86 target): never dispatched to; keep the symbol defined.
-void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int64_t begin, int64_t end,
-                         float* buf) {
+void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int kv_per_item, int64_t begin,
+                         int64_t end, float* buf) {
+  const int64_t items_per_run = a.n_head_kv / kv_per_item;
   for (int64_t i = begin; i < end; ++i) {
-    const int64_t r = i / a.n_head_kv;
-    for (int64_t t = run_starts[r]; t < run_starts[r + 1]; ++t) {
-      const int64_t item = t * a.n_head_kv + i % a.n_head_kv;
-      attention_items_portable(a, item, item + 1, buf);
-    }
+    const int64_t r = i / items_per_run;
+    for (int64_t t = run_starts[r]; t < run_starts[r + 1]; ++t)
+      for (int c = 0; c < kv_per_item; ++c) {
+        const int64_t item = t * a.n_head_kv + int(i % items_per_run) * kv_per_item + c;
+        attention_items_portable(a, item, item + 1, buf);
+      }
   }
 }
 #endif

@@ -70,10 +70,15 @@ void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
 /// Runs work items [begin, end) — item i is (token i / n_head_kv, KV head i % n_head_kv).
 /// `buf` holds group * (positions[t] + 2) floats.
 void attention_items_portable(const PagedAttentionArgs& a, int64_t begin, int64_t end, float* buf);
-/// Runs work items [begin, end) — item i is (run i / n_head_kv, KV head i % n_head_kv), run r
-/// being tokens [run_starts[r], run_starts[r + 1]) of one sequence. `buf` holds run length *
-/// group * (max position + 1) floats.
-void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int64_t begin, int64_t end,
-                         float* buf);
+/// Largest head dim whose V sums the AVX2 kernel runs as independent 8-float lanes across
+/// heads (several KV heads per work item pay only there; see attention_avx2.cpp).
+inline constexpr int kMaxLaneHeadDim = 32;
+
+/// Runs work items [begin, end). With m = n_head_kv / kv_per_item items per run, item i is
+/// run i / m and KV heads [(i % m) * kv_per_item, +kv_per_item), run r being tokens
+/// [run_starts[r], run_starts[r + 1]) of one sequence. kv_per_item divides n_head_kv. `buf`
+/// holds run length * kv_per_item * group * (max position + 1) floats.
+void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int kv_per_item, int64_t begin,
+                         int64_t end, float* buf);
 
 }  // namespace fdl::cpu::detail

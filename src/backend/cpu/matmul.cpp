@@ -8,6 +8,8 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/parallel_policy.h"
 
 namespace fdl::cpu {
 namespace {
@@ -16,10 +18,6 @@ namespace {
 // slices only end mid-tile at the matrix edge (correctness does not depend on it: each
 // output's arithmetic is the same in every tile shape).
 constexpr int64_t kRowGrain = 16;
-// Below this many multiply-adds a matmul runs on the calling thread alone: waking workers
-// (~1 µs) would cost more than it saves (tiny models such as stories260K). The split never
-// changes results (batch invariance holds for any thread count).
-constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 // Row slices per pool thread. More than one lets the pool rebalance when a core is shared
 // with another process (a fixed half per thread would run at the slowest thread's pace);
 // slices stay large enough (>= 16 rows) to stream weights efficiently.
@@ -38,6 +36,16 @@ struct MatmulJob {
   int64_t n_tokens;
   float* y;
 };
+
+// One kernel family for every batch size: the AVX-512VL tiles are the AVX2 arithmetic
+// (bit-identical, tested for every batch size), only with wider token groups, which pay
+// from 4 tokens on. Below that the AVX2 build is faster: a 1-token codelm-16m step ran
+// 22% slower through the AVX-512VL build (plain decode 1053 vs 1290 tok/s).
+detail::MatmulRowsFn rows_fn_for(int64_t n_tokens) {
+  return !use_avx2_kernels()                                          ? detail::matmul_rows_portable
+         : use_avx512_tiles() && n_tokens >= kMinTokensForAvx512Tiles ? detail::matmul_rows_avx512
+                                                                      : detail::matmul_rows_avx2;
+}
 
 }  // namespace
 
@@ -71,19 +79,13 @@ void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_t
   }
   require(W.data != nullptr && X != nullptr, "null weights or input");
 
-  // One kernel family for every batch size: the AVX-512VL tiles are the AVX2 arithmetic
-  // (bit-identical, tested for every batch size), only with wider token groups, which pay
-  // from 4 tokens on. Below that the AVX2 build is faster: a 1-token codelm-16m step ran
-  // 22% slower through the AVX-512VL build (plain decode 1053 vs 1290 tok/s).
-  const detail::MatmulRowsFn rows_fn =
-      !use_avx2_kernels()                                          ? detail::matmul_rows_portable
-      : use_avx512_tiles() && n_tokens >= kMinTokensForAvx512Tiles ? detail::matmul_rows_avx512
-                                                                   : detail::matmul_rows_avx2;
-  const MatmulJob job{rows_fn, &W, X, n_tokens, Y};
+  const MatmulJob job{rows_fn_for(n_tokens), &W, X, n_tokens, Y};
   const int64_t n_units = (W.rows + kRowGrain - 1) / kRowGrain;
   // Capturing one pointer keeps the std::function in its small buffer: no allocation.
   const MatmulJob* jp = &job;
-  if (W.rows * W.cols * n_tokens < kMinParallelMacs) {
+  // Small calls run on the calling thread alone (parallel_policy.h: decided by estimated
+  // time, not token count). The split never changes results (batch invariance).
+  if (!worth_splitting(pool, matmul_cost_ns(W, n_tokens))) {
     job.rows_fn(W, X, n_tokens, Y, 0, W.rows);
     return;
   }
@@ -93,6 +95,60 @@ void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_t
         const int64_t r0 = u0 * kRowGrain;
         const int64_t r1 = std::min(u1 * kRowGrain, jp->w->rows);
         jp->rows_fn(*jp->w, jp->x, jp->n_tokens, jp->y, r0, r1);
+      },
+      kChunksPerThread);
+}
+
+void matmul_multi(ThreadPool& pool, const WeightMatrix* const* W, float* const* Y, int n_mats, const float* X,
+                  int64_t n_tokens, bool swiglu) {
+  require(n_mats >= 1 && n_mats <= kMaxMultiMats, "matmul_multi takes 1 to 3 matrices");
+  require(!swiglu || (n_mats == 2 && W[0]->rows == W[1]->rows), "swiglu needs two matrices of equal rows");
+  double cost = 0;
+  for (int i = 0; i < n_mats; ++i) {
+    require(W[i]->cols == W[0]->cols, "matmul_multi matrices differ in width");
+    cost += matmul_cost_ns(*W[i], n_tokens);  // also validates the type
+  }
+  // Degenerate shapes, or too little work to split: plain calls (each validates itself).
+  if (n_tokens <= 0 || W[0]->cols == 0 || !worth_splitting(pool, cost)) {
+    for (int i = 0; i < n_mats; ++i) matmul(pool, *W[i], X, n_tokens, Y[i]);
+    if (swiglu && n_tokens > 0) silu_mul(Y[0], Y[1], Y[0], n_tokens * W[0]->rows);
+    return;
+  }
+  require(X != nullptr, "null input");
+  for (int i = 0; i < n_mats; ++i) require(W[i]->data != nullptr && Y[i] != nullptr, "null weights or output");
+
+  // Row units of all matrices, numbered matrix after matrix; with swiglu a unit covers the
+  // same rows of gate and up, and applies silu(gate) * up to them once both are done.
+  struct Job {
+    detail::MatmulRowsFn rows_fn;
+    const WeightMatrix* const* w;
+    float* const* y;
+    int n_mats;
+    const float* x;
+    int64_t n_tokens;
+    bool swiglu;
+    int64_t first_unit[kMaxMultiMats + 1];
+  } job{rows_fn_for(n_tokens), W, Y, swiglu ? 1 : n_mats, X, n_tokens, swiglu, {}};
+  for (int i = 0; i < job.n_mats; ++i) job.first_unit[i + 1] = job.first_unit[i] + (W[i]->rows + kRowGrain - 1) / kRowGrain;
+  const Job* jp = &job;
+  pool.parallel_for(
+      job.first_unit[job.n_mats],
+      [jp](int64_t u0, int64_t u1, int) {
+        for (int i = 0; i < jp->n_mats; ++i) {
+          const int64_t a = std::max(u0, jp->first_unit[i]), b = std::min(u1, jp->first_unit[i + 1]);
+          if (a >= b) continue;
+          const WeightMatrix& w = *jp->w[i];
+          const int64_t r0 = (a - jp->first_unit[i]) * kRowGrain;
+          const int64_t r1 = std::min((b - jp->first_unit[i]) * kRowGrain, w.rows);
+          jp->rows_fn(w, jp->x, jp->n_tokens, jp->y[i], r0, r1);
+          if (jp->swiglu) {
+            jp->rows_fn(*jp->w[1], jp->x, jp->n_tokens, jp->y[1], r0, r1);
+            for (int64_t t = 0; t < jp->n_tokens; ++t) {
+              float* g = jp->y[0] + t * w.rows;
+              silu_mul(g + r0, jp->y[1] + t * w.rows + r0, g + r0, r1 - r0);
+            }
+          }
+        }
       },
       kChunksPerThread);
 }

@@ -44,7 +44,8 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// X: fp32, n_tokens x W.cols, row-major. Y: fp32, n_tokens x W.rows, row-major; must not
 /// overlap X or the weights. Work is split across the pool by weight rows, in slices of 16+
 /// rows claimed by whichever thread is free (each thread streams its own slices of the
-/// weights); matrices under ~64K multiply-adds run on the calling thread alone. Allocates
+/// weights); calls estimated under a few µs of work run on the calling thread alone
+/// (parallel_policy.h). Allocates
 /// nothing per call once each thread's scratch has grown to the largest shape it has seen.
 ///
 /// Kernels (AVX2): up to 16 tokens stream the weights widening them in registers, 4 rows
@@ -56,5 +57,17 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// Throws std::invalid_argument if the type is not F32/F16/BF16/Q8_0, a dimension is
 /// negative, Q8_0 cols is not a multiple of 32, or a pointer is null while its size is > 0.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);
+
+/// Most matrices matmul_multi takes.
+inline constexpr int kMaxMultiMats = 3;
+
+/// Y[i] = X · W[i]ᵀ for i < n_mats (1..3 matrices of equal cols sharing the input: Q/K/V,
+/// gate/up) in one parallel region: one hand-off and one wait instead of one per matrix.
+/// With `swiglu` (n_mats == 2, equal rows) Y[0] then holds silu(Y[0]) * Y[1] (ops.h's
+/// silu_mul), applied by each row slice as soon as both of its halves are done, so the
+/// element-wise op is split across the pool too. Every output is bit-identical to separate
+/// matmul (and silu_mul) calls; shapes and throws as matmul's.
+void matmul_multi(ThreadPool& pool, const WeightMatrix* const* W, float* const* Y, int n_mats, const float* X,
+                  int64_t n_tokens, bool swiglu = false);
 
 }  // namespace fdl::cpu

@@ -68,6 +68,23 @@ inline __m128 hsum4_canonical(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
 }
 
+/// The core of an 8-lane exp(x) for x within float range: n = round(x / ln2) and p = e^r for
+/// r = x - n ln2 (Cody-Waite, ln2 in two parts; |r| <= ln2/2), e^r by its degree-6 Taylor
+/// polynomial (relative error < 2e-7). exp(x) = p * 2^n; callers clamp x and build 2^n in the
+/// exponent bits for their range (the attention softmax's x <= 0, silu's every x).
+inline void exp_reduce(__m256 x, __m256& n, __m256& p) {
+  n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);  // ln2 high part
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);       // ln2 low part
+  p = _mm256_set1_ps(1.f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+}
+
 }  // namespace FDL_ISA_NS
 }  // namespace fdl::cpu::simd
 #endif

@@ -24,6 +24,37 @@ void q8_0_to_f32_avx2(const BlockQ8_0* src, float* dst, int64_t n_blocks) {
   }
 }
 
+// exp(x) for every float x, 8 lanes: x = n*ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in
+// two parts), e^r by its degree-6 Taylor polynomial (relative error < 2e-7), times 2^n built
+// in the exponent bits. x > 88.7 gives +inf (like expf); x < -87.3 gives 0 (expf would give
+// a subnormal; silu only adds it to 1).
+inline __m256 exp_lanes(__m256 x) {
+  const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33f)), _mm256_set1_ps(88.8f));
+  __m256 n, p;
+  simd::exp_reduce(x, n, p);
+  // n = 128 (x in (88.4, 88.8]) would need 2^128: split as 2^(n-1) * 2, which overflows to
+  // +inf only when the product does.
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.f));
+  return _mm256_andnot_ps(too_small, y);
+}
+
+inline __m256 silu_mul8(__m256 g, __m256 u) {
+  const __m256 e = exp_lanes(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u);
+}
+
+void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {  // the same lane arithmetic on a masked vector: no element depends on where n ends
+    const __m256i m = simd::tail_mask(n - i);
+    _mm256_maskstore_ps(out + i, m, silu_mul8(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m)));
+  }
+}
+
 float dot_f32_avx2(const float* a, const float* b, int64_t n) {
   // Four accumulators hide the 4-cycle FMA latency; combined in a fixed order.
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
