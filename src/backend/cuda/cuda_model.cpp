@@ -446,26 +446,34 @@ void CudaModel::run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att
   }
   const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps};
   if (ffn_blocks_ > 0) {
-    FfnBlockArgs f;
-    f.type = L.gate_up.view.type;
-    f.w_gate_up = L.gate_up.view.data;
-    f.w_down = L.down.view.data;
-    f.down_rows = L.down.view.rows;
-    f.cols = int(L.gate_up.view.cols);
-    f.n_ff = c.n_ff;
-    f.in = ffn_in;
-    f.h = h_.get();
-    f.y = proj_.get();
-    f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + size_t(c.n_head_kv) + 1;
-    f.blocks = ffn_blocks_;
-    decode_ffn_block(f, stream_);
-    prof(kFfnBlock);
-    return;
+    run_ffn_block(l, ffn_in);
+  } else {
+    gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_);
+    prof(kGateUp);
+    gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
+    prof(kDown);
   }
-  gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_);
-  prof(kGateUp);
-  gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
-  prof(kDown);
+}
+
+// The FFN half of a batch-1 layer as one kernel: norm, gate/up + SwiGLU, down (kernels.h:
+// decode_ffn_block), its output in proj_ as down's would be.
+void CudaModel::run_ffn_block(int l, const NormIn& ffn_in) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  FfnBlockArgs f;
+  f.type = L.gate_up.view.type;
+  f.w_gate_up = L.gate_up.view.data;
+  f.w_down = L.down.view.data;
+  f.down_rows = L.down.view.rows;
+  f.cols = int(L.gate_up.view.cols);
+  f.n_ff = c.n_ff;
+  f.in = ffn_in;
+  f.h = h_.get();
+  f.y = proj_.get();
+  f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + size_t(c.n_head_kv) + 1;
+  f.blocks = ffn_blocks_;
+  decode_ffn_block(f, stream_);
+  prof(kFfnBlock);
 }
 
 // The attention half of a batch-1 layer as one kernel: norm, QKV, RoPE/KV store, attention,

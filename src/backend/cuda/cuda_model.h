@@ -113,6 +113,7 @@ class CudaModel final : public Model {
   /// at load, else the fused kernels (gemv_norm_*), attention and plain GEMVs.
   void run_fused_layer(int l, const KvLayerView& kv, AttentionArgs& att);
   void run_attention_block(int l, const KvLayerView& kv, const NormIn& attn_in, float scale);
+  void run_ffn_block(int l, const NormIn& ffn_in);
   /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
