@@ -80,20 +80,21 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   };
   if (fuse_enabled_ && !weights_.layers.empty()) {
     // Every layer must pass (the weight types may differ from layer to layer: a tensor kept
-    // at higher precision turns its fused matrix F32), with one block count for all.
+    // at higher precision turns its fused matrix F32), with one block count for all; 0 = off.
+    auto same_for_all_layers = [&](auto blocks_for) {
+      const int first = blocks_for(weights_.layers[0]);
+      for (const CudaLayer& L : weights_.layers)
+        if (blocks_for(L) != first) return 0;
+      return first;
+    };
     const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim};
-    if (!env_off("FLASHDLLM_ATTN_BLOCK")) {
-      attn_block_groups_ = attention_block_groups(weights_.layers[0].qkv.view, weights_.layers[0].wo.view, c.n_head,
-                                                  shape, n_sm_);
-      for (const CudaLayer& L : weights_.layers)
-        if (attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm_) != attn_block_groups_)
-          attn_block_groups_ = 0;
-    }
-    if (!env_off("FLASHDLLM_FFN_BLOCK")) {
-      ffn_blocks_ = ffn_block_blocks(weights_.layers[0].gate_up.view, weights_.layers[0].down.view, n_sm_);
-      for (const CudaLayer& L : weights_.layers)
-        if (ffn_block_blocks(L.gate_up.view, L.down.view, n_sm_) != ffn_blocks_) ffn_blocks_ = 0;
-    }
+    if (!env_off("FLASHDLLM_ATTN_BLOCK"))
+      attn_block_groups_ = same_for_all_layers([&](const CudaLayer& L) {
+        return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm_);
+      });
+    if (!env_off("FLASHDLLM_FFN_BLOCK"))
+      ffn_blocks_ = same_for_all_layers(
+          [&](const CudaLayer& L) { return ffn_block_blocks(L.gate_up.view, L.down.view, n_sm_); });
     if (attn_block_groups_ > 0)
       block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
     block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
