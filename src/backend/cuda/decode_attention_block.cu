@@ -224,14 +224,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   }
 
   // 5. wo: every block takes a contiguous share of its rows; each row needs every head, so
-  //    this waits for all blocks. The first weight loads are issued before the wait.
+  //    this waits for all blocks. The first weight loads are issued between the arrival and
+  //    the wait.
   const WT* Wo = static_cast<const WT*>(a.wo);
   const int wo_cols = q_dim, wo_nvec = wo_cols / kVec;
   const int64_t wchunk = (a.wo_rows + gridDim.x - 1) / gridDim.x;
   const int64_t wr0 = ::min(a.wo_rows, int64_t(blockIdx.x) * wchunk), wr1 = ::min(a.wo_rows, wr0 + wchunk);
   auto wo_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wo + row * wo_cols); };
+  arrive(a.sync + n_kv);
   if (wr0 + warp < wr1) load_first<kUnroll>(wo_ptr(wr0 + warp), w, wo_nvec, lane);
-  arrive_and_wait(a.sync + n_kv, gridDim.x);
+  wait_for(a.sync + n_kv, gridDim.x);
   // The attention output (written by every block) into shared memory: every warp reads it
   // once per row, and through L2 that would be as many bytes as the weights.
   stage_to_smem(a.attn_out, q_dim, xs);

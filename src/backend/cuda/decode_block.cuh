@@ -20,24 +20,36 @@ constexpr int kWarps = 16, kThreads = 32 * kWarps;
 
 __device__ __forceinline__ float4 ldcg4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
 
-/// All threads of the block arrive; thread 0 adds one to `counter` and waits until it reaches
-/// `target` (cooperative groups' grid sync, scoped to the blocks that share the counter). Only
-/// correct when every block that must arrive is resident (callers size grids to the SMs).
-/// Writes made before the call by any thread of an arriving block are visible after it.
-__device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned target) {
+/// Hand-offs between the blocks of a persistent grid (cooperative groups' grid sync, scoped
+/// to the blocks that share the counter; only correct when every block that must arrive is
+/// resident: callers size grids to the SMs). Split in two so that loads which do not depend on
+/// the hand-off (the next phase's first weights) are issued between them:
+///   arrive(counter): all threads of the block arrive (bar.sync), then thread 0 adds one to
+///     `counter` with release semantics: every write the block's threads made before is
+///     visible to whoever acquires the count;
+///   wait_for(counter, target): thread 0 polls with acquire loads until the count reaches
+///     `target`, then the block meets (bar.sync): writes of every arrived block are visible.
+/// No full fences (CUTLASS's GenericBarrier does the same): a fence, like a release issued
+/// after them, would also wait for the thread's weight loads still in flight, an HBM round trip
+/// on every hand-off (measured: docs/GPU.md, session 6).
+__device__ __forceinline__ void arrive(unsigned* counter) {
   __syncthreads();
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+__device__ __forceinline__ void wait_for(unsigned* counter, unsigned target) {
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1u);
     unsigned v;
     for (;;) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
       if (v >= target) break;
       __nanosleep(32);
     }
-    __threadfence();
   }
   __syncthreads();
+}
+__device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned target) {
+  arrive(counter);
+  wait_for(counter, target);
 }
 
 /// The first batch of a weight row's 16-byte vectors (lane + 32 u, u < UNROLL): issued early

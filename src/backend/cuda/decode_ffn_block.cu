@@ -67,9 +67,10 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
         }
       });
 
-  // Down needs all of h: its first loads go out before the hand-off.
+  // Down needs all of h: its first loads go out between the arrival and the wait.
+  arrive(a.sync);
   if (d0 + warp < d1) load_first<kUnroll>(d_ptr(d0 + warp), w[0], d_nvec, lane);
-  arrive_and_wait(a.sync, gridDim.x);
+  wait_for(a.sync, gridDim.x);
   stage_to_smem(a.h, n_ff, xs);
   const int my_rows = d0 + warp < d1 ? int((d1 - d0 - warp + kWarps - 1) / kWarps) : 0;
   stream_rows<WT, kUnroll, kBuffers>(
