@@ -169,6 +169,11 @@ class Engine {
   /// Stops accepting requests and blocks until every submitted request has finished.
   void drain();
 
+  /// Counters and gauges, consistent with each other (taken between steps). During a step the
+  /// call waits for the step's end, where one snapshot answers every caller that asked during
+  /// it (a /metrics flood costs one snapshot per step, not one lock hand-over per caller);
+  /// a step longer than 2 s, or an idle engine, is read under the state lock instead.
+  /// Thread-safe; must not be called from an OutputSink (they run inside a step).
   EngineMetrics metrics() const;
   std::vector<BreakerState> breakers() const;
   /// Opens ("trip") or closes ("reset") a breaker by name. Throws std::invalid_argument for

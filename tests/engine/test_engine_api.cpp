@@ -28,6 +28,13 @@ std::vector<GenerationRequest> some_requests() {
   return reqs;
 }
 
+/// What the Generator (no engine thread) makes of `reqs` on stories260K: the reference the
+/// engine's streamed output must equal.
+std::vector<GenerationResult> generator_reference(const std::vector<GenerationRequest>& reqs) {
+  auto gen = test::make_generator(test::stories_model());
+  return gen.generate(reqs);
+}
+
 size_t idle_free_blocks(const Engine& e) {
   const auto m = e.metrics();
   return m.kv_blocks_free + m.kv_blocks_cached;
@@ -36,8 +43,7 @@ size_t idle_free_blocks(const Engine& e) {
 TEST(EngineApi, StreamedOutputEqualsTheGenerator) {
   const auto& m = test::stories_model();
   const auto reqs = some_requests();
-  auto gen = test::make_generator(m);
-  const auto want = gen.generate(reqs);
+  const auto want = generator_reference(reqs);
 
   Engine engine(*m.model, *m.tokenizer);
   test::Collector col;
@@ -274,6 +280,53 @@ TEST(EngineApi, ZeroMaxTokensFinishesAtOnceWithLength) {
   EXPECT_EQ(col.get(0).last.finish_reason, "length");
   EXPECT_TRUE(col.get(0).ids.empty());
   EXPECT_EQ(engine.metrics().steps, 0);
+}
+
+TEST(EngineApi, MetricsPolledDuringGenerationAreConsistentAndChangeNothing) {
+  // Eight threads poll metrics() while five requests generate: every answer is a consistent
+  // between-steps view (counters never go back, running + waiting never exceed what was
+  // submitted), answers come during the generation, not only after it, and the streamed ids
+  // are the Generator's.
+  const auto& m = test::stories_model();
+  const auto reqs = some_requests();
+  const auto want = generator_reference(reqs);
+  Engine engine(*m.model, *m.tokenizer);
+  test::Collector col;
+  std::atomic<bool> done{false};
+  std::atomic<int> seen_running{0}, answers{0};
+  std::atomic<int64_t> slowest_us{0};
+  std::vector<std::thread> pollers;
+  for (int t = 0; t < 8; ++t)
+    pollers.emplace_back([&] {
+      int64_t last_steps = 0, last_generated = 0;
+      while (!done.load()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const EngineMetrics mm = engine.metrics();
+        const int64_t us =
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+        int64_t prev = slowest_us.load();
+        while (us > prev && !slowest_us.compare_exchange_weak(prev, us)) {
+        }
+        EXPECT_GE(mm.steps, last_steps);
+        EXPECT_GE(mm.generation_tokens, last_generated);
+        EXPECT_LE(mm.running + mm.waiting, int64_t(reqs.size()));
+        last_steps = mm.steps;
+        last_generated = mm.generation_tokens;
+        if (mm.running > 0) seen_running.fetch_add(1);
+        answers.fetch_add(1);
+      }
+    });
+  for (size_t i = 0; i < reqs.size(); ++i) engine.submit(reqs[i], col.sink(i));
+  ASSERT_TRUE(col.wait(reqs.size()));
+  done = true;
+  for (auto& p : pollers) p.join();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(col.get(i).ids, want[i].generated_ids) << "request " << i;
+  EXPECT_GT(answers.load(), 8);
+  EXPECT_GT(seen_running.load(), 0) << "no answer came while requests ran";
+  EXPECT_LT(slowest_us.load(), 1'000'000) << "a metrics() call waited more than a second";
+  const auto final_m = engine.metrics();
+  EXPECT_EQ(final_m.requests_finished, int64_t(reqs.size()));
+  EXPECT_EQ(final_m.running, 0);
 }
 
 }  // namespace
