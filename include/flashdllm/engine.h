@@ -175,6 +175,7 @@ class Engine {
   /// a step longer than 2 s, or an idle engine, is read under the state lock instead.
   /// Thread-safe; must not be called from an OutputSink (they run inside a step).
   EngineMetrics metrics() const;
+  /// The breakers' states, read the same way as metrics() (the same end-of-step snapshot).
   std::vector<BreakerState> breakers() const;
   /// Opens ("trip") or closes ("reset") a breaker by name. Throws std::invalid_argument for
   /// an unknown name. A tripped breaker stays open until reset.

@@ -103,10 +103,27 @@ struct Engine::Impl {
   bool stepping = false;          // the engine thread holds state_mu for a step
   mutable uint64_t snap_asked = 0;   // last ticket handed out
   uint64_t snap_served = 0;          // tickets up to this one are answered by `snap`
-  EngineMetrics snap;
+  // metrics() and breakers() both: the server's /metrics reads the two, and a breakers() that
+  // queued on state_mu would give the flood its per-caller lock hand-over back.
+  struct Snapshot {
+    EngineMetrics metrics;
+    std::vector<BreakerState> breakers;
+  };
+  Snapshot snap;
 
-  /// The metrics; the caller holds state_mu.
+  /// The metrics / the breakers; the caller holds state_mu.
   EngineMetrics collect_metrics() const;
+  std::vector<BreakerState> collect_breakers() const;
+  /// During a step: waits for the snapshot taken at its end and copies it to `out`. False
+  /// (nothing copied) when no step runs or the step outlasts the wait: read under state_mu.
+  bool step_snapshot(Snapshot& out) const {
+    std::unique_lock lk(snap_mu);
+    if (!stepping) return false;
+    const uint64_t ticket = ++snap_asked;
+    if (!snap_cv.wait_for(lk, std::chrono::seconds(2), [&] { return snap_served >= ticket; })) return false;
+    out = snap;
+    return true;
+  }
   /// Engine thread: marks the span during which it holds state_mu for a step; at its end,
   /// answers the tickets taken during it with one snapshot.
   struct StepWindow {
@@ -119,7 +136,7 @@ struct Engine::Impl {
       std::lock_guard lk(im.snap_mu);
       if (im.snap_asked > im.snap_served) {
         try {
-          im.snap = im.collect_metrics();
+          im.snap = Snapshot{im.collect_metrics(), im.collect_breakers()};
           im.snap_served = im.snap_asked;
           im.snap_cv.notify_all();
         } catch (const std::exception& e) {  // waiters fall back to lock_state after their timeout
@@ -153,12 +170,17 @@ void Engine::Impl::loop() {
     {
       std::unique_lock lk(inbox_mu);
       inbox_cv.wait(lk, [&] { return stopping || busy || !inbox.empty() || !aborts.empty(); });
-      adds.swap(inbox);
-      ends.swap(aborts);
     }
     give_turn();
     std::lock_guard st(state_mu);
     const StepWindow window(*this);  // ends before state_mu is released
+    {
+      // Taken out of the inbox only under state_mu: a caller let in by give_turn must find a
+      // submitted request in the inbox or in the scheduler, never in neither (metrics' waiting).
+      std::lock_guard lk(inbox_mu);
+      adds.swap(inbox);
+      ends.swap(aborts);
+    }
     for (auto& r : adds) scheduler.add(r.id, std::move(r.request), std::move(r.sink));
     adds.clear();
     for (RequestId id : ends) scheduler.abort(id);
@@ -251,16 +273,9 @@ void Engine::drain() {
 
 EngineMetrics Engine::metrics() const {
   const Impl& im = *impl_;
-  {
-    std::unique_lock lk(im.snap_mu);
-    if (im.stepping) {
-      // Answered by the snapshot taken at the end of this step (coalesced with every other
-      // caller during it). A step longer than the wait falls back to the lock below.
-      const uint64_t ticket = ++im.snap_asked;
-      if (im.snap_cv.wait_for(lk, std::chrono::seconds(2), [&] { return im.snap_served >= ticket; }))
-        return im.snap;
-    }
-  }
+  // During a step: the snapshot taken at its end (coalesced with every other caller during
+  // it); idle, or a step longer than the wait: under the state lock.
+  if (Impl::Snapshot s; im.step_snapshot(s)) return std::move(s.metrics);
   const auto st = im.lock_state();
   return im.collect_metrics();
 }
@@ -301,7 +316,13 @@ EngineMetrics Engine::Impl::collect_metrics() const {
 
 std::vector<BreakerState> Engine::breakers() const {
   const Impl& im = *impl_;
+  if (Impl::Snapshot s; im.step_snapshot(s)) return std::move(s.breakers);
   const auto st = im.lock_state();
+  return im.collect_breakers();
+}
+
+std::vector<BreakerState> Engine::Impl::collect_breakers() const {
+  const Impl& im = *this;
   std::vector<BreakerState> out;
   out.push_back({kSpeculation, im.core.spec.breaker.open(), im.core.spec.breaker.trips(),
                  im.core.spec.breaker.reason()});

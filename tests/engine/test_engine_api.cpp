@@ -329,5 +329,37 @@ TEST(EngineApi, MetricsPolledDuringGenerationAreConsistentAndChangeNothing) {
   EXPECT_EQ(final_m.running, 0);
 }
 
+TEST(EngineApi, MetricsCountEverySubmittedRequest) {
+  // A request submit() has returned is in the inbox (counted as waiting) or in the scheduler
+  // (counted as submitted), never in neither: pollers let in between the engine thread taking
+  // the inbox and handing it to the scheduler used to miss it.
+  const auto& m = test::stories_model();
+  test::Collector col;
+  Engine engine(*m.model, *m.tokenizer);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> api_submitted{0}, misses{0};
+  std::vector<std::thread> pollers;
+  for (int t = 0; t < 16; ++t)
+    pollers.emplace_back([&] {
+      while (!done.load()) {
+        const int64_t before = api_submitted.load();
+        const EngineMetrics mm = engine.metrics();
+        if (mm.requests_submitted + mm.waiting < before) misses.fetch_add(1);
+      }
+    });
+  const auto reqs = some_requests();
+  const size_t n = 4 * reqs.size();
+  for (size_t i = 0; i < n; ++i) {
+    engine.submit(reqs[i % reqs.size()], col.sink(i));
+    api_submitted.fetch_add(1);
+    if (i % 3 == 0) std::this_thread::sleep_for(1ms);
+  }
+  const bool all_finished = col.wait(n);
+  done = true;
+  for (auto& p : pollers) p.join();
+  ASSERT_TRUE(all_finished);
+  EXPECT_EQ(misses.load(), 0) << "metrics() answers that counted a submitted request nowhere";
+}
+
 }  // namespace
 }  // namespace fdl
