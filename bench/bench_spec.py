@@ -2,8 +2,9 @@
 """Self-verifying speculative decoding vs plain decoding (issue 4), on CPU.
 
 For each model and prompt, `flashdllm generate --json --temp 0 --ignore-eos -n N -t T` runs
-with --spec off, lookup, lookahead and auto, interleaved round by round (so slow drift of a
-shared machine hits every mode alike). Reported per (model, workload, mode): median decode
+with --spec off, lookup, lookahead and auto — each speculative mode with tree verification
+on and off (`--spec-tree`; `--tree on|off` keeps one) — interleaved round by round (so slow
+drift of a shared machine hits every mode alike). Reported per (model, workload, mode): median decode
 tok/s over prompts x rounds, the median per-prompt speedup over --spec off (same prompt, same
 round), tokens per forward and mean accepted length. Every speculative run must reproduce the
 plain greedy ids exactly; the script fails otherwise.
@@ -76,9 +77,10 @@ def find_cli(explicit: str | None) -> Path:
 
 
 def run_flashdllm(cli: Path, model: Path, prompt: str, n: int, mode: str, threads: int,
-                  window: int) -> dict:
+                  window: int, tree: str) -> dict:
     cmd = [str(cli), "generate", "-m", str(model), "-p", prompt, "-n", str(n), "--temp", "0",
-           "--ignore-eos", "-t", str(threads), "--spec", mode, "--spec-window", str(window), "--json"]
+           "--ignore-eos", "-t", str(threads), "--spec", mode, "--spec-window", str(window),
+           "--spec-tree", tree, "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -115,11 +117,15 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tree", choices=["both", "on", "off"], default="both",
+                    help="tree verification of the speculative modes (--spec-tree): both = each mode twice")
     ap.add_argument("--llamacpp", action="store_true", help="also run llama.cpp prompt lookup")
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     cli = find_cli(args.cli)
+    trees = ["on", "off"] if args.tree == "both" else [args.tree]
+    variants = [("off", "off")] + [(m, t) for m in MODES[1:] for t in trees]
 
     runs = []  # one record per flashdllm run
     for rnd in range(args.rounds):
@@ -128,14 +134,18 @@ def main() -> None:
             for workload in ("grounded", "free"):
                 for pi, prompt in enumerate(cfg[workload]):
                     plain_ids = None
-                    for mode in MODES:
-                        j = run_flashdllm(cli, cfg["path"], prompt, cfg["n"], mode, args.threads, args.window)
+                    for mode, tree in variants:
+                        j = run_flashdllm(cli, cfg["path"], prompt, cfg["n"], mode, args.threads, args.window,
+                                          tree)
                         if mode == "off":
                             plain_ids = j["token_ids"]
                         elif j["token_ids"] != plain_ids:
-                            sys.exit(f"{name} {workload} #{pi} --spec {mode}: ids differ from plain")
+                            sys.exit(f"{name} {workload} #{pi} --spec {mode} --spec-tree {tree}: "
+                                     "ids differ from plain")
                         runs.append({"round": rnd, "model": name, "workload": workload, "prompt": pi,
-                                     "mode": mode, "tok_s": j["timings"]["decode_tok_s"],
+                                     "mode": mode, "tree": tree, "tok_s": j["timings"]["decode_tok_s"],
+                                     "tree_steps": j["spec"]["tree_steps"],
+                                     "tree_alt_accepted": j["spec"]["tree_alt_accepted"],
                                      "tokens_per_forward": j["spec"]["tokens_per_forward"],
                                      "mean_accepted_length": j["spec"]["mean_accepted_length"],
                                      "breaker_open": j["spec"]["breaker_open"]})
@@ -146,10 +156,10 @@ def main() -> None:
         for workload in ("grounded", "free"):
             sel = [r for r in runs if r["model"] == name and r["workload"] == workload]
             base = {(r["round"], r["prompt"]): r["tok_s"] for r in sel if r["mode"] == "off"}
-            for mode in MODES:
-                mine = [r for r in sel if r["mode"] == mode]
+            for mode, tree in variants:
+                mine = [r for r in sel if r["mode"] == mode and r["tree"] == tree]
                 speedups = [r["tok_s"] / base[(r["round"], r["prompt"])] for r in mine]
-                rows.append({"model": name, "workload": workload, "mode": mode,
+                rows.append({"model": name, "workload": workload, "mode": mode, "tree": tree if mode != "off" else "-",
                              "tok_s": statistics.median(r["tok_s"] for r in mine),
                              "speedup": statistics.median(speedups),
                              "min_prompt_speedup": min(
@@ -157,6 +167,8 @@ def main() -> None:
                                  for p in {r["prompt"] for r in mine}),
                              "tokens_per_forward": statistics.median(r["tokens_per_forward"] for r in mine),
                              "mean_accepted_length": statistics.median(r["mean_accepted_length"] for r in mine),
+                             "tree_steps": statistics.median(r["tree_steps"] for r in mine),
+                             "tree_alt_accepted": statistics.median(r["tree_alt_accepted"] for r in mine),
                              "breaker_opened": sum(r["breaker_open"] for r in mine)})
 
     if args.json:  # saved now too, so a llama.cpp failure cannot lose these runs
@@ -174,15 +186,16 @@ def main() -> None:
 
     load = os.getloadavg()[0]
     lines = [f"flashdllm {cli.relative_to(REPO) if cli.is_relative_to(REPO) else cli}, "
-             f"{args.threads} thread(s), window {args.window}, {args.rounds} rounds, "
+             f"{args.threads} thread(s), window {args.window}, --tree {args.tree}, {args.rounds} rounds, "
              f"load average {load:.1f} at the end, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "",
-             "| model | workload | --spec | decode tok/s (median) | speedup vs off (median) | worst prompt | tokens/forward | mean accepted length | breaker opened |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| model | workload | --spec | --spec-tree | decode tok/s (median) | speedup vs off (median) | worst prompt | tokens/forward | mean accepted length | tree steps | accepted off branch 1 | breaker opened |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['workload']} | {r['mode']} | {r['tok_s']:.0f} | "
+        lines.append(f"| {r['model']} | {r['workload']} | {r['mode']} | {r['tree']} | {r['tok_s']:.0f} | "
                      f"{r['speedup']:.2f}x | {r['min_prompt_speedup']:.2f}x | {r['tokens_per_forward']:.2f} | "
-                     f"{r['mean_accepted_length']:.2f} | {r['breaker_opened']} |")
+                     f"{r['mean_accepted_length']:.2f} | {r['tree_steps']:.0f} | {r['tree_alt_accepted']:.0f} | "
+                     f"{r['breaker_opened']} |")
     if llama:
         lines += ["", "| model | workload | llama.cpp plain tok/s | llama.cpp prompt-lookup tok/s | ratio |",
                   "|---|---|---:|---:|---:|"]

@@ -188,6 +188,11 @@ class KvCache {
   /// [kv_head][head_dim]. `pos` must be < length(seq) (std::out_of_range otherwise).
   float* k_slot(SeqId seq, int layer, size_t pos);
   float* v_slot(SeqId seq, int layer, size_t pos);
+  /// Copies the K and V vectors of slot `from` to slot `to` of `seq`, in every layer (host
+  /// arena only). Tree verification uses it to pack an accepted branch into consecutive slots
+  /// before truncating the rest. Both must be < length(seq) (std::out_of_range), and `to`'s
+  /// block must be private to `seq` (std::invalid_argument: it would change another sequence).
+  void move_slot(SeqId seq, size_t from, size_t to);
 
  private:
   struct Seq {

@@ -66,17 +66,49 @@ struct ModelConfig {
 /// The KV slots for every token must already be reserved (KvCache::append_slots) — the
 /// forward writes K/V for token i at `positions[i]` of `seqs[i]` and attends causally to
 /// positions [0, positions[i]] of that sequence.
+///
+/// Token trees (speculative tree verification, docs/SPECULATIVE.md): `tree_parent` is empty
+/// (no trees) or has n_tokens entries. -1 marks an ordinary token (above). An entry p >= 0
+/// makes token i a child of batch token p, which must satisfy: p < i, seqs[p] == seqs[i],
+/// positions[i] == positions[p] + 1, and token i - 1 is p or belongs to the same tree. A tree
+/// is thus a run of consecutive batch tokens of one sequence starting at its root r (an
+/// ordinary token, tree_parent[r] == -1), parents before children. Token i of the tree
+/// writes its K/V at slot positions[r] + (i - r) (which must be reserved; `positions[i]` is
+/// then only its RoPE position, the root's position plus its depth) and attends to slots
+/// [0, positions[r]], then to its ancestors' slots below the root in depth order, then to its
+/// own: exactly the keys and values, in the same order, that a plain step at the end of that
+/// path would see, so on the CPU its logits are bit-identical to that step's. Only models
+/// whose supports_tree_verification() is true accept trees (std::invalid_argument
+/// otherwise, before anything is written); so do malformed entries.
 struct StepBatch {
   std::vector<int32_t> tokens;      ///< token ids, n_tokens
   std::vector<int32_t> positions;   ///< absolute positions, n_tokens
   std::vector<SeqId> seqs;          ///< sequence of each token, n_tokens
   std::vector<uint8_t> want_logits; ///< 1 where logits are needed, n_tokens
+  std::vector<int32_t> tree_parent; ///< empty, or n_tokens batch indices / -1 (see above)
   size_t size() const { return tokens.size(); }
   void add(int32_t token, int32_t pos, SeqId seq, bool logits) {
     tokens.push_back(token); positions.push_back(pos); seqs.push_back(seq);
     want_logits.push_back(logits ? 1 : 0);
+    if (!tree_parent.empty()) tree_parent.push_back(-1);
   }
-  void clear() { tokens.clear(); positions.clear(); seqs.clear(); want_logits.clear(); }
+  /// Adds a tree token whose parent is batch token `parent`, at position
+  /// positions[parent] + 1 (the first call fills tree_parent with -1 for earlier tokens).
+  void add_child(int32_t token, size_t parent, bool logits) {
+    tree_parent.resize(tokens.size(), -1);
+    const int32_t pos = positions[parent] + 1;
+    const SeqId seq = seqs[parent];
+    tokens.push_back(token); positions.push_back(pos); seqs.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+    tree_parent.push_back(static_cast<int32_t>(parent));
+  }
+  /// Whether any token has a parent (an all -1 tree_parent holds no tree).
+  bool has_tree() const {
+    for (const int32_t p : tree_parent)
+      if (p != -1) return true;
+    return false;
+  }
+  void clear() { tokens.clear(); positions.clear(); seqs.clear(); want_logits.clear(); tree_parent.clear(); }
 };
 
 /// Where the forward pass runs. Cuda needs a build with FLASHDLLM_CUDA and an NVIDIA GPU;
@@ -111,8 +143,8 @@ class Model {
   /// written (fp32) into its reserved slot before any token attends, so a prompt may be fed
   /// in one step. An empty batch clears `logits`.
   /// Throws, before anything is written: std::invalid_argument for ragged StepBatch vectors,
-  /// a KV cache whose shape differs from kv_shape(), or a slot in a block shared with another
-  /// sequence; std::out_of_range for a token id outside [0, n_vocab), a dead sequence, or a
+  /// a KV cache whose shape differs from kv_shape(), a slot in a block shared with another
+  /// sequence, or a malformed / unsupported tree (StepBatch::tree_parent); std::out_of_range for a token id outside [0, n_vocab), a dead sequence, or a
   /// position not reserved by append_slots.
   /// Allocates nothing once scratch has grown to the largest batch / context seen.
   virtual void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) = 0;
@@ -124,6 +156,9 @@ class Model {
   virtual void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
   /// Whether forward_argmax saves work over forward plus a host scan (the CUDA model).
   virtual bool prefers_argmax() const { return false; }
+  /// Whether forward accepts token trees (StepBatch::tree_parent): true for the CPU model;
+  /// the engine verifies several candidate drafts per sequence only where it is.
+  virtual bool supports_tree_verification() const { return false; }
   virtual int n_threads() const = 0;
 };
 

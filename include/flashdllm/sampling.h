@@ -100,6 +100,17 @@ class Sampler {
   /// `draft` outside [0, n_vocab) is never accepted (then this is sample()).
   int32_t sample_against_draft(std::span<const float> logits, int32_t draft);
 
+  /// Verification of several candidate tokens for one position (the children of a node of a
+  /// speculative token tree): recursive rejection (SpecInfer, Miao et al. 2024, for
+  /// point-mass drafts). Candidate x1 is accepted with probability p(x1); on rejection p
+  /// becomes p with x1 removed and renormalized, x2 is tried against it, and so on; when every
+  /// candidate is rejected the result is drawn from the last residual. The result is
+  /// distributed exactly as sample()'s; it equals a candidate iff that one was accepted.
+  /// Greedy: the argmax (as sample_against_draft). One candidate: sample_against_draft.
+  /// Candidates must be distinct; ids outside [0, n_vocab) are never accepted. Uses up to
+  /// candidates + 1 RNG draws.
+  int32_t sample_against_drafts(std::span<const float> logits, std::span<const int32_t> drafts);
+
   /// The final distribution sample() would draw from, sorted by descending probability
   /// (ties: lower id first); probabilities sum to 1. Greedy gives one token with prob 1.
   /// Does not advance the RNG. Meant for tests and log-probabilities; allocates.

@@ -13,7 +13,8 @@
 // Acceptance keeps the output exact: greedy accepts the longest prefix equal to the argmax
 // and appends the model's own token (ids identical to plain greedy); sampling uses
 // speculative sampling for a point-mass draft (Leviathan et al. 2023): the output
-// distribution equals plain sampling's. Rejected tokens' KV is rolled back with
+// distribution equals plain sampling's. Several candidates are verified together as a token
+// tree (SpecOptions::tree) with recursive rejection at branching nodes (Miao et al. 2024). Rejected tokens' KV is rolled back with
 // KvCache::truncate.
 //
 // Units: windows in tokens; times in milliseconds; rates are fractions in [0, 1].
@@ -46,6 +47,14 @@ struct SpecOptions {
   /// 1% of plain step time). false = always the full window when a draft exists (tests,
   /// sweeps), no shadow drafts.
   bool adaptive = true;
+  /// Tree verification (`--spec-tree on|off`): when the drafters offer several candidate
+  /// continuations, verify them together as a token tree (shared prefixes once) within the
+  /// same window of `window` (or the adaptive k) nodes, and accept the longest branch that
+  /// matches (greedy) / by recursive rejection (sampling). Only on models whose
+  /// Model::supports_tree_verification() is true (the CPU model); elsewhere one linear
+  /// draft as with false. Off by default: it measured 1-2% slower on stories260K (and
+  /// -5..+9% per mode on codelm-16m; docs/BENCHMARKS.md, session 6).
+  bool tree = false;
   /// Fraction of greedy speculating requests that also run a plain shadow copy whose ids
   /// are compared, step by step, with XXH3 fingerprints of the accepted ids. 0 = no audit.
   double audit_fraction = 0.0;
@@ -68,6 +77,8 @@ struct SpecMetrics {
   int64_t rejected = 0;         ///< draft tokens rolled back (drafted - accepted, incl. those
                                 ///< after an end condition)
   int64_t emitted = 0;          ///< tokens produced by decode steps
+  int64_t tree_steps = 0;       ///< (sequence, step) pairs that verified a tree (>= 2 branches)
+  int64_t tree_alt_accepted = 0;  ///< draft tokens accepted on a tree's non-first branches
   int64_t audited_steps = 0;    ///< speculative steps compared against a shadow
   int64_t audit_mismatches = 0;
   bool breaker_open = false;

@@ -49,6 +49,7 @@ struct BenchOptions {
   bool mmap = false;  // --mmap: zero-copy weights (GgufBacking::Mmap)
   std::string spec = "off";  // --spec: also measure generator decode with speculation
   int spec_window = 5;
+  std::string spec_tree = "off";  // --spec-tree on|off
 };
 
 double ms_since(Clock::time_point t0) {
@@ -162,6 +163,7 @@ void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prom
     throw CliError(std::string("--spec: ") + e.what());
   }
   spec.window = opt.spec_window;
+  spec.tree = opt.spec_tree == "on";
   LoadedModel loaded = load_model(resolve_model_path(opt.model), model_options(opt.threads, opt.mmap));
   const int n_ctx = opt.n_prompt + opt.n_gen + 1;
   Generator plain(*loaded.model, *loaded.tokenizer,
@@ -187,6 +189,7 @@ void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prom
   const SpecMetrics& m = fast.spec_metrics();
   j["spec"] = {{"mode", opt.spec},
                {"window", opt.spec_window},
+               {"tree", opt.spec_tree},
                {"plain_tg_tok_s", summary_json(summarize(plain_tps))},
                {"spec_tg_tok_s", summary_json(summarize(spec_tps))},
                {"tokens_per_forward", m.tokens_per_forward()},
@@ -194,6 +197,8 @@ void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prom
                {"drafted", m.drafted},
                {"accepted", m.accepted},
                {"rejected", m.rejected},
+               {"tree_steps", m.tree_steps},
+               {"tree_alt_accepted", m.tree_alt_accepted},
                {"breaker_open", m.breaker_open}};
 }
 
@@ -293,6 +298,7 @@ void add_bench_command(CLI::App& app) {
   add_spec_flag(cmd, opt->spec, "Also measure generator decode plain vs speculative: off, lookup, lookahead, auto");
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens per step with --spec")
       ->capture_default_str();
+  add_spec_tree_flag(cmd, opt->spec_tree);
   cmd->callback([opt] {
     opt->seed = *parse_seed("--seed", opt->seed_text, /*allow_random=*/false);
     run_bench(*opt);

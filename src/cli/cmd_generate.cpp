@@ -60,6 +60,7 @@ struct GenerateOptions {
   bool mmap = false;  // --mmap: zero-copy weights (GgufBacking::Mmap)
   std::string spec = "off";  // --spec off|lookup|lookahead|auto
   int spec_window = 5;
+  std::string spec_tree = "off";  // --spec-tree on|off
   KvTierFlags kv;
   std::string trace;  // --trace FILE: Chrome trace-event JSON of the run
 };
@@ -121,6 +122,8 @@ nlohmann::json spec_json(const SpecMetrics& m) {
           {"rejected", m.rejected},
           {"mean_accepted_length", m.mean_accepted_length()},
           {"tokens_per_forward", m.tokens_per_forward()},
+          {"tree_steps", m.tree_steps},
+          {"tree_alt_accepted", m.tree_alt_accepted},
           {"audited_steps", m.audited_steps},
           {"audit_mismatches", m.audit_mismatches},
           {"breaker_open", m.breaker_open},
@@ -167,10 +170,11 @@ void print_summary(const GenerationResult& r, double load_ms, uint64_t seed) {
 void print_spec_summary(const SpecMetrics& m, const std::string& mode) {
   std::fprintf(stderr,
                "flashdllm: spec %s | drafted %lld accepted %lld rejected %lld | "
-               "mean accepted length %.2f | tokens/forward %.2f | audit mismatches %lld/%lld | "
-               "breaker %s\n",
+               "mean accepted length %.2f | tokens/forward %.2f | tree steps %lld (accepted off the "
+               "first branch %lld) | audit mismatches %lld/%lld | breaker %s\n",
                mode.c_str(), static_cast<long long>(m.drafted), static_cast<long long>(m.accepted),
                static_cast<long long>(m.rejected), m.mean_accepted_length(), m.tokens_per_forward(),
+               static_cast<long long>(m.tree_steps), static_cast<long long>(m.tree_alt_accepted),
                static_cast<long long>(m.audit_mismatches), static_cast<long long>(m.audited_steps),
                m.breaker_open ? "open" : "closed");
 }
@@ -206,6 +210,7 @@ void run_generate(const GenerateOptions& opt) {
     throw CliError(std::string("--spec: ") + e.what());
   }
   spec.window = opt.spec_window;
+  spec.tree = opt.spec_tree == "on";
   GeneratorOptions gopt{.block_size = opt.block_size,
                         .n_ctx = opt.ctx_size,
                         .max_sequences = 1,
@@ -301,6 +306,7 @@ void add_generate_command(CLI::App& app) {
   add_spec_flag(cmd, opt->spec, "Speculative decoding: off, lookup, lookahead or auto");
   cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
       ->capture_default_str();
+  add_spec_tree_flag(cmd, opt->spec_tree);
   add_kv_tier_flags(cmd, opt->kv);
   cmd->add_option("--trace", opt->trace,
                   "Write a Chrome trace-event JSON (open in Perfetto) of the run to this file");

@@ -54,6 +54,7 @@ struct ServeOptions {
   std::string chat_template;  // "" = detect from the GGUF
   std::string spec = "off";
   int spec_window = 5;
+  std::string spec_tree = "off";  // --spec-tree on|off
   std::string control_redis;
   int threads = 0;
   bool mmap = false;
@@ -107,6 +108,7 @@ EngineOptions engine_options(const ServeOptions& o) {
     throw CliError(std::string("--spec: ") + ex.what());
   }
   e.generator.spec.window = o.spec_window;
+  e.generator.spec.tree = o.spec_tree == "on";
   e.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   e.scheduler.length_buckets = !o.no_length_buckets;
   e.scheduler.short_prompt_tokens = o.short_prompt_tokens;
@@ -252,6 +254,7 @@ void add_serve_command(CLI::App& app) {
                   "llama2, llama3 or chatml (default: detected from the GGUF's tokenizer.chat_template)");
   add_spec_flag(cmd, o->spec, "Speculative decoding: off, lookup, lookahead or auto");
   cmd->add_option("--spec-window", o->spec_window, "Max draft tokens verified per step")->capture_default_str();
+  add_spec_tree_flag(cmd, o->spec_tree);
   cmd->add_option("--control-redis", o->control_redis,
                   "Breaker commands from Redis Pub/Sub, e.g. redis://127.0.0.1:6379/flashdllm-control");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();

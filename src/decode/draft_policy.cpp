@@ -37,4 +37,26 @@ void DraftPolicy::propose(std::span<const int32_t> ctx, size_t max_tokens,
   out.tokens.insert(out.tokens.end(), scratch_.tokens.begin(), scratch_.tokens.end());
 }
 
+void DraftPolicy::propose_candidates(std::span<const int32_t> ctx, size_t max_tokens, const LookaheadPool& pool,
+                                     const Draft& main, std::vector<Draft>& out) {
+  out.assign(1, main);
+  const bool lookup = mode_ == SpecMode::Lookup || mode_ == SpecMode::Auto;
+  const bool lookahead = mode_ == SpecMode::Lookahead || mode_ == SpecMode::Auto;
+  const auto add = [&](const Draft& d) {
+    if (!d.tokens.empty()) out.push_back(d);
+  };
+  if (lookup) {
+    lookup_.propose_distinct(ctx, max_tokens, kMaxLookupAlternates, out);
+    cache_.propose(ctx, max_tokens, scratch_);
+    add(scratch_);
+    cache_.propose_alternate(ctx, max_tokens, scratch_);
+    add(scratch_);
+  }
+  if (lookahead) {
+    pool.propose(ctx, max_tokens, scratch_);
+    add(scratch_);
+    pool.propose_alternates(ctx, max_tokens, out);
+  }
+}
+
 }  // namespace fdl::spec

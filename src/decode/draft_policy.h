@@ -22,6 +22,15 @@ class DraftPolicy {
   /// `pool` is the sequence's lookahead drafter. Empty when the mode is Off or nothing fits.
   void propose(std::span<const int32_t> context, size_t max_tokens, const LookaheadPool& pool,
                Draft& out);
+  /// Candidates for tree verification: `main` (propose()'s draft, non-empty) first, then the
+  /// alternates the enabled drafters offer — older prompt-lookup matches with other
+  /// continuations, the cross-request cache's own draft and its shorter-gram alternative,
+  /// the lookahead pool's chains. They may repeat each other (DraftTreeBuilder merges
+  /// shared prefixes).
+  void propose_candidates(std::span<const int32_t> context, size_t max_tokens, const LookaheadPool& pool,
+                          const Draft& main, std::vector<Draft>& out);
+  /// Most prompt-lookup matches with distinct continuations offered per step.
+  static constexpr size_t kMaxLookupAlternates = 3;
 
  private:
   SpecMode mode_;

@@ -58,12 +58,18 @@ void LookaheadPool::propose(std::span<const int32_t> ctx, size_t max_tokens, Dra
   int32_t prev = ctx.size() >= 2 ? ctx[ctx.size() - 2] : -1;
   int32_t cur = ctx.back();
   for (int32_t t : out.tokens) { prev = cur; cur = t; }
+  chain(prev, cur, max_tokens, false, out);
+  if (out.tokens.empty()) out.clear();
+}
+
+void LookaheadPool::chain(int32_t prev, int32_t cur, size_t max_tokens, bool unigram_first, Draft& out) const {
   while (out.tokens.size() < max_tokens) {
     int32_t next = -1;
-    if (prev >= 0) {
+    if (prev >= 0 && !unigram_first) {
       const auto it = by_bigram_.find(bigram(prev, cur));
       if (it != by_bigram_.end()) next = it->second;
     }
+    unigram_first = false;
     if (next < 0) {
       const auto it = by_token_.find(cur);
       if (it == by_token_.end()) break;
@@ -74,7 +80,18 @@ void LookaheadPool::propose(std::span<const int32_t> ctx, size_t max_tokens, Dra
     prev = cur;
     cur = next;
   }
-  if (out.tokens.empty()) out.clear();
+}
+
+void LookaheadPool::propose_alternates(std::span<const int32_t> ctx, size_t max_tokens,
+                                       std::vector<Draft>& out) const {
+  if (max_tokens == 0 || ctx.empty()) return;
+  const int32_t prev = ctx.size() >= 2 ? ctx[ctx.size() - 2] : -1;
+  for (const bool unigram_first : {false, true}) {
+    Draft d;
+    d.source = DraftSource::LookaheadPool;
+    chain(prev, ctx.back(), max_tokens, unigram_first, d);
+    if (!d.tokens.empty()) out.push_back(std::move(d));
+  }
 }
 
 }  // namespace fdl::spec

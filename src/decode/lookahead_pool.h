@@ -35,10 +35,17 @@ class LookaheadPool final : public Drafter {
   void feed_verification(std::span<const int32_t> context_before, std::span<const int32_t> inputs,
                          std::span<const int32_t> outputs, size_t accepted);
   void propose(std::span<const int32_t> context, size_t max_tokens, Draft& out) const override;
+  /// Alternates for tree verification: the pool's chain when propose() used the Jacobi
+  /// guess, and the chain that starts with the 1-gram follower where it differs from the
+  /// 2-gram one (appended to `out` when non-empty; may repeat propose()'s draft).
+  void propose_alternates(std::span<const int32_t> context, size_t max_tokens, std::vector<Draft>& out) const;
   size_t pool_size() const { return by_bigram_.size() + by_token_.size(); }
 
  private:
   void record(int32_t prev, int32_t tok, int32_t next);
+  /// Appends up to `max_tokens` pool lookups chained from (prev, cur) to `out`; the first
+  /// lookup skips the 2-gram table when `unigram_first`.
+  void chain(int32_t prev, int32_t cur, size_t max_tokens, bool unigram_first, Draft& out) const;
   std::unordered_map<uint64_t, int32_t> by_bigram_;
   std::unordered_map<int32_t, int32_t> by_token_;
   std::vector<int32_t> jacobi_;  ///< guessed tokens following `jacobi_after_` (see above)

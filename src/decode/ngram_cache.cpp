@@ -28,6 +28,33 @@ void NgramCache::propose(std::span<const int32_t> ctx, size_t max_tokens, Draft&
   // Chain over context + draft so far; a small local copy keeps the key code simple.
   std::vector<int32_t> tail(ctx.end() - std::ptrdiff_t(std::min(ctx.size(), size_t(n_max_))),
                             ctx.end());
+  chain(tail, max_tokens, out);
+}
+
+void NgramCache::propose_alternate(std::span<const int32_t> ctx, size_t max_tokens, Draft& out) const {
+  out.clear();
+  if (next_.empty() || max_tokens == 0) return;
+  std::vector<int32_t> tail(ctx.end() - std::ptrdiff_t(std::min(ctx.size(), size_t(n_max_))), ctx.end());
+  int32_t first = -1;
+  for (size_t n = std::min(size_t(n_max_), tail.size()); n >= size_t(n_min_); --n) {
+    const auto it = next_.find(ngram_key(tail, tail.size(), n));
+    if (it != next_.end()) {
+      if (first < 0) {
+        first = it->second;
+      } else if (it->second != first) {
+        out.match_len = int(n);
+        out.tokens.push_back(it->second);
+        tail.push_back(it->second);
+        chain(tail, max_tokens, out);
+        out.source = DraftSource::NgramCache;
+        return;
+      }
+    }
+    if (n == 1) break;
+  }
+}
+
+void NgramCache::chain(std::vector<int32_t>& tail, size_t max_tokens, Draft& out) const {
   while (out.tokens.size() < max_tokens) {
     bool found = false;
     for (size_t n = std::min(size_t(n_max_), tail.size()); n >= size_t(n_min_); --n) {

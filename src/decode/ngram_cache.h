@@ -21,10 +21,16 @@ class NgramCache final : public Drafter {
   /// their follower). Call with the new tokens of a sequence after each step.
   void feed(std::span<const int32_t> context, size_t from);
   void propose(std::span<const int32_t> context, size_t max_tokens, Draft& out) const override;
+  /// Alternate for tree verification: the draft whose first token is the follower of the
+  /// longest gram that disagrees with propose()'s first token, chained on as propose()
+  /// does. Empty when every gram agrees.
+  void propose_alternate(std::span<const int32_t> context, size_t max_tokens, Draft& out) const;
   size_t size() const { return next_.size(); }
   void clear() { next_.clear(); }
 
  private:
+  /// propose() from `tail` (the context's last tokens, extended in place).
+  void chain(std::vector<int32_t>& tail, size_t max_tokens, Draft& out) const;
   int n_min_;
   int n_max_;
   size_t max_entries_;

@@ -36,4 +36,29 @@ void PromptLookup::propose(std::span<const int32_t> ctx, size_t max_tokens, Draf
   }
 }
 
+void PromptLookup::propose_distinct(std::span<const int32_t> ctx, size_t max_tokens, size_t max_drafts,
+                                    std::vector<Draft>& out) const {
+  const size_t len = ctx.size();
+  if (max_tokens == 0 || max_drafts == 0) return;
+  const size_t first_new = out.size();
+  for (size_t n = std::min(size_t(n_max_), len > 0 ? len - 1 : 0); n >= size_t(n_min_); --n) {
+    const auto suffix = ctx.subspan(len - n, n);
+    for (size_t start = len - n; start-- > 0;) {
+      if (!std::equal(suffix.begin(), suffix.end(), ctx.begin() + std::ptrdiff_t(start))) continue;
+      const size_t from = start + n;
+      const int32_t next = ctx[from];
+      bool seen = false;
+      for (size_t i = first_new; i < out.size(); ++i) seen = seen || out[i].tokens.front() == next;
+      if (seen) continue;
+      Draft& d = out.emplace_back();
+      const size_t take = std::min(max_tokens, len - from);
+      d.tokens.assign(ctx.begin() + std::ptrdiff_t(from), ctx.begin() + std::ptrdiff_t(from + take));
+      d.match_len = int(n);
+      d.source = DraftSource::PromptLookup;
+      if (out.size() - first_new == max_drafts) return;
+    }
+    if (n == 1) break;
+  }
+}
+
 }  // namespace fdl::spec

@@ -14,6 +14,11 @@ class PromptLookup final : public Drafter {
   PromptLookup(int n_min, int n_max);
   /// O(len * n_max) per call: a backwards scan, no index to maintain.
   void propose(std::span<const int32_t> context, size_t max_tokens, Draft& out) const override;
+  /// Alternates for tree verification: the continuations of up to `max_drafts` matches
+  /// whose first tokens differ (longest suffix first, then most recent), appended to `out`.
+  /// The first is propose()'s draft. The same scan, run to the end instead of the first match.
+  void propose_distinct(std::span<const int32_t> context, size_t max_tokens, size_t max_drafts,
+                        std::vector<Draft>& out) const;
 
  private:
   int n_min_;

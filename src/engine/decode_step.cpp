@@ -1,6 +1,7 @@
 // The decode step with self-verifying speculation (flashdllm/speculative.h,
 // docs/SPECULATIVE.md): draft, one batched forward over every sequence's [next token,
 // drafts], acceptance token by token through the normal end conditions, KV rollback.
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -16,8 +17,7 @@ constexpr size_t kNoRow = std::numeric_limits<size_t>::max();
 
 }  // namespace
 
-void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
-                               std::vector<int32_t>& draft) {
+void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec::DraftTree& draft) {
   draft.clear();
   SpecState& sp = ctx_.spec;
   if (!sp.enabled() || sp.breaker.open() || s.spec_window <= 0) return;
@@ -30,7 +30,9 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
   const size_t used = s.request.prompt_ids.size() + generated;
   max_k = std::min(max_k, size_t(ctx_.options.n_ctx) - used);
   if (max_k == 0) return;
-  const auto propose_timed = [&](size_t k) {
+  // Several candidates verified as a tree only where the model has tree attention.
+  const bool tree = sp.options.tree && ctx_.model.supports_tree_verification();
+  const auto propose_timed = [&](size_t k, bool candidates) {
     const auto t0 = Clock::now();
     // The pool's history is brought up to date only when a draft is wanted: a sequence
     // that decodes plainly pays for it only with its (rate-limited) shadow drafts.
@@ -39,7 +41,20 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
       s.lookahead_fed = s.context.size();
     }
     policy_.propose(s.context, k, s.lookahead, draft_);
+    // The shadow-draft budget is priced by this: a shadow draft never collects alternates.
     sp.observe_draft(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (candidates && !draft_.tokens.empty() && s.tree_skip-- <= 0 &&
+        spec::DraftTreeBuilder::alternates_useful(k, s.window.acceptance(), sp.alternates.gamma())) {
+      policy_.propose_candidates(s.context, k, s.lookahead, draft_, candidates_);
+      // The k nodes go to the most probable continuations: the main candidate's chain, and
+      // alternates at the positions where it is most likely wrong (draft_tree.h).
+      tree_builder_.build(candidates_, k, s.window.acceptance(), sp.alternates.gamma(), draft);
+      const bool found = !draft.linear();
+      s.tree_backoff = found ? 0 : std::min(2 * s.tree_backoff + 1, LiveSequence::kMaxTreeBackoff);
+      s.tree_skip = s.tree_backoff;
+    } else if (candidates) {
+      draft.assign_linear(draft_.tokens);
+    }
   };
   const size_t full = max_k;
   // The window depends on acceptance and cost only, so it is chosen first: a sequence for
@@ -55,19 +70,19 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate,
     if (!sp.options.adaptive ||
         !s.window.shadow_due(sp.draft_ms, sp.plain_ms(n_live) / double(std::max<size_t>(n_live, 1))))
       return;
-    propose_timed(full);
+    propose_timed(full, false);
     s.window.start_shadow(draft_.tokens);
     return;
   }
   s.window.drop_shadow();  // the verification below is the evidence now
-  propose_timed(max_k);
-  draft.assign(draft_.tokens.begin(), draft_.tokens.end());
+  propose_timed(max_k, tree);
+  if (!tree) draft.assign_linear(draft_.tokens);
 }
 
 namespace {
 
 bool refresh_base(const SpecState& sp, const std::vector<LiveSequence*>& seqs,
-                  const std::vector<std::vector<int32_t>>& drafts, size_t plain_tokens) {
+                  const std::vector<spec::DraftTree>& drafts, size_t plain_tokens) {
   // Every window decision compares against the measured cost of a plain step, which is
   // measured only on plain steps: while sequences speculate it goes stale, and the first
   // measurements of a generation are the slow steps right after its prefill (up to 2x the
@@ -148,8 +163,14 @@ void Scheduler::plan_decode() {
     const size_t row = ctx_.batch.size();
     const size_t pos = ctx_.kv.append_slots(s.seq, draft.size() + 1);
     ctx_.batch.add(s.last_token, static_cast<int32_t>(pos), s.seq, true);
-    for (size_t i = 0; i < draft.size(); ++i)
-      ctx_.batch.add(draft[i], static_cast<int32_t>(pos + 1 + i), s.seq, true);
+    if (draft.linear()) {
+      for (size_t i = 0; i < draft.size(); ++i)
+        ctx_.batch.add(draft.tokens[i], static_cast<int32_t>(pos + 1 + i), s.seq, true);
+    } else {
+      // Node i at slot pos + 1 + i, position pos + its depth (flashdllm/model.h).
+      for (size_t i = 0; i < draft.size(); ++i)
+        ctx_.batch.add_child(draft.tokens[i], draft.parent[i] < 0 ? row : row + 1 + size_t(draft.parent[i]), true);
+    }
     drafted_ += draft.size();
     decode_.push_back({&s, row, pos, kNoRow});
   }
@@ -175,29 +196,50 @@ void Scheduler::finish_decode() {
   step_emitted_ = emitted;
 }
 
-size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, size_t row0,
-                             size_t pos0) {
+size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t pos0) {
   SpecState& sp = ctx_.spec;
   const size_t k = draft.size();
+  const bool tree = !draft.linear();
   const size_t before = s.context.size() - 1;  // the context ends with the fed token x0
   const int32_t x0 = s.last_token;
   emitted_.clear();
   emitted_q_.clear();
-  size_t accepted = 0;
+  path_.clear();
+  int32_t node = -1;  // the last accepted node; -1 = the root x0
   int32_t last = -1;
-  for (size_t i = 0; i <= k; ++i) {
-    const auto row = logits_row(row0 + i);
-    // Position i's logits are those plain decoding would see after x0, d1..di: drafts
-    // before it were accepted (else the loop ended), and the sampler's penalty history
-    // already holds them (on_token accepted each).
-    const int32_t tok = i < k ? s.sampler.sample_against_draft(row, draft[i]) : row_token(s, row0 + i);
-    const bool match = i < k && tok == draft[i];
+  for (;;) {
+    const size_t r = node < 0 ? row0 : row0 + 1 + size_t(node);
+    const auto row = logits_row(r);
+    // The node's children (after it in depth-first order): the candidates for this position.
+    children_.clear();
+    outputs_.clear();
+    for (size_t c = size_t(node + 1); c < k; ++c)
+      if (draft.parent[c] == node) {
+        children_.push_back(int32_t(c));
+        outputs_.push_back(draft.tokens[c]);
+      }
+    // Row r's logits are those plain decoding would see after x0 and the accepted nodes
+    // (the tree attention reads exactly that path), and the sampler's penalty history already
+    // holds them (on_token accepted each). One candidate: speculative sampling; several:
+    // recursive rejection; none: a plain draw.
+    const int32_t tok = children_.empty() ? row_token(s, r)
+                        : children_.size() == 1 ? s.sampler.sample_against_draft(row, outputs_[0])
+                                                : s.sampler.sample_against_drafts(row, outputs_);
+    int32_t next = -1;
+    for (size_t c = 0; c < children_.size(); ++c)
+      if (outputs_[c] == tok) next = children_[c];
+    // gamma's evidence: the first child lost; did another one win?
+    if (children_.size() > 1 && tok != outputs_[0]) sp.alternates.observe(next >= 0);
     emitted_q_.push_back(row.empty() ? 0 : quantize_logit(row[size_t(tok)]));  // empty: an argmax-only step
     on_token(s, tok, row);
     last = tok;
-    if (match) ++accepted;
-    if (s.finished || !match) break;
+    if (next >= 0) {
+      path_.push_back(next);
+      node = next;
+    }
+    if (s.finished || next < 0) break;
   }
+  const size_t accepted = path_.size();
   if (k == 0 && sp.enabled()) s.window.observe_plain_token(last);  // resolves shadow drafts
   if (k > 0) {
     SpecMetrics& m = sp.metrics;
@@ -205,7 +247,14 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
     m.drafted += int64_t(k);
     m.accepted += int64_t(accepted);
     m.rejected += int64_t(k - accepted);
-    s.window.observe(k, accepted);
+    // The window controller learns the main candidate's acceptance (what its window choice
+    // assumes); tokens an alternate saved count as accepted up to the main chain's length.
+    const size_t main = draft.main_depth();
+    if (tree) {
+      ++m.tree_steps;
+      for (const int32_t c : path_) m.tree_alt_accepted += size_t(c) >= main ? 1 : 0;
+    }
+    s.window.observe(main, std::min(accepted, main));
     if (s.shadow)
       s.shadow->pending.push_back({s.n_sampled - emitted_.size(), s.n_sampled,
                                    step_fingerprint(emitted_, emitted_q_)});
@@ -214,26 +263,48 @@ size_t Scheduler::verify(LiveSequence& s, const std::vector<int32_t>& draft, siz
     const SpecMode mode = sp.options.mode;
     if (mode == SpecMode::Lookup || mode == SpecMode::Auto) sp.cache.feed(s.context, before + 1);
     // Without drafts, the one output is the next history token: nothing new to record.
-    if (!s.finished && k > 0 && mode != SpecMode::Lookup) {
-      // The lookahead trajectory: the model's argmax at every fed position, rejected too.
-      inputs_.assign(1, x0);
-      inputs_.insert(inputs_.end(), draft.begin(), draft.end());
-      outputs_.resize(k + 1);
-      for (size_t i = 0; i <= k; ++i)
-        outputs_[i] = static_cast<int32_t>(detail::scan_row(logits_row(row0 + i)).argmax);
-      const std::span<const int32_t> ctx(s.context);
-      s.lookahead.feed_verification(ctx.first(before), inputs_, outputs_, accepted);
-      s.lookahead.feed_history(ctx, s.lookahead_fed);
-      s.lookahead_fed = ctx.size();
-    }
+    if (!s.finished && k > 0 && mode != SpecMode::Lookup) feed_tree_trajectory(s, draft, row0, before, x0, accepted);
   }
-  // Local rollback: keep x0 and the accepted drafts; the rejected tail's whole blocks go
-  // back to the pool. A finished sequence has already freed everything.
+  // Local rollback: keep x0 and the accepted nodes, packed into the slots after x0 (a tree's
+  // accepted branch may sit further right; a linear draft's never moves); the rest's whole
+  // blocks go back to the pool. A finished sequence has already freed everything.
   if (!s.finished) {
+    for (size_t i = 0; i < accepted; ++i)
+      if (size_t(path_[i]) != i) ctx_.kv.move_slot(s.seq, pos0 + 1 + size_t(path_[i]), pos0 + 1 + i);
     ctx_.kv.truncate(s.seq, pos0 + accepted + 1);
     s.n_prefilled = pos0 + accepted + 1;  // every context token but the new last one is fed
   }
   return emitted_.size();
+}
+
+void Scheduler::feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t before,
+                                     int32_t x0, size_t accepted) {
+  // The lookahead trajectory: the model's argmax at every fed position along the accepted
+  // path and then the first-child chain below it — for a linear draft, exactly [x0, d1..dk]
+  // with its rejected tail; the Jacobi guess is the tail's outputs.
+  inputs_.assign(1, x0);
+  children_.assign(1, -1);  // node of each input (-1: the root)
+  for (const int32_t c : path_) {
+    inputs_.push_back(draft.tokens[size_t(c)]);
+    children_.push_back(c);
+  }
+  for (int32_t n = path_.empty() ? -1 : path_.back();;) {
+    int32_t first = -1;
+    for (size_t c = size_t(n + 1); c < draft.size() && first < 0; ++c)
+      if (draft.parent[c] == n) first = int32_t(c);
+    if (first < 0) break;
+    inputs_.push_back(draft.tokens[size_t(first)]);
+    children_.push_back(first);
+    n = first;
+  }
+  outputs_.resize(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    outputs_[i] = static_cast<int32_t>(
+        detail::scan_row(logits_row(children_[i] < 0 ? row0 : row0 + 1 + size_t(children_[i]))).argmax);
+  const std::span<const int32_t> ctx(s.context);
+  s.lookahead.feed_verification(ctx.first(before), inputs_, outputs_, accepted);
+  s.lookahead.feed_history(ctx, s.lookahead_fed);
+  s.lookahead_fed = ctx.size();
 }
 
 }  // namespace fdl::engine

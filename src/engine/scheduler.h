@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "decode/draft_policy.h"
+#include "decode/draft_tree.h"
 #include "engine/engine_context.h"
 #include "engine/live_sequence.h"
 #include "engine/prefix_cache.h"
@@ -96,10 +97,14 @@ class Scheduler {
   // --- the step (scheduler.cpp, decode_step.cpp) ---
   /// Adds every decoding sequence's next token (and draft) to the batch.
   void plan_decode();
-  void plan_draft(LiveSequence& s, size_t n_live, bool speculate, std::vector<int32_t>& draft);
+  void plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec::DraftTree& draft);
   /// After the forward: acceptance, rollback, tokens for each decoding sequence.
   void finish_decode();
-  size_t verify(LiveSequence& s, const std::vector<int32_t>& draft, size_t row0, size_t pos0);
+  size_t verify(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t pos0);
+  /// Tree verification: rows and pool updates of the nodes verified below `node` (-1 = the
+  /// root), see decode_step.cpp.
+  void feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t before,
+                            int32_t x0, size_t accepted);
   void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
   void forward(size_t logit_rows);
   /// Row `row` of this step's logits; empty in an argmax-only step (no row was copied).
@@ -138,7 +143,10 @@ class Scheduler {
   // step scratch, reused
   struct DecodeSlot { LiveSequence* s; size_t row; size_t pos; size_t shadow_row; };
   std::vector<DecodeSlot> decode_;
-  std::vector<std::vector<int32_t>> drafts_;
+  std::vector<spec::DraftTree> drafts_;
+  std::vector<spec::Draft> candidates_;  ///< tree verification: the drafters' candidates
+  spec::DraftTreeBuilder tree_builder_;
+  std::vector<int32_t> path_, children_;  ///< tree verification: accepted nodes, a node's children
   struct PrefillSlot { LiveSequence* s; size_t take; bool last; };
   std::vector<PrefillSlot> prefill_;
   size_t drafted_ = 0;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "decode/draft_tree.h"
 #include "decode/ngram_cache.h"
 #include "decode/spec_breaker.h"
 #include "decode/window_controller.h"
@@ -43,6 +44,7 @@ struct SpecState {
   SpecOptions options;
   spec::NgramCache cache;
   spec::StepCostModel cost;
+  spec::AlternateRate alternates;  ///< tree verification: how often an alternate wins
   spec::SpecBreaker breaker;
   SpecMetrics metrics;
   std::vector<double> plain_ms_by_live;

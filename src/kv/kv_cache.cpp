@@ -179,4 +179,21 @@ float* KvCache::v_slot(SeqId seq, int layer, size_t pos) {
   return pool_.v_ptr(s.blocks[pos / bs], layer, int(pos % bs));
 }
 
+void KvCache::move_slot(SeqId seq, size_t from, size_t to) {
+  const Seq& s = seq_ref(seq);
+  const size_t bs = size_t(pool_.shape().block_size);
+  if (from >= s.length || to >= s.length)
+    throw std::out_of_range("KvCache: move_slot " + std::to_string(from) + " -> " + std::to_string(to) +
+                            " outside sequence " + std::to_string(seq) + " (length " + std::to_string(s.length) + ")");
+  if (pool_.meta(s.blocks[to / bs]).ref_count != 1)
+    throw std::invalid_argument("KvCache: move_slot target " + std::to_string(to) + " of sequence " +
+                                std::to_string(seq) + " lies in a shared block");
+  if (from == to) return;
+  const size_t n = pool_.shape().floats_per_token_per_layer();
+  for (int layer = 0; layer < pool_.shape().n_layer; ++layer) {
+    std::copy_n(k_slot(seq, layer, from), n, k_slot(seq, layer, to));
+    std::copy_n(v_slot(seq, layer, from), n, v_slot(seq, layer, to));
+  }
+}
+
 }  // namespace fdl

@@ -17,7 +17,7 @@
 
 namespace fdl {
 
-void LlamaModel::validate(const StepBatch& b, const KvCache& kv) const {
+void LlamaModel::validate(const StepBatch& b, const KvCache& kv) {
   const size_t n = b.tokens.size();
   if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
     throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " +
@@ -29,22 +29,25 @@ void LlamaModel::validate(const StepBatch& b, const KvCache& kv) const {
     throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) +
                                 ", kv heads " + std::to_string(s.n_kv_head) + ", head dim " +
                                 std::to_string(s.head_dim) + ") does not match the model");
+  tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
   for (size_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
       throw std::out_of_range("forward: token " + std::to_string(i) + " has id " +
                               std::to_string(b.tokens[i]) + " outside [0, " +
                               std::to_string(config_.n_vocab) + ")");
     const size_t len = kv.length(b.seqs[i]);  // throws std::out_of_range for a dead sequence
-    if (b.positions[i] < 0 || size_t(b.positions[i]) >= len)
+    const int32_t slot = tree_.slot(i);         // the position, unless a tree token
+    if (slot < 0 || size_t(slot) >= len)
       throw std::out_of_range("forward: token " + std::to_string(i) + " position " +
-                              std::to_string(b.positions[i]) + " is not a reserved slot of sequence " +
+                              std::to_string(b.positions[i]) + (slot != b.positions[i] ? " (tree slot " +
+                              std::to_string(slot) + ")" : std::string()) + " is not a reserved slot of sequence " +
                               std::to_string(b.seqs[i]) + " (length " + std::to_string(len) +
                               "; call append_slots first)");
     // Writing K/V into a block another sequence shares would change that sequence too.
-    const BlockId block = kv.block_table(b.seqs[i])[size_t(b.positions[i]) / size_t(s.block_size)];
+    const BlockId block = kv.block_table(b.seqs[i])[size_t(slot) / size_t(s.block_size)];
     if (kv.pool().meta(block).ref_count != 1)
-      throw std::invalid_argument("forward: token " + std::to_string(i) + " position " +
-                                  std::to_string(b.positions[i]) + " of sequence " +
+      throw std::invalid_argument("forward: token " + std::to_string(i) + " slot " +
+                                  std::to_string(slot) + " of sequence " +
                                   std::to_string(b.seqs[i]) + " lies in block " + std::to_string(block) +
                                   " shared with another sequence (forked); truncate and "
                                   "append_slots to get a private slot");
@@ -72,7 +75,7 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
     // Store this token's K/V in its reserved slot (in place; the slot is private to the
     // sequence because append_slots copied a shared tail block).
     const SeqId seq = batch.seqs[size_t(t)];
-    const size_t pos = size_t(batch.positions[size_t(t)]);
+    const size_t pos = size_t(tree_.slot(size_t(t)));  // the position, unless a tree token
     std::copy_n(s.k.data() + t * kv_dim, kv_dim, kv.k_slot(seq, layer, pos));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv.v_slot(seq, layer, pos));
   }
@@ -91,6 +94,8 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
   args.block_tables = s.block_tables.data();
   args.positions = batch.positions.data();
   args.out = s.attn.data();
+  args.tree_slots = tree_.tree_slots();  // nullptr without trees that leave slot order
+  args.tree_base = tree_.tree_base();
   cpu::paged_attention(threads_, args, s.attention);
   cpu::matmul(threads_, w.wo, s.attn.data(), n, s.proj.data());
   cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);

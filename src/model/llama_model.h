@@ -9,6 +9,7 @@
 #include "flashdllm/model.h"
 #include "model/forward_scratch.h"
 #include "model/llama_weights.h"
+#include "model/token_tree.h"
 
 namespace fdl {
 
@@ -22,10 +23,12 @@ class LlamaModel final : public Model {
   KvShape kv_shape(int block_size) const override;
   void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) override;
   int n_threads() const override { return threads_.size(); }
+  bool supports_tree_verification() const override { return true; }
 
  private:
-  /// Throws std::invalid_argument / std::out_of_range before anything is written.
-  void validate(const StepBatch& batch, const KvCache& kv) const;
+  /// Throws std::invalid_argument / std::out_of_range before anything is written; resolves
+  /// the batch's token trees into tree_.
+  void validate(const StepBatch& batch, const KvCache& kv);
   void run_layer(int layer, int64_t n_tokens, const StepBatch& batch, KvCache& kv);
 
   GgufFile file_;
@@ -34,6 +37,7 @@ class LlamaModel final : public Model {
   cpu::RopeParams rope_;
   cpu::ThreadPool threads_;
   ForwardScratch scratch_;
+  TokenTreeLayout tree_;  ///< KV slots and attention slot lists of the current batch
 };
 
 }  // namespace fdl

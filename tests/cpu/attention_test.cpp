@@ -159,6 +159,67 @@ TEST_P(AttentionTest, HeadOutputDoesNotDependOnKvHeadCount) {
       }
 }
 
+// Tree tokens (PagedAttentionArgs::tree_slots): a token reading slots 0..base-1 and then
+// the slot list S must give the bits of an ordinary token at position base + |S| - 1 over an
+// arena whose rows are laid out in that order — next to ordinary tokens of the same table
+// (the tree token is cut out of their run), for any block size, thread count and group size.
+TEST_P(AttentionTest, TreeSlotListsEqualADenseLayoutOfThePath) {
+  KernelSetGuard guard(portable());
+  const int base = 37, window = 9, n_phys = base + window;
+  const std::vector<int32_t> path{base + 4, base + 7, base + 8};  // ancestors' and own slots
+  for (int hd : {8, 16, 64, 75})
+    for (int group : {1, 3}) {
+      const int n_kv = 2, n_head = group * n_kv;
+      const int64_t slot = int64_t(n_kv) * hd;
+      const auto kd = random_floats(size_t(n_phys * slot), 19 + hd), vd = random_floats(kd.size(), 23 + hd);
+      // The dense path: rows 0..base-1, then the rows of `path`.
+      const int n_path = base + int(path.size());
+      std::vector<float> kp(size_t(n_path * slot)), vp(kp.size());
+      for (int j = 0; j < n_path; ++j) {
+        const int src = j < base ? j : path[size_t(j - base)];
+        std::memcpy(kp.data() + j * slot, kd.data() + src * slot, size_t(slot) * sizeof(float));
+        std::memcpy(vp.data() + j * slot, vd.data() + src * slot, size_t(slot) * sizeof(float));
+      }
+      const auto q = random_floats(3 * size_t(n_head) * hd, 29 + hd, 2.f);  // 3 tokens
+      const std::vector<float> q_tree(q.begin() + n_head * hd, q.begin() + 2 * n_head * hd);
+      const auto want = attend(Arena(16, n_kv, hd, n_path, kp, vp), n_head, q_tree, {n_path - 1}, 1);
+      for (int bs : {3, 16})
+        for (int threads : {1, 3}) {
+          const Arena arena(bs, n_kv, hd, n_phys, kd, vd);
+          // Tokens: ordinary at base + 1, the tree token, ordinary at base + 5 (one table).
+          const std::vector<int32_t> positions{base + 1, n_path - 1, base + 5};
+          const std::vector<int32_t> tree_base{0, base, 0};
+          const std::vector<const int32_t*> tree_slots{nullptr, path.data(), nullptr};
+          std::vector<float> out(q.size(), std::nanf(""));
+          std::vector<const int32_t*> tables(positions.size(), arena.table.data());
+          PagedAttentionArgs args;
+          args.kv = {arena.k.data(), arena.v.data(), arena.block_stride, arena.block_size};
+          args.n_tokens = 3;
+          args.n_head = n_head;
+          args.n_head_kv = n_kv;
+          args.head_dim = hd;
+          args.scale = 1.f / std::sqrt(float(hd));
+          args.q = q.data();
+          args.block_tables = tables.data();
+          args.positions = positions.data();
+          args.out = out.data();
+          args.tree_slots = tree_slots.data();
+          args.tree_base = tree_base.data();
+          ThreadPool pool(threads);
+          AttentionScratch scratch;
+          paged_attention(pool, args, scratch);
+          ASSERT_EQ(std::memcmp(out.data() + n_head * hd, want.data(), want.size() * sizeof(float)), 0)
+              << "head dim " << hd << " group " << group << " block size " << bs << " threads " << threads;
+          const auto plain = attend(arena, n_head, q, {base + 1, base + 2, base + 5}, threads);
+          for (int t : {0, 2})
+            ASSERT_EQ(std::memcmp(out.data() + t * n_head * hd, plain.data() + t * n_head * hd,
+                                  size_t(n_head) * hd * sizeof(float)),
+                      0)
+                << "ordinary token " << t << " next to the tree token";
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(KernelSets, AttentionTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "portable" : "avx2"; });
 

@@ -35,6 +35,14 @@ inline void expect_same_results(const std::vector<GenerationResult>& got,
   }
 }
 
+/// Greedy requests for every case of a reference file of ../shared/reference/.
+inline std::vector<GenerationRequest> reference_requests(const std::string& file) {
+  std::vector<GenerationRequest> reqs;
+  for (const auto& c : read_reference(file))
+    reqs.push_back(greedy_request(c["prompt_token_ids"].get<std::vector<int32_t>>(), c["n_predict"].get<int>()));
+  return reqs;
+}
+
 inline void expect_pool_full(const Generator& gen) {
   EXPECT_EQ(gen.block_pool().n_free(), gen.block_pool().capacity());
 }

@@ -5,13 +5,7 @@
 namespace fdl {
 namespace {
 
-std::vector<GenerationRequest> reference_requests(const std::string& file) {
-  std::vector<GenerationRequest> reqs;
-  for (const auto& c : test::read_reference(file))
-    reqs.push_back(test::greedy_request(c["prompt_token_ids"].get<std::vector<int32_t>>(),
-                                        c["n_predict"].get<int>()));
-  return reqs;
-}
+using test::reference_requests;
 
 struct Config {
   SpecMode mode;

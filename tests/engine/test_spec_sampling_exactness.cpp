@@ -1,5 +1,6 @@
-// Speculative sampling is distribution-exact: 20k draws of the first tokens after a fixed
-// prompt, with speculation on (temperature, top-p and a repetition penalty on), fit the exact
+// Speculative sampling is distribution-exact, with one linear draft and with a tree of
+// candidates (recursive rejection): 20k draws of the first tokens after a fixed prompt, with
+// speculation on (temperature, top-p and a repetition penalty on), fit the exact
 // plain-sampling distribution of those tokens (chi-square goodness of fit, p > 0.01). The
 // exact distribution is enumerated with the model and Sampler::distribution over every
 // prefix, so only the speculative side needs samples.
@@ -58,27 +59,32 @@ std::map<std::vector<int32_t>, double> exact_distribution(Model& model,
   return out;
 }
 
-TEST(SpecSamplingExactness, ChiSquareSpeculativeSamplesFitThePlainDistribution) {
+// Runs kSamples sampled requests of `text` with speculation and checks the chi-square fit;
+// returns the speculation metrics.
+// Requests emit `emit` >= kTokens tokens; the first kTokens are compared (their distribution
+// does not depend on what follows them).
+SpecMetrics check_fit(const std::string& text, bool tree, int emit) {
   const auto& m = test::stories_model();
-  // Repetitive, so prompt lookup drafts the likely continuation at once.
-  const auto prompt = encode_prompt(*m.tokenizer, "red ball. red ball. red");
+  const auto prompt = encode_prompt(*m.tokenizer, text);
   const auto probs = exact_distribution(*m.model, prompt);
 
   auto opt = test::spec_options(SpecMode::Lookup, 4);
+  opt.spec.tree = tree;
   opt.n_ctx = 32;
   opt.max_sequences = 64;
   auto gen = test::make_generator(m, opt);
   std::vector<GenerationRequest> reqs(static_cast<size_t>(kSamples));
   for (int i = 0; i < kSamples; ++i) {
     reqs[size_t(i)].prompt_ids = prompt;
-    reqs[size_t(i)].max_new_tokens = kTokens;
+    reqs[size_t(i)].max_new_tokens = emit;
     reqs[size_t(i)].ignore_eos = true;
     reqs[size_t(i)].sampling = params(uint64_t(i) + 1);
   }
   std::map<std::vector<int32_t>, int64_t> observed;
-  for (const auto& res : gen.generate(reqs)) ++observed[res.generated_ids];
+  for (const auto& res : gen.generate(reqs))
+    ++observed[std::vector<int32_t>(res.generated_ids.begin(), res.generated_ids.begin() + kTokens)];
 
-  const SpecMetrics& sm = gen.spec_metrics();
+  const SpecMetrics sm = gen.spec_metrics();
   EXPECT_GT(sm.accepted, kSamples / 10);  // drafts were verified, and went both ways
   EXPECT_GT(sm.rejected, kSamples / 10);
   test::expect_pool_full(gen);
@@ -86,7 +92,25 @@ TEST(SpecSamplingExactness, ChiSquareSpeculativeSamplesFitThePlainDistribution) 
   EXPECT_GE(chi.dof, 5);
   EXPECT_GT(chi.p_value, 0.01) << "chi2 " << chi.statistic << " dof " << chi.dof;
   std::cout << "chi2 " << chi.statistic << " dof " << chi.dof << " p " << chi.p_value
-            << " accepted " << sm.accepted << " rejected " << sm.rejected << "\n";
+            << " accepted " << sm.accepted << " rejected " << sm.rejected << " tree steps " << sm.tree_steps
+            << " accepted off the first branch " << sm.tree_alt_accepted << "\n";
+  return sm;
+}
+
+TEST(SpecSamplingExactness, ChiSquareSpeculativeSamplesFitThePlainDistribution) {
+  // Repetitive, so prompt lookup drafts the likely continuation at once.
+  const SpecMetrics sm = check_fit("red ball. red ball. red", false, kTokens);
+  EXPECT_EQ(sm.tree_steps, 0);
+}
+
+// Tree verification: "red" was followed by " hat" and by " ball", so prompt lookup offers two
+// candidates and the first position is verified by recursive rejection over both. Requests
+// emit 6 tokens, so the second token's window has room for a branch (the budget is what the
+// request may still emit).
+TEST(SpecSamplingExactness, ChiSquareTreeSamplesFitThePlainDistribution) {
+  const SpecMetrics sm = check_fit("red ball. red hat. red", true, kTokens + 3);
+  EXPECT_GT(sm.tree_steps, kSamples / 10);
+  EXPECT_GT(sm.tree_alt_accepted, 0);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // shared partial tail block in the host arena; the model must mirror each copy in its device
 // arena (KvCache block-copy observer), so a forked sequence's logits equal those of a run
 // that never forked.
+#include "backend/cuda/cuda_model.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_util.h"
 
@@ -94,6 +95,17 @@ TEST(CudaFork, CopyOnWriteOfSharedTailBlocksMatchesUnforkedRuns) {
   batch.add(x, int32_t(kv.append_slots(d, 1)), d, true);
   m.forward(batch, kv, logits);
   EXPECT_LT(rel(logits, unforked_logits(prompt, {x, z, x})), 1e-5);
+}
+
+TEST(CudaFork, CopyLogsOfEarlierPoolsAreDropped) {
+  FDL_SKIP_WITHOUT_GPU();
+  // Every unforked_logits call runs a fresh pool and cache on reference_model(): the model
+  // keeps the copy-on-write log of the current pool's cache only.
+  auto& cm = dynamic_cast<cuda::CudaModel&>(reference_model());
+  for (int i = 0; i < 3; ++i) {
+    unforked_logits({1, 2, 3, 4, 5}, {6});
+    EXPECT_EQ(cm.tracked_caches(), 1u) << "after pool " << i;
+  }
 }
 
 TEST(CudaFork, ReplacedObserverIsDetectedInsteadOfReadingStaleBlocks) {

@@ -290,6 +290,16 @@ TEST(CudaModel, RejectsBadBatchesBeforeWriting) {
   b.clear();
   b.add(1, 0, s2, true);
   EXPECT_THROW(m.forward(b, kv_bad, logits), std::invalid_argument);
+  // Token trees are the CPU model's: refused here, before anything is written.
+  EXPECT_FALSE(m.supports_tree_verification());
+  b.clear();
+  b.add(1, 0, s, false);
+  b.add_child(2, 0, true);
+  EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument);
+  b.clear();
+  b.add(1, 0, s, true);
+  b.tree_parent = {-1, -1};  // ragged
+  EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument);
 }
 
 TEST(CudaModel, WithoutGpuLoadFailsWithOneLineError) {

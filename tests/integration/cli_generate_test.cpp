@@ -25,6 +25,31 @@ TEST(CliGenerate, EmptyPromptStartsFromBos) {
   EXPECT_EQ(j.at("text").get<std::string>().rfind(" Once upon a time", 0), 0u) << j.at("text");
 }
 
+// --spec-tree on|off: the same greedy ids as plain decoding either way; the JSON reports the
+// tree metrics (none with off).
+TEST(CliGenerate, SpecTreeOnAndOffGiveThePlainIds) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const std::vector<std::string> base{"generate", "-m", stories(), "-p",
+                                      "Lily had a red ball. Lily had a blue hat. Lily had a red", "--temp", "0",
+                                      "-n", "48", "--ignore-eos", "--json"};
+  const auto run = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return parse_cli_json(r);
+  };
+  const auto plain = run({});
+  const auto on = run({"--spec", "auto", "--spec-tree", "on", "--spec-window", "6"});
+  const auto off = run({"--spec", "auto", "--spec-tree", "off", "--spec-window", "6"});
+  EXPECT_EQ(on.at("token_ids"), plain.at("token_ids"));
+  EXPECT_EQ(off.at("token_ids"), plain.at("token_ids"));
+  EXPECT_TRUE(on.at("spec").contains("tree_steps"));
+  EXPECT_TRUE(on.at("spec").contains("tree_alt_accepted"));
+  EXPECT_EQ(off.at("spec").at("tree_steps"), 0);
+}
+
 TEST(CliGenerate, EmptyPromptWithoutBosIsAnError) {
   FDL_REQUIRE_CLI();
   FDL_REQUIRE_FILE(stories());

@@ -128,7 +128,7 @@ TEST(CliValidation, ChoiceFlagsExitTwoAndNameTheFlag) {
   FDL_REQUIRE_FILE(stories());
   const std::string m = stories().string();
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--device", "tpu"}, {"--spec", "fast"}, {"--kv-placement", "ram"}}) {
+           {"--device", "tpu"}, {"--spec", "fast"}, {"--spec-tree", "maybe"}, {"--kv-placement", "ram"}}) {
     const CliResult r = run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;

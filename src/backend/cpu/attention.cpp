@@ -88,6 +88,8 @@ void check_args(const PagedAttentionArgs& a) {
                                 std::to_string(a.n_head_kv));
   if (a.head_dim <= 0 || a.kv.block_size <= 0 || a.kv.block_stride <= 0)
     throw std::invalid_argument("paged_attention: head_dim, block_size and block_stride must be positive");
+  if (a.tree_slots != nullptr && a.tree_base == nullptr)
+    throw std::invalid_argument("paged_attention: tree_slots without tree_base");
 }
 
 }  // namespace
@@ -109,11 +111,14 @@ void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, Attent
   const bool avx2 = use_avx2_kernels();
   std::vector<int64_t>& runs = scratch.run_starts();
   int64_t longest = 1;
+  // A tree token reads its keys through its own slot list: a run of its own (before and after).
+  const auto tree = [&](int64_t t) { return args.tree_slots != nullptr && args.tree_slots[t] != nullptr; };
   const auto build_runs = [&](int64_t max_run) {
     runs.clear();
     longest = 1;
     for (int64_t t = 0; t < args.n_tokens; ++t)
-      if (!avx2 || t == 0 || args.block_tables[t] != args.block_tables[t - 1] || t - runs.back() == max_run) {
+      if (!avx2 || t == 0 || args.block_tables[t] != args.block_tables[t - 1] || t - runs.back() == max_run ||
+          tree(t) || tree(t - 1)) {
         if (!runs.empty()) longest = std::max(longest, t - runs.back());
         runs.push_back(t);
       }

@@ -45,6 +45,14 @@ struct PagedAttentionArgs {
   const int32_t* const* block_tables = nullptr;  ///< per token: its sequence's block ids
   const int32_t* positions = nullptr;        ///< per token: attends to [0, positions[t]]
   float* out = nullptr;                      ///< [n_tokens][n_head][head_dim]
+  /// Token trees (flashdllm/model.h, StepBatch::tree_parent). Optional: nullptr = none. Else
+  /// per token nullptr (ordinary) or the KV slots of its *virtual* positions
+  /// [tree_base[t], positions[t]]: virtual position j reads slot tree_slots[t][j - tree_base[t]]
+  /// for j >= tree_base[t], slot j below. Scores, softmax and V sum run over virtual
+  /// positions exactly as an ordinary token at positions[t] runs over its slots, so the
+  /// output equals that of an ordinary token whose slots hold those rows, bit for bit.
+  const int32_t* const* tree_slots = nullptr;
+  const int32_t* tree_base = nullptr;        ///< per token (read only where tree_slots[t] is set)
 };
 
 /// Per-thread score buffers, grown on demand and reused across calls (no allocation per
@@ -69,6 +77,8 @@ class AttentionScratch {
 /// K/V row while it is in L1 — the arithmetic of every token stays exactly its own. Small
 /// heads (head_dim <= 32, a multiple of 8) put several KV heads in one item, so their V sums
 /// run as independent FMA chains.
+/// A tree token (args.tree_slots) is a work item of its own, computed position by position
+/// through its slot list (the same arithmetic per position as the run kernels).
 /// Items are split across `threads` when the estimated work pays for the hand-off
 /// (parallel_policy.h); runs are then cut shorter where there would be fewer than two items
 /// per thread (a lone verification window of a model with 2 KV heads).

@@ -5,6 +5,7 @@
 // is fixed by its own position and head (attention.h), never by the batch or the thread.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/attention_impl.h"
 #include "backend/cpu/simd_avx2.h"
@@ -433,6 +434,77 @@ void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kv
   }
 }
 
+// A tree token (PagedAttentionArgs::tree_slots) against KV heads [kvh0, kvh1), position by
+// position through its slot list. The arithmetic per position and head is that of
+// attend_run_avx2: the score is dot_lanes + hsum_canonical (which the four-position tiles
+// reproduce exactly), the softmax is the same exp_sum/scale over the same virtual-position
+// array, and each V output vector is the chain fma(p_j, V_j, acc) from zero, j ascending,
+// that weighted_chunk and weighted_lanes perform. So the output equals an ordinary token's
+// at the end of the same path, bit for bit. The row offsets are computed once per token (an
+// integer division per position and head was most of the cost), and up to 8 output vectors
+// (heads x vectors of a head) are summed together, as independent FMA chains.
+// `buf` holds group * (positions[t] + 1) floats.
+void attend_tree_avx2(const PagedAttentionArgs& a, int64_t t, int kvh0, int kvh1, float* buf) {
+  const int group = a.n_head / a.n_head_kv;
+  const int64_t hd = a.head_dim;
+  const int64_t steps = hd / 8;
+  const int tail = int(hd % 8);
+  const __m256i tail_m = simd::tail_mask(tail);
+  const int64_t n_pos = int64_t(a.positions[t]) + 1;
+  const VRows rows = v_rows(a, t, 0);
+  // Grows to the longest context seen, then allocates nothing.
+  thread_local std::vector<int64_t> offset;
+  if (offset.size() < size_t(n_pos)) offset.resize(size_t(n_pos));
+  for (int64_t j = 0; j < n_pos; ++j) {
+    const int64_t s = rows.slot(j);
+    offset[size_t(j)] = rows.table[s / rows.block_size] * rows.block_stride + (s % rows.block_size) * rows.slot_stride;
+  }
+  const int nvec = int((hd + 7) / 8);
+  const int n_lanes = group * nvec;  // output vectors of one KV head's query heads
+  for (int kvh = kvh0; kvh < kvh1; ++kvh) {
+    const float* kb = a.kv.k_base + kvh * hd;
+    const float* vb = a.kv.v_base + kvh * hd;
+    const float* q = a.q + (t * a.n_head + int64_t(kvh) * group) * hd;
+    float* out = a.out + (t * a.n_head + int64_t(kvh) * group) * hd;
+    for (int64_t j = 0; j < n_pos; ++j) {
+      const float* kj = kb + offset[size_t(j)];
+      for (int g = 0; g < group; ++g)
+        buf[g * n_pos + j] = simd::hsum_canonical(dot_lanes(q + g * hd, kj, steps, tail, tail_m)) * a.scale;
+    }
+    for (int g = 0; g < group; ++g) {
+      float* sg = buf + g * n_pos;
+      const float inv_sum = float(1.0 / exp_sum(sg, n_pos, max_of(sg, n_pos)));
+      scale_in_place(sg, n_pos, inv_sum);
+    }
+    for (int l0 = 0; l0 < n_lanes; l0 += kMaxLanes) {
+      const int n = std::min(kMaxLanes, n_lanes - l0);
+      __m256 acc[kMaxLanes];
+      const float* p[kMaxLanes];
+      int64_t col[kMaxLanes];
+      bool part[kMaxLanes];
+      for (int l = 0; l < n; ++l) {
+        const int g = (l0 + l) / nvec, c = (l0 + l) % nvec;
+        acc[l] = _mm256_setzero_ps();
+        p[l] = buf + g * n_pos;
+        col[l] = int64_t(g) * hd + 8 * c;  // offset in `out`; the V offset is 8 * c
+        part[l] = tail > 0 && c == nvec - 1;
+      }
+      for (int64_t j = 0; j < n_pos; ++j) {
+        const float* vj = vb + offset[size_t(j)];
+        for (int l = 0; l < n; ++l) {
+          const float* v = vj + col[l] % hd;
+          acc[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[l][j]), part[l] ? _mm256_maskload_ps(v, tail_m) : _mm256_loadu_ps(v),
+                                   acc[l]);
+        }
+      }
+      for (int l = 0; l < n; ++l) {
+        if (part[l]) _mm256_maskstore_ps(out + col[l], tail_m, acc[l]);
+        else _mm256_storeu_ps(out + col[l], acc[l]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int kv_per_item, int64_t begin,
@@ -441,7 +513,10 @@ void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts,
   for (int64_t i = begin; i < end; ++i) {
     const int64_t r = i / items_per_run;
     const int kvh0 = int(i % items_per_run) * kv_per_item;
-    attend_run_avx2(a, run_starts[r], run_starts[r + 1], kvh0, kvh0 + kv_per_item, buf);
+    if (a.tree_slots != nullptr && a.tree_slots[run_starts[r]] != nullptr)
+      attend_tree_avx2(a, run_starts[r], kvh0, kvh0 + kv_per_item, buf);
+    else
+      attend_run_avx2(a, run_starts[r], run_starts[r + 1], kvh0, kvh0 + kv_per_item, buf);
   }
 }
 

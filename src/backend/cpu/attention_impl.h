@@ -25,10 +25,26 @@ struct VRows {
   int64_t slot_stride;   ///< floats between slots of a block
   int block_size;
   int64_t head_dim;
+  const int32_t* tree = nullptr;  ///< a tree token's slot list (PagedAttentionArgs::tree_slots)
+  int64_t tree_base = 0;          ///< first virtual position read through `tree`
+  /// The sequence slot virtual position j reads (j itself for an ordinary token).
+  int64_t slot(int64_t j) const { return tree != nullptr && j >= tree_base ? tree[j - tree_base] : j; }
   const float* row(int64_t j) const {
-    return base + table[j / block_size] * block_stride + (j % block_size) * slot_stride;
+    const int64_t s = slot(j);
+    return base + table[s / block_size] * block_stride + (s % block_size) * slot_stride;
   }
 };
+
+/// The VRows of token t's KV head `kvh` (tree slots included).
+inline VRows v_rows(const PagedAttentionArgs& a, int64_t t, int kvh) {
+  const int64_t hd = a.head_dim, slot_stride = int64_t(a.n_head_kv) * hd;
+  VRows v{a.kv.v_base + kvh * hd, a.block_tables[t], a.kv.block_stride, slot_stride, a.kv.block_size, hd};
+  if (a.tree_slots != nullptr && a.tree_slots[t] != nullptr) {
+    v.tree = a.tree_slots[t];
+    v.tree_base = a.tree_base[t];
+  }
+  return v;
+}
 
 /// Query heads [kvh*group, (kvh+1)*group) of token t against KV head kvh. `buf` must hold
 /// group * (positions[t] + 2) floats: the scores, then the per-head maxima.
@@ -46,15 +62,27 @@ void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
   float* max_score = buf + group * n_pos;  // [group]
 
   std::fill(max_score, max_score + group, -INFINITY);
-  for (int64_t j0 = 0; j0 < n_pos; j0 += kv.block_size) {
-    const int64_t n_in_block = std::min<int64_t>(kv.block_size, n_pos - j0);
-    const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + kvh * hd;
-    for (int64_t s = 0; s < n_in_block; ++s)
+  if (a.tree_slots != nullptr && a.tree_slots[t] != nullptr) {
+    // A tree token: the same dot per virtual position, its K row found through the slot list.
+    const VRows k{kv.k_base + kvh * hd, table, kv.block_stride, slot_stride, kv.block_size, hd,
+                  a.tree_slots[t], a.tree_base[t]};
+    for (int64_t j = 0; j < n_pos; ++j)
       for (int g = 0; g < group; ++g) {
-        const float score = Vec::dot(q + g * hd, kb + s * slot_stride, hd) * a.scale;
-        scores[g * n_pos + j0 + s] = score;
+        const float score = Vec::dot(q + g * hd, k.row(j), hd) * a.scale;
+        scores[g * n_pos + j] = score;
         max_score[g] = std::max(max_score[g], score);
       }
+  } else {
+    for (int64_t j0 = 0; j0 < n_pos; j0 += kv.block_size) {
+      const int64_t n_in_block = std::min<int64_t>(kv.block_size, n_pos - j0);
+      const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + kvh * hd;
+      for (int64_t s = 0; s < n_in_block; ++s)
+        for (int g = 0; g < group; ++g) {
+          const float score = Vec::dot(q + g * hd, kb + s * slot_stride, hd) * a.scale;
+          scores[g * n_pos + j0 + s] = score;
+          max_score[g] = std::max(max_score[g], score);
+        }
+    }
   }
   // Softmax per head (fp32 exponentials, double sum); the normalizer is folded into the
   // weights before the V sum.
@@ -63,7 +91,7 @@ void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
     const float inv_sum = float(1.0 / Vec::exp_sum(sg, n_pos, max_score[g]));
     for (int64_t j = 0; j < n_pos; ++j) sg[j] *= inv_sum;
   }
-  const VRows v{kv.v_base + kvh * hd, table, kv.block_stride, slot_stride, kv.block_size, hd};
+  const VRows v = v_rows(a, t, kvh);
   for (int g = 0; g < group; ++g) Vec::weighted_v_sum(scores + g * n_pos, n_pos, v, out + g * hd);
 }
 
@@ -77,7 +105,8 @@ inline constexpr int kMaxLaneHeadDim = 32;
 /// Runs work items [begin, end). With m = n_head_kv / kv_per_item items per run, item i is
 /// run i / m and KV heads [(i % m) * kv_per_item, +kv_per_item), run r being tokens
 /// [run_starts[r], run_starts[r + 1]) of one sequence. kv_per_item divides n_head_kv. `buf`
-/// holds run length * kv_per_item * group * (max position + 1) floats.
+/// holds run length * kv_per_item * group * (max position + 1) floats. A tree token
+/// (PagedAttentionArgs::tree_slots) is always a run of its own.
 void attention_runs_avx2(const PagedAttentionArgs& a, const int64_t* run_starts, int kv_per_item, int64_t begin,
                          int64_t end, float* buf);
 

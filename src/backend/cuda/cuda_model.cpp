@@ -158,6 +158,15 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
                                 ", positions " + std::to_string(b.positions.size()) + ", seqs " +
                                 std::to_string(b.seqs.size()) + ", want_logits " +
                                 std::to_string(b.want_logits.size()) + ")");
+  // Token trees (StepBatch::tree_parent) need a tree-masked attention the CUDA kernels do not
+  // have: supports_tree_verification() is false, and a tree batch is refused before anything
+  // is written (an all -1 tree_parent holds no tree and is accepted).
+  if (!b.tree_parent.empty() && b.tree_parent.size() != n)
+    throw std::invalid_argument("forward: StepBatch tree_parent has " + std::to_string(b.tree_parent.size()) +
+                                " entries for " + std::to_string(n) + " tokens");
+  if (b.has_tree())
+    throw std::invalid_argument("forward: --device cuda does not verify token trees (StepBatch::tree_parent); "
+                                "the engine sends trees only to models whose supports_tree_verification() is true");
   const KvShape& s = kv.pool().shape();
   if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim)
     throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) + ", kv heads " +
@@ -287,6 +296,9 @@ void CudaModel::ensure_arena(BlockPool& pool) {
   arena_uid_ = 0;
   arena_blocks_ = 0;
   mirror_.reset();
+  // The copy-on-write logs of other pools' caches have nothing left to replay into (their
+  // blocks leave the device with the arena); a cache that comes back starts a fresh log.
+  std::erase_if(cache_copies_, [&](const auto& e) { return e.second.pool_uid != pool.uid(); });
   const size_t floats = pool.capacity() * (pool.shape().block_bytes() / sizeof(float));
   arena_.reset();
   try {

@@ -89,22 +89,7 @@ __global__ void __launch_bounds__(kThreads)
     float acc = 0.f;
     for (int base = lane; base < nvec; base += 32 * kUnroll) {
       if (base != lane) load(base);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int idx = base + u * 32;
-        if (idx < nvec) {
-          float wf[kVec];
-          Widen<WT>::run(w[u], wf);
-#pragma unroll
-          for (int v = 0; v < kVec / 4; ++v) {
-            const float4 x = xs4[idx * (kVec / 4) + v];
-            acc = fmaf(wf[4 * v], x.x, acc);
-            acc = fmaf(wf[4 * v + 1], x.y, acc);
-            acc = fmaf(wf[4 * v + 2], x.z, acc);
-            acc = fmaf(wf[4 * v + 3], x.w, acc);
-          }
-        }
-      }
+      block::dot_batch<WT, kUnroll>(w, xs, base, nvec, acc);
     }
     // Start the next group's loads now: they fly during the reduction and the epilogue.
     if (g + gridDim.x < n_groups) {
