@@ -94,6 +94,12 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
            double(m.spec.drafted), double(last_.spec.drafted));
     mirror(counter("flashdllm_spec_accepted_tokens_total", "Speculative draft tokens accepted"),
            double(m.spec.accepted), double(last_.spec.accepted));
+    mirror(counter("flashdllm_spec_tree_steps_total",
+                   "Speculative verifications of a token tree (several candidate drafts, --spec-tree on)"),
+           double(m.spec.tree_steps), double(last_.spec.tree_steps));
+    mirror(counter("flashdllm_spec_tree_alt_accepted_tokens_total",
+                   "Draft tokens accepted on a token tree's non-first branches"),
+           double(m.spec.tree_alt_accepted), double(last_.spec.tree_alt_accepted));
     mirror(counter("flashdllm_preemptions_total", "Requests preempted for lack of KV blocks"),
            double(m.preemptions), double(last_.preemptions));
     mirror(counter("flashdllm_requests_submitted_total", "Engine requests submitted"),

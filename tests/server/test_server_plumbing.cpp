@@ -67,10 +67,13 @@ TEST(ServerMetrics, RendersRequestAndEngineSeries) {
   e.generation_tokens = 7;
   e.spec.drafted = 4;
   e.spec.accepted = 1;
+  e.spec.tree_steps = 3;
+  e.spec.tree_alt_accepted = 2;
   const std::string text = m.render(e, {{"speculation", true, 1, "x"}, {"disk_offload", false, 0, ""}});
   for (const char* line : {"flashdllm_requests_running 1\n", "flashdllm_kv_blocks_used 3\n",
                            "flashdllm_kv_bytes_used 300\n", "flashdllm_prefix_cache_hit_rate 0.25\n",
                            "flashdllm_spec_acceptance_rate 0.25\n", "flashdllm_generation_tokens_total 7\n",
+                           "flashdllm_spec_tree_steps_total 3\n", "flashdllm_spec_tree_alt_accepted_tokens_total 2\n",
                            "flashdllm_breaker_open{name=\"speculation\"} 1\n",
                            "flashdllm_breaker_open{name=\"disk_offload\"} 0\n",
                            "flashdllm_requests_finished_total{finish_reason=\"length\"} 1\n",

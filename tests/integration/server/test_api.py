@@ -174,6 +174,7 @@ class Api(unittest.TestCase):
                      "flashdllm_prefix_cache_queries_total", "flashdllm_prefix_cache_hits_total",
                      "flashdllm_prefix_cache_hit_rate", "flashdllm_spec_drafted_tokens_total",
                      "flashdllm_spec_accepted_tokens_total", "flashdllm_spec_acceptance_rate",
+                     "flashdllm_spec_tree_steps_total", "flashdllm_spec_tree_alt_accepted_tokens_total",
                      'flashdllm_breaker_open{name="speculation"}', 'flashdllm_breaker_open{name="disk_offload"}',
                      'flashdllm_requests_finished_total{finish_reason="length"}',
                      "flashdllm_prompt_tokens_total", "flashdllm_generation_tokens_total"):
