@@ -178,7 +178,9 @@ class Engine {
   /// The breakers' states, read the same way as metrics() (the same end-of-step snapshot).
   std::vector<BreakerState> breakers() const;
   /// Opens ("trip") or closes ("reset") a breaker by name. Throws std::invalid_argument for
-  /// an unknown name. A tripped breaker stays open until reset.
+  /// an unknown name. A tripped breaker stays open until reset. Its reason then reads
+  /// "manual trip: " + `reason` ("by an operator" when empty), on both breakers; after a reset
+  /// the reason of the last trip is kept (the metrics say why it last opened).
   void trip_breaker(const std::string& name, const std::string& reason);
   void reset_breaker(const std::string& name);
 

@@ -166,7 +166,7 @@ void run_serve(const ServeOptions& o) {
   if (redis_url) {
     redis = std::make_unique<control::RedisControl>(*redis_url, [&engine](const control::ControlCommand& c) {
       if (c.action == "trip") {
-        engine.trip_breaker(c.breaker, c.reason.empty() ? "tripped via Redis control" : c.reason);
+        engine.trip_breaker(c.breaker, c.reason.empty() ? "via Redis control" : c.reason);
       } else {
         engine.reset_breaker(c.breaker);
       }

@@ -334,7 +334,9 @@ std::vector<BreakerState> Engine::Impl::collect_breakers() const {
 void Engine::trip_breaker(const std::string& name, const std::string& reason) {
   Impl& im = *impl_;
   const auto st = im.lock_state();
-  const std::string why = reason.empty() ? "tripped by an operator" : reason;
+  // Every manual trip reads the same way on both breakers ("manual trip: " + why), so an
+  // operator can tell it from an automatic one (audit, slowness, disk latency) in the metrics.
+  const std::string why = "manual trip: " + (reason.empty() ? std::string("by an operator") : reason);
   if (name == kSpeculation)
     im.core.spec.breaker.trip(why);
   else if (name == kDiskOffload)

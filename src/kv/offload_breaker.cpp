@@ -48,7 +48,7 @@ bool OffloadBreaker::allows_offload(Clock::time_point now) {
 }
 
 void OffloadBreaker::trip(Clock::time_point now, const std::string& reason) {
-  open(now, true, reason.empty() ? "manual trip" : "manual trip: " + reason);
+  open(now, true, reason.empty() ? "manual trip" : reason);
 }
 
 void OffloadBreaker::open(Clock::time_point now, bool manual, std::string reason) {

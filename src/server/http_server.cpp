@@ -136,7 +136,7 @@ struct HttpServer::Impl {
         }
         try {
           if (cmd.action == "trip") {
-            ctx.engine.trip_breaker(cmd.breaker, cmd.reason.empty() ? "tripped via /admin/breakers" : cmd.reason);
+            ctx.engine.trip_breaker(cmd.breaker, cmd.reason.empty() ? "via /admin/breakers" : cmd.reason);
           } else {
             ctx.engine.reset_breaker(cmd.breaker);
           }

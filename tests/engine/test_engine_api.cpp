@@ -220,8 +220,9 @@ TEST(EngineApi, BreakersTripAndResetByName) {
   engine.trip_breaker("speculation", "test");
   engine.trip_breaker("disk_offload", "");
   EXPECT_TRUE(find("speculation").open);
-  EXPECT_EQ(find("speculation").reason, "test");
+  EXPECT_EQ(find("speculation").reason, "manual trip: test");
   EXPECT_TRUE(find("disk_offload").open);
+  EXPECT_EQ(find("disk_offload").reason, "manual trip: by an operator");
   EXPECT_EQ(find("disk_offload").trips, 1);
   // Speculation stays off while open: nothing is drafted.
   test::Collector col;

@@ -47,7 +47,7 @@ class AdminBreakers(unittest.TestCase):
                 self.assertEqual(status, 200, data)
                 b = breaker(s, name, auth)
                 self.assertTrue(b["open"])
-                self.assertIn("test", b["reason"])
+                self.assertEqual(b["reason"], "manual trip: test")  # the same form on both breakers
                 self.assertEqual(s.metrics()[f'flashdllm_breaker_open{{name="{name}"}}'], 1)
                 # Requests are still served with the breaker open.
                 self.assertEqual(s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2}, auth)[0], 200)
@@ -55,6 +55,10 @@ class AdminBreakers(unittest.TestCase):
                 self.assertEqual(status, 200)
                 self.assertFalse(breaker(s, name, auth)["open"])
                 self.assertEqual(s.metrics()[f'flashdllm_breaker_open{{name="{name}"}}'], 0)
+                # Without a reason the trip says where it came from.
+                s.request("POST", "/admin/breakers", {"breaker": name, "action": "trip"}, headers=auth)
+                self.assertEqual(breaker(s, name, auth)["reason"], "manual trip: via /admin/breakers")
+                s.request("POST", "/admin/breakers", {"breaker": name, "action": "reset"}, headers=auth)
             for bad in ({"breaker": "warp_drive", "action": "trip"}, {"breaker": "speculation", "action": "explode"},
                         {"breaker": "speculation"}, "not json", {"breaker": "speculation", "action": "trip", "x": 1}):
                 status, _, data = s.request("POST", "/admin/breakers", bad, headers=auth)
