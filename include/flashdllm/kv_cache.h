@@ -189,10 +189,22 @@ class KvCache {
   float* k_slot(SeqId seq, int layer, size_t pos);
   float* v_slot(SeqId seq, int layer, size_t pos);
   /// Copies the K and V vectors of slot `from` to slot `to` of `seq`, in every layer (host
-  /// arena only). Tree verification uses it to pack an accepted branch into consecutive slots
-  /// before truncating the rest. Both must be < length(seq) (std::out_of_range), and `to`'s
-  /// block must be private to `seq` (std::invalid_argument: it would change another sequence).
+  /// arena; a backend with its own copy hears of it through the slot-move observer). Tree
+  /// verification uses it to pack an accepted branch into consecutive slots before truncating
+  /// the rest. Both must be < length(seq) (std::out_of_range), and `to`'s block must be private
+  /// to `seq` (std::invalid_argument: it would change another sequence). from == to does
+  /// nothing (no observer call, not counted).
   void move_slot(SeqId seq, size_t from, size_t to);
+  /// Slot moves (move_slot with from != to) since construction.
+  uint64_t slots_moved() const { return slots_moved_; }
+  /// Called by move_slot right after the host copy, with the physical places of the source
+  /// and the target: (block id, slot within the block). For backends that keep their own
+  /// copy of the arena (the CUDA model repeats the move on the device, ordered with the
+  /// copy-on-write copies of the block-copy observer). Same rules as the block-copy observer:
+  /// one at a time, replaced by a new call, removed by an empty function, must not throw.
+  using SlotMoveObserver =
+      std::function<void(BlockId from_block, int from_slot, BlockId to_block, int to_slot)>;
+  void set_slot_move_observer(SlotMoveObserver observer) { move_observer_ = std::move(observer); }
 
  private:
   struct Seq {
@@ -206,8 +218,10 @@ class KvCache {
   std::vector<Seq> seqs_;
   std::vector<SeqId> free_ids_;
   uint64_t blocks_copied_ = 0;
+  uint64_t slots_moved_ = 0;
   uint64_t uid_;
   BlockCopyObserver copy_observer_;
+  SlotMoveObserver move_observer_;
 };
 
 }  // namespace fdl

@@ -156,7 +156,7 @@ class Model {
   virtual void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
   /// Whether forward_argmax saves work over forward plus a host scan (the CUDA model).
   virtual bool prefers_argmax() const { return false; }
-  /// Whether forward accepts token trees (StepBatch::tree_parent): true for the CPU model;
+  /// Whether forward accepts token trees (StepBatch::tree_parent): true for the CPU and CUDA models;
   /// the engine verifies several candidate drafts per sequence only where it is.
   virtual bool supports_tree_verification() const { return false; }
   virtual int n_threads() const = 0;

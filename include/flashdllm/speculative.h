@@ -51,7 +51,7 @@ struct SpecOptions {
   /// continuations, verify them together as a token tree (shared prefixes once) within the
   /// same window of `window` (or the adaptive k) nodes, and accept the longest branch that
   /// matches (greedy) / by recursive rejection (sampling). Only on models whose
-  /// Model::supports_tree_verification() is true (the CPU model); elsewhere one linear
+  /// Model::supports_tree_verification() is true (the CPU and CUDA models); elsewhere one linear
   /// draft as with false. Off by default: it measured 1-2% slower on stories260K (and
   /// -5..+9% per mode on codelm-16m; docs/BENCHMARKS.md, session 6).
   bool tree = false;

@@ -20,7 +20,7 @@ inline CLI::Option* add_spec_flag(CLI::App* cmd, std::string& spec, const std::s
 /// as a token tree where the model supports it; default off). Checked like --spec.
 inline CLI::Option* add_spec_tree_flag(CLI::App* cmd, std::string& tree) {
   return cmd->add_option("--spec-tree", tree,
-                         "Verify several candidate drafts per step as a token tree (CPU model): on or off")
+                         "Verify several candidate drafts per step as a token tree (CPU and CUDA models): on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
 }

@@ -194,6 +194,9 @@ void KvCache::move_slot(SeqId seq, size_t from, size_t to) {
     std::copy_n(k_slot(seq, layer, from), n, k_slot(seq, layer, to));
     std::copy_n(v_slot(seq, layer, from), n, v_slot(seq, layer, to));
   }
+  ++slots_moved_;
+  if (move_observer_)
+    move_observer_(s.blocks[from / bs], int(from % bs), s.blocks[to / bs], int(to % bs));
 }
 
 }  // namespace fdl

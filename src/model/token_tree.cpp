@@ -1,6 +1,7 @@
 // Token-tree layout of a StepBatch (see token_tree.h and flashdllm/model.h).
 #include "model/token_tree.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,8 @@ void TokenTreeLayout::resolve(const StepBatch& b) {
   base_.resize(n);
   offset_.resize(n);
   list_len_.resize(n);
+  mask_.resize(n);
+  window_ = 0;
   lists_ptr_.assign(n, nullptr);
   lists_.clear();
   any_list_ = false;
@@ -27,6 +30,7 @@ void TokenTreeLayout::resolve(const StepBatch& b) {
     const int32_t p = tree ? b.tree_parent[i] : -1;
     offset_[i] = -1;
     list_len_[i] = 0;
+    mask_[i] = 0;
     if (p == -1) {
       slot_[i] = b.positions[i];
       root_[i] = int32_t(i);
@@ -48,6 +52,10 @@ void TokenTreeLayout::resolve(const StepBatch& b) {
     root_[i] = int32_t(r);
     slot_[i] = b.positions[r] + int32_t(i - r);
     base_[i] = b.positions[r] + 1;
+    // Bit i - r - 1 is this token's slot; a parent that is the root contributes none.
+    const int32_t k = int32_t(i - r) - 1;
+    window_ = std::max(window_, k + 1);
+    if (k < kMaskWindow) mask_[i] = (q == r ? 0 : mask_[q]) | (uint64_t(1) << k);
     // The list is the parent's (when it has one) plus this token's slot; a path whose every
     // node sits at its own position needs none.
     if (offset_[q] < 0 && slot_[i] == b.positions[i]) continue;

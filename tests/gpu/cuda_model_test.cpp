@@ -12,13 +12,6 @@
 namespace fdl::test {
 namespace {
 
-Model& cuda_model(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<Model>> cache;
-  auto& slot = cache[file];
-  if (!slot) slot = Model::load(model_path(file), ModelOptions{.device = Device::Cuda});
-  return *slot;
-}
-
 struct GreedyCase {
   std::string reference;
   std::string model;
@@ -290,16 +283,25 @@ TEST(CudaModel, RejectsBadBatchesBeforeWriting) {
   b.clear();
   b.add(1, 0, s2, true);
   EXPECT_THROW(m.forward(b, kv_bad, logits), std::invalid_argument);
-  // Token trees are the CPU model's: refused here, before anything is written.
-  EXPECT_FALSE(m.supports_tree_verification());
-  b.clear();
-  b.add(1, 0, s, false);
-  b.add_child(2, 0, true);
-  EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument);
+  // Token trees are verified (cuda_tree_test.cpp); malformed ones are refused before
+  // anything is written, with the CPU model's checks.
+  EXPECT_TRUE(m.supports_tree_verification());
   b.clear();
   b.add(1, 0, s, true);
   b.tree_parent = {-1, -1};  // ragged
   EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument);
+  b.clear();
+  b.add(1, 0, s, false);
+  b.add_child(2, 0, true);
+  b.add_child(3, 1, true);  // slot 2 is not reserved
+  EXPECT_THROW(m.forward(b, kv, logits), std::out_of_range);
+  b.tree_parent[2] = 2;  // its own parent
+  EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument);
+  b.clear();
+  b.add(1, 0, s, false);
+  b.add_child(2, 0, true);
+  EXPECT_NO_THROW(m.forward(b, kv, logits));
+  EXPECT_EQ(logits.size(), size_t(m.config().n_vocab));
 }
 
 TEST(CudaModel, WithoutGpuLoadFailsWithOneLineError) {

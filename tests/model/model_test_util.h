@@ -25,6 +25,14 @@ inline Model& shared_model(const std::string& file, int n_threads = 1) {
   return *slot;
 }
 
+/// Loads (once per process) a model from the shared folder onto the GPU (--device cuda).
+inline Model& cuda_model(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<Model>> cache;
+  auto& slot = cache[file];
+  if (!slot) slot = Model::load(model_path(file), ModelOptions{.device = Device::Cuda});
+  return *slot;
+}
+
 inline nlohmann::json load_reference(const std::string& file) {
   std::ifstream in(reference_path(file));
   if (!in) throw std::runtime_error("cannot open reference " + reference_path(file).string());
@@ -42,6 +50,68 @@ inline int32_t argmax(const float* logits, int n) {
 /// A pool big enough for `n_tokens` tokens in blocks of 16.
 inline std::unique_ptr<BlockPool> make_pool(const Model& m, size_t n_tokens, int block_size = 16) {
   return std::make_unique<BlockPool>(m.kv_shape(block_size), (n_tokens + block_size - 1) / block_size);
+}
+
+/// Prefills `prompt` into a new sequence in one forward (no logits); returns the sequence.
+inline SeqId prefill_sequence(Model& m, KvCache& kv, const std::vector<int32_t>& prompt) {
+  const SeqId seq = kv.create_sequence();
+  StepBatch b;
+  const size_t first = kv.append_slots(seq, prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(first + i), seq, false);
+  std::vector<float> logits;
+  m.forward(b, kv, logits);
+  return seq;
+}
+
+/// The logits after feeding `path` to a fresh copy of `prompt`, one token per plain step
+/// (the reference a tree node's logits must equal). The sequence is freed again; the same
+/// cache is used (the CUDA model keeps the device K/V of one pool at a time).
+inline std::vector<float> plain_path_logits(Model& m, KvCache& kv, const std::vector<int32_t>& prompt,
+                                            const std::vector<int32_t>& path) {
+  const SeqId seq = prefill_sequence(m, kv, prompt);
+  StepBatch b;
+  std::vector<float> logits;
+  for (int32_t t : path) {
+    b.clear();
+    b.add(t, int32_t(kv.append_slots(seq, 1)), seq, true);
+    m.forward(b, kv, logits);
+  }
+  kv.free_sequence(seq);
+  return logits;
+}
+
+/// Malformed variants of a valid tree batch `base` (tokens 0..2 of `seq`, root at slot
+/// `pos`, slots pos..pos+2 reserved; `other` a second live sequence): calls
+/// check(batch, what, out_of_range) for each, out_of_range telling which exception type
+/// forward must throw (std::out_of_range, else std::invalid_argument). Shared by the CPU and
+/// CUDA tree tests: both models must refuse the same trees the same way.
+template <typename Check>
+void for_each_malformed_tree(const StepBatch& base, SeqId seq, SeqId other, size_t pos, size_t other_last,
+                             Check check) {
+  StepBatch b = base;
+  b.tree_parent[2] = 2;  // itself
+  check(b, "parent not before the child", false);
+  b = base;
+  b.tree_parent[1] = -2;
+  check(b, "negative parent other than -1", false);
+  b = base;
+  b.tree_parent.pop_back();
+  check(b, "tree_parent of the wrong length", false);
+  b = base;
+  b.positions[2] += 1;
+  check(b, "position not the parent's + 1", false);
+  b = base;
+  b.seqs[2] = other;
+  b.positions[2] = b.positions[0] + 1;
+  check(b, "child in another sequence", false);
+  b.clear();
+  b.add(5, int32_t(pos), seq, true);
+  b.add(9, int32_t(other_last), other, true);
+  b.add_child(6, 0, true);  // not contiguous with its tree
+  check(b, "tree interrupted by another token", false);
+  b = base;
+  b.add_child(8, 2, true);  // slot pos + 3 is not reserved
+  check(b, "unreserved tree slot", true);
 }
 
 /// Feeds `prompt` to a fresh sequence — in one forward, or one token per forward when

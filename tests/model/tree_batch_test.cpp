@@ -26,32 +26,6 @@ std::vector<int32_t> path_of(size_t node) {
   return path;
 }
 
-// Prefills `prompt` into a new sequence in one forward.
-SeqId prefill(Model& m, KvCache& kv, const std::vector<int32_t>& prompt) {
-  const SeqId seq = kv.create_sequence();
-  StepBatch b;
-  const size_t first = kv.append_slots(seq, prompt.size());
-  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(first + i), seq, false);
-  std::vector<float> logits;
-  m.forward(b, kv, logits);
-  return seq;
-}
-
-// Logits after feeding `path` to a fresh copy of `prompt`, one token per plain step.
-std::vector<float> plain_logits(Model& m, KvCache& kv, const std::vector<int32_t>& prompt,
-                                const std::vector<int32_t>& path) {
-  const SeqId seq = prefill(m, kv, prompt);
-  StepBatch b;
-  std::vector<float> logits;
-  for (int32_t t : path) {
-    b.clear();
-    b.add(t, int32_t(kv.append_slots(seq, 1)), seq, true);
-    m.forward(b, kv, logits);
-  }
-  kv.free_sequence(seq);
-  return logits;
-}
-
 struct TreeCase {
   std::string model;
   int block_size;
@@ -72,8 +46,8 @@ TEST_P(TreeBatch, EveryNodeMatchesAPlainStepAlongItsPath) {
   KvCache kv(*pool);
   const size_t free0 = pool->n_free();
 
-  const SeqId seq = prefill(m, kv, prompt);
-  const SeqId other = prefill(m, kv, {1, 403, 407});  // a plain sequence in the same batch
+  const SeqId seq = prefill_sequence(m, kv, prompt);
+  const SeqId other = prefill_sequence(m, kv, {1, 403, 407});  // a plain sequence in the same batch
   StepBatch b;
   const size_t pos = kv.append_slots(seq, kParents.size());
   const size_t other_pos = kv.append_slots(other, 1);
@@ -86,11 +60,11 @@ TEST_P(TreeBatch, EveryNodeMatchesAPlainStepAlongItsPath) {
   ASSERT_EQ(tree.size(), (kParents.size() + 1) * size_t(n_vocab));
 
   for (size_t i = 0; i < kParents.size(); ++i) {
-    const std::vector<float> want = plain_logits(m, kv, prompt, path_of(i));
+    const std::vector<float> want = plain_path_logits(m, kv, prompt, path_of(i));
     EXPECT_TRUE(bit_equal(tree.data() + (i + 1) * size_t(n_vocab), want.data(), size_t(n_vocab)))
         << "node " << i << " (depth " << path_of(i).size() - 1 << ")";
   }
-  EXPECT_TRUE(bit_equal(tree.data(), plain_logits(m, kv, {1, 403, 407}, {17}).data(), size_t(n_vocab)))
+  EXPECT_TRUE(bit_equal(tree.data(), plain_path_logits(m, kv, {1, 403, 407}, {17}).data(), size_t(n_vocab)))
       << "the plain sequence next to the tree";
 
   // Accept the branch 0 -> 4 -> 5 (slots pos, pos+4, pos+5): pack it, truncate, go on plainly.
@@ -101,7 +75,7 @@ TEST_P(TreeBatch, EveryNodeMatchesAPlainStepAlongItsPath) {
   b.add(395, int32_t(kv.append_slots(seq, 1)), seq, true);
   std::vector<float> next;
   m.forward(b, kv, next);
-  const std::vector<float> want = plain_logits(m, kv, prompt, {kTokens[0], kTokens[4], kTokens[5], 395});
+  const std::vector<float> want = plain_path_logits(m, kv, prompt, {kTokens[0], kTokens[4], kTokens[5], 395});
   EXPECT_TRUE(bit_equal(next.data(), want.data(), size_t(n_vocab))) << "after packing the accepted branch";
 
   kv.free_sequence(seq);
@@ -128,8 +102,8 @@ TEST(TreeBatchErrors, MalformedTreesThrowBeforeWriting) {
   Model& m = shared_model("stories260K.gguf");
   auto pool = make_pool(m, 128);
   KvCache kv(*pool);
-  const SeqId seq = prefill(m, kv, {1, 403, 407, 261});
-  const SeqId other = prefill(m, kv, {1, 359});
+  const SeqId seq = prefill_sequence(m, kv, {1, 403, 407, 261});
+  const SeqId other = prefill_sequence(m, kv, {1, 359});
   const size_t pos = kv.append_slots(seq, 3);
   kv.append_slots(other, 1);
   const size_t kv_floats = pool->shape().floats_per_token_per_layer();
@@ -142,49 +116,15 @@ TEST(TreeBatchErrors, MalformedTreesThrowBeforeWriting) {
     return b;
   };
   std::vector<float> logits;
-  const auto expect_invalid = [&](StepBatch b, const char* what) {
-    EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument) << what;
-    EXPECT_TRUE(bit_equal(kv.k_slot(seq, 0, pos), before.data(), kv_floats)) << what << ": K/V written";
-  };
-  {
-    StepBatch b = base();
-    b.tree_parent[2] = 2;  // itself
-    expect_invalid(b, "parent not before the child");
-  }
-  {
-    StepBatch b = base();
-    b.tree_parent[1] = -2;
-    expect_invalid(b, "negative parent other than -1");
-  }
-  {
-    StepBatch b = base();
-    b.tree_parent.pop_back();
-    expect_invalid(b, "tree_parent of the wrong length");
-  }
-  {
-    StepBatch b = base();
-    b.positions[2] += 1;
-    expect_invalid(b, "position not the parent's + 1");
-  }
-  {
-    StepBatch b = base();
-    b.seqs[2] = other;
-    b.positions[2] = b.positions[0] + 1;
-    expect_invalid(b, "child in another sequence");
-  }
-  {
-    StepBatch b;
-    b.add(5, int32_t(pos), seq, true);
-    b.add(9, int32_t(kv.length(other) - 1), other, true);
-    b.add_child(6, 0, true);  // not contiguous with its tree
-    expect_invalid(b, "tree interrupted by another token");
-  }
-  {
-    StepBatch b = base();
-    b.add_child(8, 2, true);  // slot pos + 3 is not reserved
-    EXPECT_THROW(m.forward(b, kv, logits), std::out_of_range);
-    EXPECT_TRUE(bit_equal(kv.k_slot(seq, 0, pos), before.data(), kv_floats));
-  }
+  for_each_malformed_tree(base(), seq, other, pos, kv.length(other) - 1,
+                          [&](const StepBatch& b, const char* what, bool out_of_range) {
+                            if (out_of_range)
+                              EXPECT_THROW(m.forward(b, kv, logits), std::out_of_range) << what;
+                            else
+                              EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument) << what;
+                            EXPECT_TRUE(bit_equal(kv.k_slot(seq, 0, pos), before.data(), kv_floats))
+                                << what << ": K/V written";
+                          });
   StepBatch ok = base();
   EXPECT_NO_THROW(m.forward(ok, kv, logits));
   EXPECT_EQ(logits.size(), 3 * size_t(m.config().n_vocab));

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -30,8 +31,15 @@ __device__ __forceinline__ float4 axpby(const float4& x, float a, const float4& 
   return make_float4(x.x * a + y.x * b, x.y * a + y.y * b, x.z * a + y.z * b, x.w * a + y.w * b);
 }
 
-template <int CH, int GM, int U>
-__global__ void __launch_bounds__(kThreads) attn_partial_kernel(AttentionArgs a, int lanes) {
+// The kernel parameter of a variant with (TreeAttentionArgs) or without token trees.
+template <bool TREE>
+using ArgsOf = std::conditional_t<TREE, TreeAttentionArgs, AttentionArgs>;
+
+// TREE: the batch holds token trees (AttentionTree): slots of other branches are skipped as
+// positions past the context are. A separate instantiation with its own parameter type, so
+// batches without trees run exactly the kernel they ran before.
+template <int CH, int GM, int U, bool TREE>
+__global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, int lanes) {
   extern __shared__ float smem[];
   launch_dependents();
   grid_dependency_wait();
@@ -74,6 +82,8 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(AttentionArgs a,
 
   const int32_t* table = a.tables + a.table_off[t];
   const int64_t kv_dim = int64_t(kv.n_head_kv) * hd;
+  TreeMask tree{0, 0};
+  if constexpr (TREE) tree = tree_mask_of(a, t);
   // U positions per group and iteration, all loaded before any is used (more loads in
   // flight). The loop bound is uniform across the warp (every lane takes part in the shuffles).
   for (int j0 = begin + warp * groups_per_warp; j0 < end; j0 += U * n_slots) {
@@ -83,6 +93,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(AttentionArgs a,
     for (int u = 0; u < U; ++u) {
       const int j = j0 + sub + u * n_slots;
       valid[u] = j < end;
+      if constexpr (TREE) valid[u] = valid[u] && tree.keeps(j);  // j < end <= the token's slot + 1
       if (valid[u]) {
         const float* kp = kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
                           int64_t(j % kv.block_size) * kv_dim + int64_t(kvh) * hd;
@@ -203,11 +214,12 @@ __global__ void attn_combine_kernel(const float* partial, float* out, int n_spli
 // positions at a time in shared memory, transposed so that the 32 scores of a row and dim
 // come from 8 broadcast float4 reads; each K/V vector is read once per tile instead of once
 // per query token. Scores, masking (position j > the row's position), online softmax and
-// P·V in fp32.
+// P·V in fp32. TREE: positions are KV slots, and a tree row also masks the slots its ancestor
+// mask leaves out (a tree is a run of consecutive slots, so it tiles like a prefill run).
 constexpr int kTileRows = 128, kChunk = 32;
 
-template <int HD>
-__global__ void __launch_bounds__(kTileRows) attn_tile_kernel(AttentionArgs a) {
+template <int HD, bool TREE>
+__global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
   launch_dependents();
   grid_dependency_wait();
   extern __shared__ float sm[];
@@ -224,6 +236,8 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(AttentionArgs a) {
   const int my_pos = a.positions[t0] + r / group;
   const int32_t* table = a.tables + a.table_off[t0];
   const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
+  TreeMask tree{0, 0};
+  if constexpr (TREE) tree = r < rows ? tree_mask_of(a, t0 + r / group) : TreeMask{my_pos + 1, 0};
 
   for (int idx = threadIdx.x; idx < rows * HD; idx += kTileRows) {
     const int rr = idx / HD, d = idx % HD;
@@ -286,10 +300,16 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(AttentionArgs a) {
       float cmax = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
-        sc[j] = c0 + j <= my_pos ? sc[j] * a.scale : -INFINITY;
+        bool keep = c0 + j <= my_pos;
+        if constexpr (TREE) keep = keep && tree.keeps(c0 + j);
+        sc[j] = keep ? sc[j] * a.scale : -INFINITY;
         cmax = fmaxf(cmax, sc[j]);
       }
       const float m_new = fmaxf(m, cmax);
+      // A tree row may find a chunk of its share all masked before any kept slot: nothing to
+      // add (and expf(-inf - -inf) would be NaN). Without trees c0 <= my_pos keeps one.
+      if constexpr (TREE)
+        if (m_new == -INFINITY) continue;
       const float corr = expf(m - m_new);
       float psum = 0.f;
 #pragma unroll
@@ -331,15 +351,16 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(AttentionArgs a) {
   }
 }
 
-template <int HD>
-void launch_tiles(const AttentionArgs& a, cudaStream_t stream) {
+template <int HD, bool TREE>
+void launch_tiles(const ArgsOf<TREE>& a, cudaStream_t stream) {
   const size_t smem = size_t(HD) * ((kTileRows + 1) + 2 * kChunk) * sizeof(float);
   static const bool configured = [&] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    FDL_CUDA_CHECK(
+        cudaFuncSetAttribute(attn_tile_kernel<HD, TREE>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_kernel<HD>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
+  launch_pdl(attn_tile_kernel<HD, TREE>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
              dim3(kTileRows), smem, stream, a);
 }
 
@@ -365,11 +386,15 @@ int lanes_for(int head_dim, int gm) {
 // (a kernel with too few chunks would read a part of q, k and v and leave the merge reading
 // unwritten shared memory), which is checked here rather than trusted to the caller.
 template <int CH, int GM, int U>
-void launch_partial(const AttentionArgs& a, dim3 grid, size_t smem, int lanes, cudaStream_t stream) {
+void launch_partial(const AttentionArgs& a, const AttentionTree& tree, dim3 grid, size_t smem, int lanes,
+                    cudaStream_t stream) {
   if (CH * lanes * 4 < a.kv.head_dim)
     throw CudaError("paged_attention: " + std::to_string(lanes) + " lanes x " + std::to_string(CH) +
                     " float4s do not cover head_dim " + std::to_string(a.kv.head_dim));
-  launch_pdl(attn_partial_kernel<CH, GM, U>, grid, dim3(kThreads), smem, stream, a, lanes);
+  if (tree.base != nullptr)
+    launch_pdl(attn_partial_kernel<CH, GM, U, true>, grid, dim3(kThreads), smem, stream, with_tree(a, tree), lanes);
+  else
+    launch_pdl(attn_partial_kernel<CH, GM, U, false>, grid, dim3(kThreads), smem, stream, a, lanes);
 }
 
 }  // namespace
@@ -421,18 +446,18 @@ int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_
   return n_tiles;
 }
 
-void paged_attention(const AttentionArgs& a, cudaStream_t stream) {
+void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree) {
   if (a.n_tokens <= 0) return;
   const int hd = a.kv.head_dim;
   if (a.tile_starts) {
     if (!attention_tiles_supported(hd, a.n_head, a.kv.n_head_kv))
       throw CudaError("paged_attention: tiles need head_dim 64 or 128 and at most 128 query heads per kv head");
     if (a.tensor_cores)
-      attention_tiles_tc(a, stream);
+      attention_tiles_tc(a, stream, tree);
     else if (hd == 64)
-      launch_tiles<64>(a, stream);
+      tree.base ? launch_tiles<64, true>(with_tree(a, tree), stream) : launch_tiles<64, false>(a, stream);
     else
-      launch_tiles<128>(a, stream);
+      tree.base ? launch_tiles<128, true>(with_tree(a, tree), stream) : launch_tiles<128, false>(a, stream);
     if (a.n_splits > 1)
       launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
                  size_t(a.n_splits) * sizeof(float), stream, static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
@@ -451,21 +476,32 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream) {
   const bool wide = hd / 4 > 32;
   switch (gm) {
     case 1:
-      wide ? launch_partial<2, 1, 4>(a, grid, smem, lanes, stream) : launch_partial<1, 1, 4>(a, grid, smem, lanes, stream);
+      if (wide)
+        launch_partial<2, 1, 4>(a, tree, grid, smem, lanes, stream);
+      else
+        launch_partial<1, 1, 4>(a, tree, grid, smem, lanes, stream);
       break;
     case 2:
-      wide ? launch_partial<2, 2, 4>(a, grid, smem, lanes, stream) : launch_partial<1, 2, 4>(a, grid, smem, lanes, stream);
+      if (wide)
+        launch_partial<2, 2, 4>(a, tree, grid, smem, lanes, stream);
+      else
+        launch_partial<1, 2, 4>(a, tree, grid, smem, lanes, stream);
       break;
     case 4:
       if (lanes == 8)
-        launch_partial<4, 4, 2>(a, grid, smem, lanes, stream);
+        launch_partial<4, 4, 2>(a, tree, grid, smem, lanes, stream);
       else if (lanes == 16)
-        launch_partial<2, 4, 4>(a, grid, smem, lanes, stream);
+        launch_partial<2, 4, 4>(a, tree, grid, smem, lanes, stream);
+      else if (wide)
+        launch_partial<2, 4, 2>(a, tree, grid, smem, lanes, stream);
       else
-        wide ? launch_partial<2, 4, 2>(a, grid, smem, lanes, stream) : launch_partial<1, 4, 4>(a, grid, smem, lanes, stream);
+        launch_partial<1, 4, 4>(a, tree, grid, smem, lanes, stream);
       break;
     default:
-      wide ? launch_partial<2, 8, 2>(a, grid, smem, lanes, stream) : launch_partial<1, 8, 2>(a, grid, smem, lanes, stream);
+      if (wide)
+        launch_partial<2, 8, 2>(a, tree, grid, smem, lanes, stream);
+      else
+        launch_partial<1, 8, 2>(a, tree, grid, smem, lanes, stream);
       break;
   }
   launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),

@@ -1,6 +1,6 @@
-// Tiled prefill attention on tensor cores: the same tiles, causal masking, split-K shares and
-// partial records as attn_tile_kernel in attention.cu, with Q·Kᵀ and P·V as mma.sync
-// m16n8k16 products on fp16 operands with fp32 accumulation, and the softmax in fp32.
+// Tiled prefill attention on tensor cores: the same tiles, causal (and token-tree) masking,
+// split-K shares and partial records as attn_tile_kernel in attention.cu, with Q·Kᵀ and P·V
+// as mma.sync m16n8k16 products on fp16 operands with fp32 accumulation, and the softmax in fp32.
 //
 // Why: the fp32 tiled kernel is instruction bound (~70 GFLOP of attention in a 512-token
 // Llama-3-8B prefill on CUDA cores: ~11 ms of a 24 ms TTFT).
@@ -28,6 +28,7 @@
 
 #include <type_traits>
 
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -145,6 +146,24 @@ __device__ __forceinline__ void mask_scale(float (&s)[4], int j, int pos_r0, int
   s[3] = j + 1 <= pos_r1 ? s[3] * sl2 : -INFINITY;
 }
 
+// The kernel parameter of a variant with (TreeAttentionArgs, kernels.h) or without token trees.
+template <bool TREE>
+using ArgsOf = std::conditional_t<TREE, TreeAttentionArgs, AttentionArgs>;
+
+// Tile row r's token-tree mask (positions are then KV slots); rows past the tile keep all.
+__device__ __forceinline__ TreeMask row_tree_mask(const TreeAttentionArgs& a, int t0, int r, int rows, int group) {
+  return r < rows ? tree_mask_of(a, t0 + r / group) : TreeMask{INT_MAX, 0};
+}
+
+// mask_scale for tiles with token trees: also -inf where a row's tree mask drops the slot.
+__device__ __forceinline__ void mask_scale_tree(float (&s)[4], int j, int pos_r0, int pos_r1, const TreeMask& t0,
+                                                const TreeMask& t1, float sl2) {
+  s[0] = j <= pos_r0 && t0.keeps(j) ? s[0] * sl2 : -INFINITY;
+  s[1] = j + 1 <= pos_r0 && t0.keeps(j + 1) ? s[1] * sl2 : -INFINITY;
+  s[2] = j <= pos_r1 && t1.keeps(j) ? s[2] * sl2 : -INFINITY;
+  s[3] = j + 1 <= pos_r1 && t1.keeps(j + 1) ? s[3] * sl2 : -INFINITY;
+}
+
 // Online-softmax step of one row held by a lane quad: `mx` is this lane's maximum of the new
 // scores; m (running maximum) becomes the quad's, `base` is what exponents subtract and
 // `corr` rescales the old l and O. A row with nothing unmasked yet (m = -inf) uses base 0:
@@ -187,8 +206,10 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
   }
 }
 
-template <int HD, typename Op>
-__global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArgs a) {
+// TREE: the batch holds token trees (AttentionTree); a separate instantiation with its own
+// parameter type, so steps without trees run the kernel they ran before.
+template <int HD, typename Op, bool TREE>
+__global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE> a) {
   using T = MmaTile<HD>;
   launch_dependents();
   grid_dependency_wait();
@@ -217,6 +238,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
   const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;  // rows >= `rows` are never written
   const int warp_max_pos = warp * 16 < rows ? pos0 + min(warp * 16 + 15, rows - 1) / group : -1;
   const float sl2 = a.scale * 1.4426950408889634f;
+  TreeMask tree0{INT_MAX, 0}, tree1{INT_MAX, 0};
+  if constexpr (TREE) tree0 = row_tree_mask(a, t0, r0, rows, group), tree1 = row_tree_mask(a, t0, r1, rows, group);
 
   const int2 share = context_share<kChunk>(p_last);
   const int c_begin = share.x, c_end = share.y;
@@ -241,7 +264,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(AttentionArg
 #pragma unroll
       for (int n = 0; n < kChunk / 8; ++n) {
         score_tile<HD, Op>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
-        mask_scale(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
+        if constexpr (TREE)
+          mask_scale_tree(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
+        else
+          mask_scale(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
         mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
         mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
       }
@@ -342,8 +368,8 @@ struct DecTile {
       size_t(2 * stage_floats > merge_floats ? 2 * stage_floats : merge_floats) * sizeof(float);
 };
 
-template <int HD, typename Op>
-__global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(AttentionArgs a) {
+template <int HD, typename Op, bool TREE>
+__global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<TREE> a) {
   using T = DecTile<HD>;
   launch_dependents();
   grid_dependency_wait();
@@ -369,6 +395,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;
   const int max_pos = pos0 + (rows - 1) / group;
   const float sl2 = a.scale * 1.4426950408889634f;
+  TreeMask tree0{INT_MAX, 0}, tree1{INT_MAX, 0};
+  if constexpr (TREE) tree0 = row_tree_mask(a, t0, r0, rows, group), tree1 = row_tree_mask(a, t0, r1, rows, group);
 
   const int2 share = context_share<kDecChunk>(p_last);
   const int c_begin = share.x, c_end = share.y;
@@ -391,7 +419,10 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
       const float* vs = ks + kDecChunk * T::kStride;
       float s[4];
       score_tile<HD, Op>(s, qa, ks + (n0 + g) * T::kStride + 2 * c);
-      mask_scale(s, c0 + n0 + 2 * c, pos_r0, pos_r1, sl2);
+      if constexpr (TREE)
+        mask_scale_tree(s, c0 + n0 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
+      else
+        mask_scale(s, c0 + n0 + 2 * c, pos_r0, pos_r1, sl2);
       float base0, base1, corr0, corr1;
       online_softmax_step(fmaxf(s[0], s[1]), m0, base0, corr0);
       online_softmax_step(fmaxf(s[2], s[3]), m1, base1, corr1);
@@ -450,50 +481,55 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(Attenti
   }
 }
 
-template <int HD, typename Op>
-void launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+template <int HD, typename Op, bool TREE>
+void launch_decode(const ArgsOf<TREE>& a, cudaStream_t stream) {
   constexpr size_t smem = DecTile<HD>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(
-        cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op, TREE>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_decode_mma_kernel<HD, Op>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
-             dim3(kDecThreads), smem, stream, a);
+  launch_pdl(attn_decode_mma_kernel<HD, Op, TREE>,
+             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kDecThreads), smem,
+             stream, a);
 }
 
-template <int HD, typename Op>
-void launch(const AttentionArgs& a, cudaStream_t stream) {
+template <int HD, typename Op, bool TREE>
+void launch(const ArgsOf<TREE>& a, cudaStream_t stream) {
   constexpr size_t smem = MmaTile<HD>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(
-        cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, TREE>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_mma_kernel<HD, Op>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
-             dim3(kThreads), smem, stream, a);
+  launch_pdl(attn_tile_mma_kernel<HD, Op, TREE>,
+             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kThreads), smem, stream,
+             a);
 }
 
-template <typename Op>
-void dispatch(const AttentionArgs& a, cudaStream_t stream) {
+template <typename Op, bool TREE>
+void dispatch(const ArgsOf<TREE>& a, cudaStream_t stream) {
   if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
-    if (a.kv.head_dim == 64) return launch_decode<64, Op>(a, stream);
-    if (a.kv.head_dim == 128) return launch_decode<128, Op>(a, stream);
+    if (a.kv.head_dim == 64) return launch_decode<64, Op, TREE>(a, stream);
+    if (a.kv.head_dim == 128) return launch_decode<128, Op, TREE>(a, stream);
   }
-  if (a.kv.head_dim == 64) return launch<64, Op>(a, stream);
-  if (a.kv.head_dim == 128) return launch<128, Op>(a, stream);
+  if (a.kv.head_dim == 64) return launch<64, Op, TREE>(a, stream);
+  if (a.kv.head_dim == 128) return launch<128, Op, TREE>(a, stream);
   throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
 }
 
 }  // namespace
 
-void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream) {
+void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree) {
+  if (tree.base != nullptr)
+    return a.tc_bf16 ? dispatch<BF16Op, true>(with_tree(a, tree), stream)
+                     : dispatch<F16Op, true>(with_tree(a, tree), stream);
   if (a.tc_bf16)
-    dispatch<BF16Op>(a, stream);
+    dispatch<BF16Op, false>(a, stream);
   else
-    dispatch<F16Op>(a, stream);
+    dispatch<F16Op, false>(a, stream);
 }
 
 }  // namespace fdl::cuda

@@ -150,65 +150,80 @@ KvShape CudaModel::kv_shape(int block_size) const {
                  .block_size = block_size};
 }
 
-// The same checks, messages and exception types as the CPU model's validate.
-void CudaModel::validate(const StepBatch& b, const KvCache& kv) const {
+// The same checks, messages and exception types as the CPU model's validate (trees through
+// the same TokenTreeLayout), plus the size limit of the ancestor masks.
+void CudaModel::validate(const StepBatch& b, const KvCache& kv) {
   const size_t n = b.tokens.size();
   if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
     throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " + std::to_string(n) +
                                 ", positions " + std::to_string(b.positions.size()) + ", seqs " +
                                 std::to_string(b.seqs.size()) + ", want_logits " +
                                 std::to_string(b.want_logits.size()) + ")");
-  // Token trees (StepBatch::tree_parent) need a tree-masked attention the CUDA kernels do not
-  // have: supports_tree_verification() is false, and a tree batch is refused before anything
-  // is written (an all -1 tree_parent holds no tree and is accepted).
-  if (!b.tree_parent.empty() && b.tree_parent.size() != n)
-    throw std::invalid_argument("forward: StepBatch tree_parent has " + std::to_string(b.tree_parent.size()) +
-                                " entries for " + std::to_string(n) + " tokens");
-  if (b.has_tree())
-    throw std::invalid_argument("forward: --device cuda does not verify token trees (StepBatch::tree_parent); "
-                                "the engine sends trees only to models whose supports_tree_verification() is true");
   const KvShape& s = kv.pool().shape();
   if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim)
     throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) + ", kv heads " +
                                 std::to_string(s.n_kv_head) + ", head dim " + std::to_string(s.head_dim) +
                                 ") does not match the model");
+  tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
+  if (tree_.window() > TokenTreeLayout::kMaskWindow)
+    throw std::invalid_argument("forward: --device cuda verifies token trees of at most " +
+                                std::to_string(TokenTreeLayout::kMaskWindow) + " nodes below their root, got " +
+                                std::to_string(tree_.window()));
   for (size_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
       throw std::out_of_range("forward: token " + std::to_string(i) + " has id " + std::to_string(b.tokens[i]) +
                               " outside [0, " + std::to_string(config_.n_vocab) + ")");
-    const size_t len = kv.length(b.seqs[i]);
-    if (b.positions[i] < 0 || size_t(b.positions[i]) >= len)
+    const size_t len = kv.length(b.seqs[i]);  // throws std::out_of_range for a dead sequence
+    const int32_t slot = tree_.slot(i);        // the position, unless a tree token
+    if (slot < 0 || size_t(slot) >= len)
       throw std::out_of_range("forward: token " + std::to_string(i) + " position " + std::to_string(b.positions[i]) +
+                              (slot != b.positions[i] ? " (tree slot " + std::to_string(slot) + ")" : std::string()) +
                               " is not a reserved slot of sequence " + std::to_string(b.seqs[i]) + " (length " +
                               std::to_string(len) + "; call append_slots first)");
-    const BlockId block = kv.block_table(b.seqs[i])[size_t(b.positions[i]) / size_t(s.block_size)];
+    const BlockId block = kv.block_table(b.seqs[i])[size_t(slot) / size_t(s.block_size)];
     if (kv.pool().meta(block).ref_count != 1)
-      throw std::invalid_argument("forward: token " + std::to_string(i) + " position " +
-                                  std::to_string(b.positions[i]) + " of sequence " + std::to_string(b.seqs[i]) +
-                                  " lies in block " + std::to_string(block) +
+      throw std::invalid_argument("forward: token " + std::to_string(i) + " slot " + std::to_string(slot) +
+                                  " of sequence " + std::to_string(b.seqs[i]) + " lies in block " +
+                                  std::to_string(block) +
                                   " shared with another sequence (forked); truncate and append_slots to get a "
                                   "private slot");
   }
   if (const auto it = cache_copies_.find(kv.uid()); it != cache_copies_.end()) {
     const CacheCopies& cc = it->second;
-    if (kv.blocks_copied() >= cc.seen && kv.blocks_copied() - cc.seen != cc.log->size())
+    if (kv.blocks_copied() >= cc.seen && kv.blocks_copied() - cc.seen != cc.log->copies)
       throw std::logic_error("forward: --device cuda: " + std::to_string(kv.blocks_copied() - cc.seen) +
                              " copy-on-write block copies since the last forward but " +
-                             std::to_string(cc.log->size()) +
+                             std::to_string(cc.log->copies) +
                              " reported to the CUDA model (was its KvCache block-copy observer replaced?)");
+    if (kv.slots_moved() >= cc.moves_seen && kv.slots_moved() - cc.moves_seen != cc.log->moves)
+      throw std::logic_error("forward: --device cuda: " + std::to_string(kv.slots_moved() - cc.moves_seen) +
+                             " KV slot moves since the last forward but " + std::to_string(cc.log->moves) +
+                             " reported to the CUDA model (was its KvCache slot-move observer replaced?)");
   }
 }
 
 void CudaModel::replay_block_copies(CacheCopies& cc) {
   if (cc.pool_uid == arena_uid_ && arena_.get() != nullptr) {  // else the arena no longer holds that pool's blocks
     const size_t block_floats = arena_block_floats();
-    // In order: a block copied to may itself be the source of a later copy.
-    for (const auto& [src, dst] : *cc.log)
-      FDL_CUDA_CHECK(cudaMemcpyAsync(arena_.get() + size_t(dst) * block_floats,
-                                     arena_.get() + size_t(src) * block_floats, block_floats * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, stream_));
+    const size_t slot_floats = arena_shape_.floats_per_token_per_layer();
+    // In order: a block or slot copied to may itself be the source of a later copy.
+    for (const KvCopy& op : cc.log->ops) {
+      float* dst = arena_.get() + size_t(op.dst) * block_floats;
+      const float* src = arena_.get() + size_t(op.src) * block_floats;
+      if (op.src_slot < 0) {
+        FDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, block_floats * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+        continue;
+      }
+      // One slot's K and V in every layer: 2 * n_layer rows of slot_floats, one row per
+      // [layer][k|v] at a stride of block_size slots (the pool's layout, kv_cache.h).
+      const size_t pitch = size_t(arena_shape_.block_size) * slot_floats * sizeof(float);
+      FDL_CUDA_CHECK(cudaMemcpy2DAsync(dst + size_t(op.dst_slot) * slot_floats, pitch,
+                                       src + size_t(op.src_slot) * slot_floats, pitch, slot_floats * sizeof(float),
+                                       2 * size_t(arena_shape_.n_layer), cudaMemcpyDeviceToDevice, stream_));
+    }
   }
-  cc.seen += cc.log->size();
+  cc.seen += cc.log->copies;
+  cc.moves_seen += cc.log->moves;
   cc.log->clear();
 }
 
@@ -218,9 +233,20 @@ void CudaModel::sync_block_copies(KvCache& kv) {
   cc.log->clear();
   cc.pool_uid = kv.pool().uid();
   cc.seen = kv.blocks_copied();
+  cc.moves_seen = kv.slots_moved();
   // Re-registered every step: cheap (the weak_ptr fits std::function's inline storage).
   kv.set_block_copy_observer([log = std::weak_ptr<CopyLog>(cc.log)](BlockId src, BlockId dst) {
-    if (const auto l = log.lock()) l->emplace_back(src, dst);
+    if (const auto l = log.lock()) {
+      l->ops.push_back(KvCopy{src, dst, -1, -1});
+      ++l->copies;
+    }
+  });
+  kv.set_slot_move_observer([log = std::weak_ptr<CopyLog>(cc.log)](BlockId src, int src_slot, BlockId dst,
+                                                                     int dst_slot) {
+    if (const auto l = log.lock()) {
+      l->ops.push_back(KvCopy{src, dst, src_slot, dst_slot});
+      ++l->moves;
+    }
   });
 }
 
@@ -277,8 +303,8 @@ void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_ho
   if (pool_uid != arena_uid_ || arena_.get() == nullptr || id < 0 || size_t(id) >= arena_blocks_)
     throw std::logic_error("CudaModel: block copy for block " + std::to_string(id) +
                            " of a pool the device arena does not hold");
-  for (auto& [uid, cc] : cache_copies_)  // a pending copy-on-write may target `id`
-    if (cc.pool_uid == arena_uid_ && !cc.log->empty()) replay_block_copies(cc);
+  for (auto& [uid, cc] : cache_copies_)  // a pending copy-on-write or slot move may target `id`
+    if (cc.pool_uid == arena_uid_ && !cc.log->ops.empty()) replay_block_copies(cc);
   const size_t bytes = arena_block_floats() * sizeof(float);
   float* dev = arena_.get() + size_t(id) * arena_block_floats();
   if (to_host)
@@ -384,6 +410,7 @@ void CudaModel::run_kernels(int n, int m) {
   att.tc_bf16 = weights_.layers[0].qkv.view.type == WType::BF16;  // operands in the weights' type
   att.max_tile_rows = max_tile_rows_;
   att.partial = partial_.get();
+  const AttentionTree tree{d_tree_base_, d_tree_mask_};  // null without trees: the kernels without masks
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
   const bool fused = n == 1 && fuse_enabled_;
   if (fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0))  // every layer's hand-off counters start at zero
@@ -406,7 +433,7 @@ void CudaModel::run_kernels(int n, int m) {
     rope_qkv_store(qkv_.get(), d_cos_sin_, d_positions_, d_dst_block_, n, c.n_head, c.rope_dim, kv, q_.get(), stream_);
     prof(kRope);
     att.kv = kv;
-    paged_attention(att, stream_);
+    paged_attention(att, stream_, tree);
     prof(kAttention);
     if (gemm_input_type(L.wo.view, n) != WType::F32) {
       cast_f32(attn_.get(), size_t(n) * size_t(c.n_head) * c.head_dim, L.wo.view.type, xh_.get(), stream_);
@@ -550,7 +577,16 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   sync_block_copies(kv);
   int m = 0, max_ctx = 0;
   for (uint8_t w : batch.want_logits) m += w ? 1 : 0;
-  for (int32_t p : batch.positions) max_ctx = std::max(max_ctx, p + 1);
+  tree_step_ = tree_.has_tree();
+  // Attention works on KV slots: a token's position, but further right for tree nodes, whose
+  // trees thus are runs of consecutive slots (tiles like a prefill run).
+  const int32_t* attn_pos = batch.positions.data();
+  if (tree_step_) {
+    tree_slots_.resize(size_t(n));
+    for (int t = 0; t < n; ++t) tree_slots_[size_t(t)] = tree_.slot(size_t(t));
+    attn_pos = tree_slots_.data();
+  }
+  for (int t = 0; t < n; ++t) max_ctx = std::max(max_ctx, attn_pos[t] + 1);
 
   // Pack the step's inputs into one pinned buffer; block tables of distinct sequences last.
   const Layout lay(n, m, c.rope_dim);
@@ -571,7 +607,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   use_tiles_ = n > kGemvMaxTokens && tiles_enabled_ && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv);
   if (use_tiles_) {
     tile_starts_.resize(size_t(n) + 1);
-    n_tiles_ = attention_tiles(batch.seqs.data(), batch.positions.data(), n, c.n_head, c.n_head_kv, tile_starts_.data());
+    n_tiles_ = attention_tiles(batch.seqs.data(), attn_pos, n, c.n_head, c.n_head_kv, tile_starts_.data());
     use_tiles_ = (attn_tc_ && decode_tiles_) || n_tiles_ * 8 <= n;
     max_tile_rows_ = 0;
     for (int i = 0; i < n_tiles_; ++i)
@@ -581,10 +617,12 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   splits_ = use_tiles_ ? attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx)
                        : attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
   ensure_scratch(n, m, splits_);
-  // Tile starts before the tables: both offsets then depend only on (n, use_tiles_), which a
-  // captured graph's shape fixes (the tables' length varies from step to step).
+  // Tile starts and tree masks before the tables: the offsets then depend only on (n,
+  // use_tiles_, tree_step_), which a captured graph's shape fixes (the tables' length varies
+  // from step to step).
   const size_t tiles_at = lay.tables;
-  const size_t tables_at = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);
+  const size_t tree_at = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);  // [n] base, then [2n] mask words
+  const size_t tables_at = tree_at + (tree_step_ ? 3 * size_t(n) : 0);
   const size_t total = tables_at + tables_len;
   if (total > staging_cap_) {  // grown by half again: the tables grow a little most steps,
     staging_cap_ = total + total / 2;  // and every move of the buffer drops the CUDA graphs
@@ -595,11 +633,19 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   int row = 0;
   for (int t = 0; t < n; ++t) {
     const SeqId s = batch.seqs[size_t(t)];
-    const int32_t pos = batch.positions[size_t(t)];
+    const int32_t pos = batch.positions[size_t(t)];  // RoPE position (the cos/sin row below)
+    const int32_t slot = attn_pos[t];                  // where K/V go and attention ends: pos but in a tree
     const std::span<const BlockId> table = kv.block_table(s);
     h[lay.tokens + size_t(t)] = batch.tokens[size_t(t)];
-    h[lay.positions + size_t(t)] = pos;
-    h[lay.dst_block + size_t(t)] = table[size_t(pos / block_size)];
+    h[lay.positions + size_t(t)] = slot;
+    h[lay.dst_block + size_t(t)] = table[size_t(slot / block_size)];
+    if (tree_step_) {
+      // Ordinary tokens: nothing masked (the base lies past their last slot).
+      const uint64_t mask = tree_.ancestor_mask(size_t(t));
+      h[tree_at + size_t(t)] = batch.tree_parent[size_t(t)] == -1 ? slot + 1 : tree_.tree_base()[t];
+      h[tree_at + size_t(n) + 2 * size_t(t)] = int32_t(uint32_t(mask));
+      h[tree_at + size_t(n) + 2 * size_t(t) + 1] = int32_t(uint32_t(mask >> 32));
+    }
     h[lay.table_off + size_t(t)] = seq_table_off_[size_t(s)];
     if (batch.want_logits[size_t(t)]) h[lay.row_idx + size_t(row++)] = t;
     cpu::rope_cos_sin(rope_, pos, reinterpret_cast<float*>(h + lay.cos_sin) + size_t(t) * size_t(c.rope_dim));
@@ -624,6 +670,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   d_cos_sin_ = reinterpret_cast<const float*>(d + lay.cos_sin);
   d_tables_ = d + tables_at;
   d_tiles_ = use_tiles_ ? d + tiles_at : nullptr;
+  d_tree_base_ = tree_step_ ? d + tree_at : nullptr;
+  d_tree_mask_ = tree_step_ ? reinterpret_cast<const uint32_t*>(d + tree_at + size_t(n)) : nullptr;
 
   // Graphs: steps of up to kGemvMaxTokens tokens are captured at once; larger ones (cuBLAS
   // GEMMs; decode batches) once their shape has been seen before, so one-off shapes (a
@@ -636,7 +684,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
     graph_shapes_seen_.clear();
     graphs_generation_ = generation_;
   }
-  const auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16);
+  const auto key =
+      std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16, tree_step_);
   if (graph && n > kGemvMaxTokens && !graphs_.count(key)) {
     if (graph_shapes_seen_.size() >= 64 * kMaxGraphs) graph_shapes_seen_.clear();  // bounded memory
     graph = graph_shapes_seen_.insert(key).second == false;

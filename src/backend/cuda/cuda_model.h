@@ -31,15 +31,29 @@
 // evicted. FLASHDLLM_CUDA_GRAPHS=0 launches kernel by kernel. Kernels are launched with
 // programmatic dependent launch (launch.h; FLASHDLLM_PDL=0 turns it off).
 //
-// Copy-on-write (fork_sequence, then append_slots into the shared tail): each forward
-// registers an observer on its KvCache (KvCache::set_block_copy_observer) that logs the
-// (src, dst) block pairs copied in the host arena; the next forward on that cache first
-// replays them in order as device-to-device copies on the compute stream, before any kernel
-// (the device arena is written only by forwards, so the source still holds its data then).
-// The observer holds only a weak reference to the log: it outlives the model harmlessly.
-// Copies made in a cache before its first forward with this model are not logged (the device
-// holds nothing of that cache yet); if another observer replaced ours in between, forward
-// throws std::logic_error (blocks_copied() grew by more than the log holds).
+// Token trees (StepBatch::tree_parent, speculative tree verification): validated and resolved
+// on the host by TokenTreeLayout, as on the CPU (same checks and messages); a tree may hold at
+// most TokenTreeLayout::kMaskWindow (64) nodes below its root (std::invalid_argument before
+// anything is written otherwise). A tree batch uploads each token's KV slot as its position
+// (RoPE uses the cos/sin table built from its real position), plus per token the first slot
+// after its tree's root and its 64-bit ancestor mask over the slots from there. A tree is then
+// a run of consecutive slots: it tiles like a prefill run, and every attention kernel (per
+// token, fp32 tiles, tensor-core tiles) has a tree variant that masks the slots of other
+// branches as it masks positions past a row's own. Without a tree nothing of this is uploaded
+// or run: the kernels without masks. Tree steps are captured in graphs like other shapes (the
+// shape key says whether a step has trees).
+//
+// Copy-on-write (fork_sequence, then append_slots into the shared tail) and slot moves
+// (KvCache::move_slot, packing an accepted tree branch): each forward registers observers on
+// its KvCache (set_block_copy_observer, set_slot_move_observer) that log, in one list in host
+// order, the block copies and slot moves made in the host arena; the next forward on that
+// cache first replays them in order as device-to-device copies on the compute stream, before
+// any kernel (the device arena is written only by forwards, so the sources still hold their
+// data then). The observers hold only a weak reference to the log: they outlive the model
+// harmlessly. Copies and moves made in a cache before its first forward with this model are
+// not logged (the device holds nothing of that cache yet); if another observer replaced ours
+// in between, forward throws std::logic_error (blocks_copied() or slots_moved() grew by more
+// than the log holds).
 // Limits: head_dim a multiple of 4 and at most 256 (ModelError at load otherwise).
 // Thread-safety: as the Model interface — forward is not reentrant.
 #pragma once
@@ -59,6 +73,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemm_lt.h"
 #include "flashdllm/model.h"
+#include "model/token_tree.h"
 
 namespace fdl::cuda {
 
@@ -77,6 +92,8 @@ class CudaModel final : public Model {
   /// wants logits, computed on the GPU: m int32 cross PCIe instead of m * n_vocab floats.
   void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) override;
   bool prefers_argmax() const override { return true; }
+  /// Trees of up to TokenTreeLayout::kMaskWindow nodes below their root (see above).
+  bool supports_tree_verification() const override { return true; }
 
   /// Device bytes of the weights, and the bytes one decode step streams (for bandwidth
   /// reports).
@@ -98,7 +115,8 @@ class CudaModel final : public Model {
 
  private:
   struct Staging;  // host-side offsets of the packed per-step inputs
-  void validate(const StepBatch& b, const KvCache& kv) const;
+  /// Checks the batch (throws as Model::forward documents) and resolves its trees into tree_.
+  void validate(const StepBatch& b, const KvCache& kv);
   /// Validates, uploads the step's inputs and enqueues the kernels (or the graph); returns
   /// the number of rows with logits. The caller copies results out and synchronizes.
   int launch_step(const StepBatch& batch, KvCache& kv);
@@ -149,6 +167,9 @@ class CudaModel final : public Model {
   bool use_tiles_ = false;
   int n_tiles_ = 0;
   int max_tile_rows_ = 0;  // rows of the largest tile (selects the decode-tile kernel when <= 16)
+  TokenTreeLayout tree_;  // the current batch's trees (validate): KV slots and ancestor masks
+  bool tree_step_ = false;  // the current step has trees: the attention kernels' masked variants
+  std::vector<int32_t> tree_slots_;  // per token of a tree step: its KV slot
   std::vector<int32_t> tile_starts_;
   const int32_t* d_tiles_ = nullptr;
 
@@ -158,15 +179,24 @@ class CudaModel final : public Model {
   KvShape arena_shape_{};
   size_t arena_blocks_ = 0;
   DeviceBuffer<float> arena_;
-  // Copy-on-write log (see the header comment): filled by the observer, replayed and cleared
-  // by sync_block_copies at the start of each forward.
-  using CopyLog = std::vector<std::pair<BlockId, BlockId>>;
+  // Copy-on-write / slot-move log (see the header comment): filled by the observers, replayed
+  // and cleared by sync_block_copies at the start of each forward.
+  struct KvCopy {
+    BlockId src = 0, dst = 0;
+    int src_slot = -1, dst_slot = -1;  // -1: the whole block (copy-on-write); else one slot, all layers
+  };
+  struct CopyLog {
+    std::vector<KvCopy> ops;  // in host order
+    uint64_t copies = 0, moves = 0;  // of each kind in ops
+    void clear() { ops.clear(), copies = 0, moves = 0; }
+  };
   void sync_block_copies(KvCache& kv);
-  // Per KvCache (by uid): the copies its observer logged and not yet replayed, how many of
-  // its copies the model has accounted for, and the pool it copies in.
+  // Per KvCache (by uid): the copies and moves its observers logged and not yet replayed, how
+  // many of each the model has accounted for, and the pool it copies in.
   struct CacheCopies {
     std::shared_ptr<CopyLog> log = std::make_shared<CopyLog>();
-    uint64_t seen = 0;
+    uint64_t seen = 0;        // blocks_copied()
+    uint64_t moves_seen = 0;  // slots_moved()
     uint64_t pool_uid = 0;
   };
   std::map<uint64_t, CacheCopies> cache_copies_;
@@ -184,8 +214,8 @@ class CudaModel final : public Model {
   size_t staging_cap_ = 0;  // elements both staging buffers hold
   std::vector<int32_t> seq_table_off_;
   uint64_t generation_ = 0;
-  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them)
-  using GraphShape = std::tuple<int, int, int, int, bool>;
+  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them, trees)
+  using GraphShape = std::tuple<int, int, int, int, bool, bool>;
   struct CapturedStep {
     cudaGraphExec_t exec = nullptr;
     uint64_t last_use = 0;  // graph_clock_ at the last launch (the least recent is evicted)
@@ -204,7 +234,9 @@ class CudaModel final : public Model {
   uint64_t graphs_generation_ = 0;
   // Device pointers into staging_dev_ for the current (n, m).
   const int32_t *d_tokens_ = nullptr, *d_positions_ = nullptr, *d_dst_block_ = nullptr,
-                *d_table_off_ = nullptr, *d_row_idx_ = nullptr, *d_tables_ = nullptr;
+                *d_table_off_ = nullptr, *d_row_idx_ = nullptr, *d_tables_ = nullptr,
+                *d_tree_base_ = nullptr;  // null without trees
+  const uint32_t* d_tree_mask_ = nullptr;
   const float* d_cos_sin_ = nullptr;
 };
 

@@ -93,9 +93,21 @@ struct AttentionArgs {
   /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
   int max_tile_rows = 0;
 };
+/// Token trees for paged_attention (flashdllm/model.h, StepBatch::tree_parent; device
+/// arrays of n_tokens entries). With `base` set, positions[t] is token t's KV slot (not its
+/// RoPE position; a tree is then a run of consecutive slots and tiles like a prefill run) and
+/// t reads slot j of [0, positions[t]] only when j < base[t] or bit j - base[t] of its 64-bit
+/// ancestor mask (mask[2t] low word, mask[2t + 1] high word) is set: masked slots are skipped
+/// as positions past the causal limit are. Ordinary tokens: base[t] = positions[t] + 1, mask
+/// 0. positions[t] - base[t] must stay below 64 (the caller refuses larger trees). Every
+/// attention kernel has a variant for it; `base` null runs the kernels without trees.
+struct AttentionTree {
+  const int32_t* base = nullptr;
+  const uint32_t* mask = nullptr;
+};
 /// The tiled kernel on tensor cores (called by paged_attention when a.tensor_cores is set;
 /// writes a.out when a.n_splits == 1, else the partials the combine kernel merges).
-void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream);
+void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree = {});
 /// Context shares per tile for the tiled kernel (fills the GPU; shares of >= 64 positions).
 int attention_tile_splits(int n_tiles, int n_head_kv, int n_sm, int max_ctx);
 /// Whether the tiled kernel handles this shape (head_dim 64 or 128).
@@ -111,7 +123,33 @@ int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_
 /// Any value >= 1 is correct (empty chunks are skipped in the merge).
 int attention_splits(int n_tokens, int n_head, int n_head_kv, int n_sm, int max_ctx);
 size_t attention_partial_floats(int n_tokens, int n_head, int head_dim, int n_splits);
-void paged_attention(const AttentionArgs& a, cudaStream_t stream);
+void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree = {});
+
+#ifdef __CUDACC__
+/// Device side of AttentionTree, shared by attention.cu and attention_mma.cu. The tree
+/// variants' kernel parameter: AttentionArgs plus the tree, a type of its own so that the
+/// kernels without trees keep AttentionArgs as their parameter (same size: nvcc allocates
+/// registers differently for a larger parameter struct even where the new fields go unread).
+struct TreeAttentionArgs : AttentionArgs {
+  AttentionTree tree;
+};
+inline TreeAttentionArgs with_tree(const AttentionArgs& a, const AttentionTree& tree) {
+  TreeAttentionArgs t;
+  static_cast<AttentionArgs&>(t) = a;
+  t.tree = tree;
+  return t;
+}
+/// One token's tree mask: slot j >= base is read only where bit j - base is set.
+struct TreeMask {
+  int base;
+  uint64_t bits;
+  /// For j <= the token's slot (so j - base < 64).
+  __device__ bool keeps(int j) const { return j < base || ((bits >> (j - base)) & 1u); }
+};
+__device__ __forceinline__ TreeMask tree_mask_of(const TreeAttentionArgs& a, int t) {
+  return TreeMask{a.tree.base[t], uint64_t(a.tree.mask[2 * t]) | uint64_t(a.tree.mask[2 * t + 1]) << 32};
+}
+#endif
 
 /// out[t][i] = silu(gu[t][i]) * gu[t][n_ff + i] for t < n, i < n_ff (gate and up fused as
 /// one [n][2*n_ff] projection), written as `out_type`.
