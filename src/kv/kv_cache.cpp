@@ -185,10 +185,10 @@ void KvCache::move_slot(SeqId seq, size_t from, size_t to) {
   if (from >= s.length || to >= s.length)
     throw std::out_of_range("KvCache: move_slot " + std::to_string(from) + " -> " + std::to_string(to) +
                             " outside sequence " + std::to_string(seq) + " (length " + std::to_string(s.length) + ")");
+  if (from == to) return;  // changes nothing, also in a shared block
   if (pool_.meta(s.blocks[to / bs]).ref_count != 1)
     throw std::invalid_argument("KvCache: move_slot target " + std::to_string(to) + " of sequence " +
                                 std::to_string(seq) + " lies in a shared block");
-  if (from == to) return;
   const size_t n = pool_.shape().floats_per_token_per_layer();
   for (int layer = 0; layer < pool_.shape().n_layer; ++layer) {
     std::copy_n(k_slot(seq, layer, from), n, k_slot(seq, layer, to));

@@ -110,27 +110,6 @@ TEST(CudaTreeHost, AncestorMasksAndWindowOfTheLayout) {
   EXPECT_EQ(t.window(), 0);
 }
 
-TEST(CudaTreeHost, MoveSlotReportsPhysicalSlotsToItsObserver) {
-  BlockPool pool(KvShape{.n_layer = 2, .n_kv_head = 1, .head_dim = 4, .block_size = 4}, 8);
-  KvCache kv(pool);
-  const SeqId s = kv.create_sequence();
-  kv.append_slots(s, 10);
-  std::vector<std::tuple<BlockId, int, BlockId, int>> seen;
-  kv.set_slot_move_observer([&](BlockId fb, int fs, BlockId tb, int ts) { seen.emplace_back(fb, fs, tb, ts); });
-  const auto table = kv.block_table(s);
-  kv.move_slot(s, 9, 5);  // block 2 slot 1 -> block 1 slot 1
-  kv.move_slot(s, 6, 6);  // a no-op: neither reported nor counted
-  kv.move_slot(s, 3, 2);
-  ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[0], std::make_tuple(table[2], 1, table[1], 1));
-  EXPECT_EQ(seen[1], std::make_tuple(table[0], 3, table[0], 2));
-  EXPECT_EQ(kv.slots_moved(), 2u);
-  kv.set_slot_move_observer({});
-  kv.move_slot(s, 1, 0);
-  EXPECT_EQ(seen.size(), 2u);
-  EXPECT_EQ(kv.slots_moved(), 3u);
-}
-
 // ---- on the GPU ----
 
 struct TreeCase {
@@ -242,6 +221,54 @@ TEST_P(CudaTree, AcceptedBranchPackedByMoveSlotDecodesAsThePlainPath) {
     kv.free_sequence(seq);
     kv.free_sequence(ref);
     EXPECT_EQ(pool->n_free(), free0);
+  }
+}
+
+// Two caches on one pool: the block a cache frees after packing its accepted branch
+// (move_slot, then truncate) is the next block the other cache writes (the free list is
+// LIFO). The moves must reach the device before the other cache's kernels overwrite their
+// source, whichever cache runs the next forward, and a cache destroyed with moves pending
+// must not replay them later over blocks the other cache owns by then (a tier copy of a block
+// replays what is pending first). Found by review: the log was per cache.
+TEST(CudaTreeOrdering, MovesReachTheDeviceBeforeAnotherCacheOfThePoolReusesTheirBlocks) {
+  FDL_SKIP_WITHOUT_GPU();
+  Model& m = cuda_model("stories260K.gguf");
+  const std::vector<int32_t> prompt = make_prompt(8), prompt_b = make_prompt(11);
+  std::vector<float> want_a, want_b;
+  {  // references on a pool of their own, before the pool under test is on the device
+    auto ref_pool = make_pool(m, 256, 4);
+    KvCache ref(*ref_pool);
+    want_a = plain_path_logits(m, ref, prompt, {kTokens[0], kTokens[4], kTokens[5], 17});
+    want_b = plain_path_logits(m, ref, prompt_b, {17});
+  }
+  for (const bool destroy_a : {false, true}) {
+    SCOPED_TRACE(destroy_a ? "cache a destroyed after its moves" : "both caches live");
+    auto pool = make_pool(m, 256, 4);
+    auto a = std::make_unique<KvCache>(*pool);
+    KvCache b(*pool);
+    const SeqId sa = prefill_sequence(m, *a, prompt);      // slots 0..7
+    const size_t pos = a->append_slots(sa, kParents.size());  // 8..16: the tree
+    StepBatch batch;
+    add_tree(batch, sa, pos, kParents, kTokens);
+    std::vector<float> logits;
+    m.forward(batch, *a, logits);
+    a->move_slot(sa, pos + 4, pos + 1);  // accept 0 -> 4 -> 5: slots 12, 13 -> 9, 10
+    a->move_slot(sa, pos + 5, pos + 2);
+    a->truncate(sa, pos + 3);  // frees the blocks of slots 12..16, the moves' sources
+    if (destroy_a) a.reset();
+    const SeqId sb = prefill_sequence(m, b, prompt_b);  // takes the freed blocks and writes them
+    if (destroy_a) {
+      pool->pull_from_mirror(b.block_table(sb).back());  // a tier copy: replays what is pending
+    } else {
+      batch.clear();
+      batch.add(17, int32_t(a->append_slots(sa, 1)), sa, true);
+      m.forward(batch, *a, logits);
+      EXPECT_LT(rel(logits, want_a), 1e-5) << "cache a read its moved slots";
+    }
+    batch.clear();
+    batch.add(17, int32_t(b.append_slots(sb, 1)), sb, true);
+    m.forward(batch, b, logits);
+    EXPECT_LT(rel(logits, want_b), 1e-5) << "cache b's blocks were left alone";
   }
 }
 

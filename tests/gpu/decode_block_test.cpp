@@ -132,8 +132,12 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
     EXPECT_LT(rel_error(to_host(q, size_t(q_dim)), widen(to_host(q_ref, size_t(q_dim)))), 1e-6) << where;
     const size_t arena_floats = size_t(stride) * arena_blocks;
     EXPECT_LT(rel_error(to_host(arena, arena_floats), widen(to_host(arena_ref, arena_floats))), 1e-6) << where;
-    EXPECT_LT(rel_error(to_host(attn, size_t(q_dim)), widen(to_host(attn_ref, size_t(q_dim)))), 1e-5) << where;
-    EXPECT_LT(rel_error(to_host(y, size_t(s.wo_rows)), widen(to_host(y_ref, size_t(s.wo_rows)))), 1e-5) << where;
+    // The two paths sum each score's 128 products in different orders. With these random
+    // weights (uniform in [-1, 1] over 4096 columns) q and the new k have elements of ~40, so
+    // scores reach ~10^3 and their fp32 rounding (~10^-4 absolute) moves the softmax weights
+    // by up to ~10^-4 relative: a bound of 1e-5 failed once (2.3e-5, BF16, context 2, run 51).
+    EXPECT_LT(rel_error(to_host(attn, size_t(q_dim)), widen(to_host(attn_ref, size_t(q_dim)))), 1e-4) << where;
+    EXPECT_LT(rel_error(to_host(y, size_t(s.wo_rows)), widen(to_host(y_ref, size_t(s.wo_rows)))), 1e-4) << where;
   }
 }
 

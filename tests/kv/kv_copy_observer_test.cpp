@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -89,6 +91,48 @@ TEST(KvCopyObserver, NotCalledWhenTheAppendFailsForLackOfBlocks) {
   EXPECT_THROW(kv.append_slots(b, 1), KvCacheFull);  // the copy would need a third block
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(kv.blocks_copied(), 0u);
+}
+
+// KvCache::move_slot (packing an accepted tree branch): copies a slot's K and V in every
+// layer and reports the physical places (block, slot) to the slot-move observer, which a
+// backend holding its own copy of the arena (CUDA) replays; from == to changes nothing.
+TEST(KvSlotMoveObserver, MoveSlotCopiesAndReportsPhysicalSlots) {
+  BlockPool pool(KvShape{.n_layer = 2, .n_kv_head = 1, .head_dim = 4, .block_size = 4}, 8);
+  KvCache kv(pool);
+  const SeqId s = kv.create_sequence();
+  kv.append_slots(s, 10);
+  for (size_t p = 0; p < 10; ++p)
+    for (int layer = 0; layer < 2; ++layer)
+      for (int d = 0; d < 4; ++d) {
+        kv.k_slot(s, layer, p)[d] = float(100 * p + 10 * layer + d);
+        kv.v_slot(s, layer, p)[d] = -float(100 * p + 10 * layer + d);
+      }
+  std::vector<std::tuple<BlockId, int, BlockId, int>> seen;
+  kv.set_slot_move_observer([&](BlockId fb, int fs, BlockId tb, int ts) { seen.emplace_back(fb, fs, tb, ts); });
+  const auto table = kv.block_table(s);
+  kv.move_slot(s, 9, 5);  // block 2 slot 1 -> block 1 slot 1
+  kv.move_slot(s, 6, 6);  // a no-op: neither reported nor counted
+  kv.move_slot(s, 3, 2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_tuple(table[2], 1, table[1], 1));
+  EXPECT_EQ(seen[1], std::make_tuple(table[0], 3, table[0], 2));
+  EXPECT_EQ(kv.slots_moved(), 2u);
+  for (int layer = 0; layer < 2; ++layer) {
+    EXPECT_EQ(kv.k_slot(s, layer, 5)[3], float(900 + 10 * layer + 3));
+    EXPECT_EQ(kv.v_slot(s, layer, 2)[0], -float(300 + 10 * layer));
+    EXPECT_EQ(kv.k_slot(s, layer, 9)[1], float(900 + 10 * layer + 1)) << "the source keeps its bytes";
+  }
+  kv.set_slot_move_observer({});
+  kv.move_slot(s, 1, 0);
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(kv.slots_moved(), 3u);
+  EXPECT_THROW(kv.move_slot(s, 10, 0), std::out_of_range);
+  EXPECT_THROW(kv.move_slot(s, 0, 10), std::out_of_range);
+  // A shared target would change the other sequence: refused; from == to is still a no-op.
+  const SeqId child = kv.fork_sequence(s);
+  EXPECT_THROW(kv.move_slot(child, 9, 8), std::invalid_argument);
+  EXPECT_NO_THROW(kv.move_slot(child, 8, 8));
+  EXPECT_EQ(kv.slots_moved(), 3u);
 }
 
 }  // namespace

@@ -165,10 +165,6 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) {
                                 std::to_string(s.n_kv_head) + ", head dim " + std::to_string(s.head_dim) +
                                 ") does not match the model");
   tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
-  if (tree_.window() > TokenTreeLayout::kMaskWindow)
-    throw std::invalid_argument("forward: --device cuda verifies token trees of at most " +
-                                std::to_string(TokenTreeLayout::kMaskWindow) + " nodes below their root, got " +
-                                std::to_string(tree_.window()));
   for (size_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
       throw std::out_of_range("forward: token " + std::to_string(i) + " has id " + std::to_string(b.tokens[i]) +
@@ -188,26 +184,32 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) {
                                   " shared with another sequence (forked); truncate and append_slots to get a "
                                   "private slot");
   }
+  // After the per-token checks, so a batch the CPU model refuses with std::out_of_range is
+  // refused the same way here whatever its tree's size.
+  if (tree_.window() > TokenTreeLayout::kMaskWindow)
+    throw std::invalid_argument("forward: --device cuda verifies token trees of at most " +
+                                std::to_string(TokenTreeLayout::kMaskWindow) + " nodes below their root, got " +
+                                std::to_string(tree_.window()));
   if (const auto it = cache_copies_.find(kv.uid()); it != cache_copies_.end()) {
     const CacheCopies& cc = it->second;
-    if (kv.blocks_copied() >= cc.seen && kv.blocks_copied() - cc.seen != cc.log->copies)
+    if (kv.blocks_copied() >= cc.seen && kv.blocks_copied() - cc.seen != cc.reported->copies)
       throw std::logic_error("forward: --device cuda: " + std::to_string(kv.blocks_copied() - cc.seen) +
                              " copy-on-write block copies since the last forward but " +
-                             std::to_string(cc.log->copies) +
+                             std::to_string(cc.reported->copies) +
                              " reported to the CUDA model (was its KvCache block-copy observer replaced?)");
-    if (kv.slots_moved() >= cc.moves_seen && kv.slots_moved() - cc.moves_seen != cc.log->moves)
+    if (kv.slots_moved() >= cc.moves_seen && kv.slots_moved() - cc.moves_seen != cc.reported->moves)
       throw std::logic_error("forward: --device cuda: " + std::to_string(kv.slots_moved() - cc.moves_seen) +
-                             " KV slot moves since the last forward but " + std::to_string(cc.log->moves) +
+                             " KV slot moves since the last forward but " + std::to_string(cc.reported->moves) +
                              " reported to the CUDA model (was its KvCache slot-move observer replaced?)");
   }
 }
 
-void CudaModel::replay_block_copies(CacheCopies& cc) {
-  if (cc.pool_uid == arena_uid_ && arena_.get() != nullptr) {  // else the arena no longer holds that pool's blocks
+void CudaModel::replay_pool_log() {
+  if (arena_.get() != nullptr) {
     const size_t block_floats = arena_block_floats();
     const size_t slot_floats = arena_shape_.floats_per_token_per_layer();
     // In order: a block or slot copied to may itself be the source of a later copy.
-    for (const KvCopy& op : cc.log->ops) {
+    for (const KvCopy& op : pool_log_->ops) {
       float* dst = arena_.get() + size_t(op.dst) * block_floats;
       const float* src = arena_.get() + size_t(op.src) * block_floats;
       if (op.src_slot < 0) {
@@ -222,30 +224,30 @@ void CudaModel::replay_block_copies(CacheCopies& cc) {
                                        2 * size_t(arena_shape_.n_layer), cudaMemcpyDeviceToDevice, stream_));
     }
   }
-  cc.seen += cc.log->copies;
-  cc.moves_seen += cc.log->moves;
-  cc.log->clear();
+  pool_log_->ops.clear();
 }
 
+// Called after ensure_arena(kv.pool()): the log is the pool's. Before this cache's kernels,
+// every copy and move any cache of the pool made runs on the device, in host order.
 void CudaModel::sync_block_copies(KvCache& kv) {
+  replay_pool_log();
   CacheCopies& cc = cache_copies_[kv.uid()];
-  if (cc.pool_uid == kv.pool().uid()) replay_block_copies(cc);
-  cc.log->clear();
   cc.pool_uid = kv.pool().uid();
   cc.seen = kv.blocks_copied();
   cc.moves_seen = kv.slots_moved();
+  *cc.reported = Reported{pool_log_, 0, 0};
   // Re-registered every step: cheap (the weak_ptr fits std::function's inline storage).
-  kv.set_block_copy_observer([log = std::weak_ptr<CopyLog>(cc.log)](BlockId src, BlockId dst) {
-    if (const auto l = log.lock()) {
-      l->ops.push_back(KvCopy{src, dst, -1, -1});
-      ++l->copies;
+  kv.set_block_copy_observer([rep = std::weak_ptr<Reported>(cc.reported)](BlockId src, BlockId dst) {
+    if (const auto r = rep.lock()) {
+      ++r->copies;
+      if (const auto l = r->log.lock()) l->ops.push_back(KvCopy{src, dst, -1, -1});
     }
   });
-  kv.set_slot_move_observer([log = std::weak_ptr<CopyLog>(cc.log)](BlockId src, int src_slot, BlockId dst,
-                                                                     int dst_slot) {
-    if (const auto l = log.lock()) {
-      l->ops.push_back(KvCopy{src, dst, src_slot, dst_slot});
-      ++l->moves;
+  kv.set_slot_move_observer([rep = std::weak_ptr<Reported>(cc.reported)](BlockId src, int src_slot, BlockId dst,
+                                                                          int dst_slot) {
+    if (const auto r = rep.lock()) {
+      ++r->moves;
+      if (const auto l = r->log.lock()) l->ops.push_back(KvCopy{src, dst, src_slot, dst_slot});
     }
   });
 }
@@ -303,8 +305,7 @@ void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_ho
   if (pool_uid != arena_uid_ || arena_.get() == nullptr || id < 0 || size_t(id) >= arena_blocks_)
     throw std::logic_error("CudaModel: block copy for block " + std::to_string(id) +
                            " of a pool the device arena does not hold");
-  for (auto& [uid, cc] : cache_copies_)  // a pending copy-on-write or slot move may target `id`
-    if (cc.pool_uid == arena_uid_ && !cc.log->ops.empty()) replay_block_copies(cc);
+  replay_pool_log();  // a pending copy-on-write or slot move may target `id`
   const size_t bytes = arena_block_floats() * sizeof(float);
   float* dev = arena_.get() + size_t(id) * arena_block_floats();
   if (to_host)
@@ -322,8 +323,10 @@ void CudaModel::ensure_arena(BlockPool& pool) {
   arena_uid_ = 0;
   arena_blocks_ = 0;
   mirror_.reset();
-  // The copy-on-write logs of other pools' caches have nothing left to replay into (their
-  // blocks leave the device with the arena); a cache that comes back starts a fresh log.
+  // Pending copies and moves of the old pool have nothing left to replay into (its blocks
+  // leave the device with the arena): a fresh log, which the old pool's caches' observers do
+  // not reach (theirs expires); a cache that comes back registers anew at its next forward.
+  pool_log_ = std::make_shared<CopyLog>();
   std::erase_if(cache_copies_, [&](const auto& e) { return e.second.pool_uid != pool.uid(); });
   const size_t floats = pool.capacity() * (pool.shape().block_bytes() / sizeof(float));
   arena_.reset();

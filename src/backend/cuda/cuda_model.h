@@ -185,22 +185,30 @@ class CudaModel final : public Model {
     BlockId src = 0, dst = 0;
     int src_slot = -1, dst_slot = -1;  // -1: the whole block (copy-on-write); else one slot, all layers
   };
+  // The copies and moves of every KvCache on the arena's pool not yet done on the device, in
+  // host order: one log per pool, not per cache, because a block one cache frees (a moved
+  // slot's source, truncated) may be the next block another cache writes.
   struct CopyLog {
-    std::vector<KvCopy> ops;  // in host order
-    uint64_t copies = 0, moves = 0;  // of each kind in ops
-    void clear() { ops.clear(), copies = 0, moves = 0; }
+    std::vector<KvCopy> ops;
   };
+  std::shared_ptr<CopyLog> pool_log_ = std::make_shared<CopyLog>();
+  void replay_pool_log();
   void sync_block_copies(KvCache& kv);
-  // Per KvCache (by uid): the copies and moves its observers logged and not yet replayed, how
-  // many of each the model has accounted for, and the pool it copies in.
+  // What one cache's observers reported since its last forward (they hold this weakly; one
+  // weak_ptr fits std::function's inline storage, so re-registering allocates nothing), and
+  // where they log.
+  struct Reported {
+    std::weak_ptr<CopyLog> log;
+    uint64_t copies = 0, moves = 0;
+  };
+  // Per KvCache (by uid): its counters at its last forward and its pool.
   struct CacheCopies {
-    std::shared_ptr<CopyLog> log = std::make_shared<CopyLog>();
+    std::shared_ptr<Reported> reported = std::make_shared<Reported>();
     uint64_t seen = 0;        // blocks_copied()
     uint64_t moves_seen = 0;  // slots_moved()
     uint64_t pool_uid = 0;
   };
   std::map<uint64_t, CacheCopies> cache_copies_;
-  void replay_block_copies(CacheCopies& cc);
   std::shared_ptr<ArenaMirror> mirror_;  // registered (weakly) with the pool the arena serves
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
