@@ -19,8 +19,13 @@ LlamaPromptLookupDecoding through the high-level API) runs on the same prompts, 
 without the draft, after the flashdllm rounds (not interleaved: one llama.cpp model load per
 model). Its decode tok/s = (N - 1) / (time(N tokens) - time(1 token)), so prefill is excluded.
 
+Several --cli binaries (a before/after comparison) run interleaved too: within each prompt,
+every binary runs every mode before the next prompt, each speedup is against the same
+binary's --spec off run of that prompt and round, and all must produce the same greedy ids.
+
 Usage (repository root, after building build/bin/flashdllm):
   python3 bench/bench_spec.py --rounds 5 --json bench/out/spec.json --markdown /tmp/spec.md
+  python3 bench/bench_spec.py --cli build-before/bin/flashdllm --cli build/bin/flashdllm --models stories260K
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ def llamacpp_rates(model: Path, prompts: list[str], n: int, threads: int, rounds
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cli")
+    ap.add_argument("--cli", action="append", help="flashdllm binary; repeat to compare binaries, interleaved")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--window", type=int, default=5)
@@ -123,7 +128,7 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     args = ap.parse_args()
-    cli = find_cli(args.cli)
+    clis = [find_cli(c) for c in (args.cli or [None])]
     trees = ["on", "off"] if args.tree == "both" else [args.tree]
     variants = [("off", "off")] + [(m, t) for m in MODES[1:] for t in trees]
 
@@ -134,42 +139,45 @@ def main() -> None:
             for workload in ("grounded", "free"):
                 for pi, prompt in enumerate(cfg[workload]):
                     plain_ids = None
-                    for mode, tree in variants:
-                        j = run_flashdllm(cli, cfg["path"], prompt, cfg["n"], mode, args.threads, args.window,
-                                          tree)
-                        if mode == "off":
-                            plain_ids = j["token_ids"]
-                        elif j["token_ids"] != plain_ids:
-                            sys.exit(f"{name} {workload} #{pi} --spec {mode} --spec-tree {tree}: "
-                                     "ids differ from plain")
-                        runs.append({"round": rnd, "model": name, "workload": workload, "prompt": pi,
-                                     "mode": mode, "tree": tree, "tok_s": j["timings"]["decode_tok_s"],
-                                     "tree_steps": j["spec"]["tree_steps"],
-                                     "tree_alt_accepted": j["spec"]["tree_alt_accepted"],
-                                     "tokens_per_forward": j["spec"]["tokens_per_forward"],
-                                     "mean_accepted_length": j["spec"]["mean_accepted_length"],
-                                     "breaker_open": j["spec"]["breaker_open"]})
+                    for ci, cli in enumerate(clis):
+                        for mode, tree in variants:
+                            j = run_flashdllm(cli, cfg["path"], prompt, cfg["n"], mode, args.threads, args.window,
+                                              tree)
+                            if plain_ids is None and mode == "off":
+                                plain_ids = j["token_ids"]
+                            elif j["token_ids"] != plain_ids:
+                                sys.exit(f"{cli}: {name} {workload} #{pi} --spec {mode} --spec-tree {tree}: "
+                                         "ids differ from plain")
+                            runs.append({"cli": ci, "round": rnd, "model": name, "workload": workload, "prompt": pi,
+                                         "mode": mode, "tree": tree, "tok_s": j["timings"]["decode_tok_s"],
+                                         "tree_steps": j["spec"]["tree_steps"],
+                                         "tree_alt_accepted": j["spec"]["tree_alt_accepted"],
+                                         "tokens_per_forward": j["spec"]["tokens_per_forward"],
+                                         "mean_accepted_length": j["spec"]["mean_accepted_length"],
+                                         "breaker_open": j["spec"]["breaker_open"]})
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
 
     rows = []
-    for name in args.models.split(","):
-        for workload in ("grounded", "free"):
-            sel = [r for r in runs if r["model"] == name and r["workload"] == workload]
-            base = {(r["round"], r["prompt"]): r["tok_s"] for r in sel if r["mode"] == "off"}
-            for mode, tree in variants:
-                mine = [r for r in sel if r["mode"] == mode and r["tree"] == tree]
-                speedups = [r["tok_s"] / base[(r["round"], r["prompt"])] for r in mine]
-                rows.append({"model": name, "workload": workload, "mode": mode, "tree": tree if mode != "off" else "-",
-                             "tok_s": statistics.median(r["tok_s"] for r in mine),
-                             "speedup": statistics.median(speedups),
-                             "min_prompt_speedup": min(
-                                 statistics.median(s for r, s in zip(mine, speedups) if r["prompt"] == p)
-                                 for p in {r["prompt"] for r in mine}),
-                             "tokens_per_forward": statistics.median(r["tokens_per_forward"] for r in mine),
-                             "mean_accepted_length": statistics.median(r["mean_accepted_length"] for r in mine),
-                             "tree_steps": statistics.median(r["tree_steps"] for r in mine),
-                             "tree_alt_accepted": statistics.median(r["tree_alt_accepted"] for r in mine),
-                             "breaker_opened": sum(r["breaker_open"] for r in mine)})
+    for ci in range(len(clis)):
+        for name in args.models.split(","):
+            for workload in ("grounded", "free"):
+                sel = [r for r in runs if r["cli"] == ci and r["model"] == name and r["workload"] == workload]
+                base = {(r["round"], r["prompt"]): r["tok_s"] for r in sel if r["mode"] == "off"}
+                for mode, tree in variants:
+                    mine = [r for r in sel if r["mode"] == mode and r["tree"] == tree]
+                    speedups = [r["tok_s"] / base[(r["round"], r["prompt"])] for r in mine]
+                    rows.append({"cli": ci, "model": name, "workload": workload, "mode": mode,
+                                 "tree": tree if mode != "off" else "-",
+                                 "tok_s": statistics.median(r["tok_s"] for r in mine),
+                                 "speedup": statistics.median(speedups),
+                                 "min_prompt_speedup": min(
+                                     statistics.median(s for r, s in zip(mine, speedups) if r["prompt"] == p)
+                                     for p in {r["prompt"] for r in mine}),
+                                 "tokens_per_forward": statistics.median(r["tokens_per_forward"] for r in mine),
+                                 "mean_accepted_length": statistics.median(r["mean_accepted_length"] for r in mine),
+                                 "tree_steps": statistics.median(r["tree_steps"] for r in mine),
+                                 "tree_alt_accepted": statistics.median(r["tree_alt_accepted"] for r in mine),
+                                 "breaker_opened": sum(r["breaker_open"] for r in mine)})
 
     if args.json:  # saved now too, so a llama.cpp failure cannot lose these runs
         Path(args.json).write_text(json.dumps({"runs": runs, "rows": rows}, indent=1))
@@ -185,14 +193,17 @@ def main() -> None:
                     llama[(name, workload)] = {"error": str(e)}
 
     load = os.getloadavg()[0]
-    lines = [f"flashdllm {cli.relative_to(REPO) if cli.is_relative_to(REPO) else cli}, "
+    names = [str(c.relative_to(REPO) if c.is_relative_to(REPO) else c) for c in clis]
+    many = len(clis) > 1  # a "binary" column then
+    lines = [f"flashdllm {' vs '.join(names)}{' (interleaved)' if many else ''}, "
              f"{args.threads} thread(s), window {args.window}, --tree {args.tree}, {args.rounds} rounds, "
              f"load average {load:.1f} at the end, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "",
+             ("| binary " if many else "") +
              "| model | workload | --spec | --spec-tree | decode tok/s (median) | speedup vs off (median) | worst prompt | tokens/forward | mean accepted length | tree steps | accepted off branch 1 | breaker opened |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             ("|---" if many else "") + "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['workload']} | {r['mode']} | {r['tree']} | {r['tok_s']:.0f} | "
+        lines.append((f"| {names[r['cli']]} " if many else "") + f"| {r['model']} | {r['workload']} | {r['mode']} | {r['tree']} | {r['tok_s']:.0f} | "
                      f"{r['speedup']:.2f}x | {r['min_prompt_speedup']:.2f}x | {r['tokens_per_forward']:.2f} | "
                      f"{r['mean_accepted_length']:.2f} | {r['tree_steps']:.0f} | {r['tree_alt_accepted']:.0f} | "
                      f"{r['breaker_opened']} |")

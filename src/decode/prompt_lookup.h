@@ -12,7 +12,8 @@ class PromptLookup final : public Drafter {
  public:
   /// 1 <= n_min <= n_max (std::invalid_argument otherwise).
   PromptLookup(int n_min, int n_max);
-  /// O(len * n_max) per call: a backwards scan, no index to maintain.
+  /// One backwards pass over the context per call (O(len), O(len * n_max) at worst), no
+  /// index to maintain. Thread-safety: const, no shared state.
   void propose(std::span<const int32_t> context, size_t max_tokens, Draft& out) const override;
   /// Alternates for tree verification: the continuations of up to `max_drafts` matches
   /// whose first tokens differ (longest suffix first, then most recent), appended to `out`.

@@ -40,6 +40,27 @@ void StepCostModel::observe(double x, double y) {
     c.ms = 0.8 * c.ms + 0.2 * std::min(y, 2.0 * c.ms);
   ++c.n;
   c.last = observations_;
+  if (c.n > by_size_[most_observed_].n) most_observed_ = i;  // counts only grow: exact
+  update_cell_slope();
+}
+
+void StepCostModel::update_cell_slope() {
+  // Decode batches rarely vary enough for the line to separate a and b (a model on which
+  // speculation does not pay decodes plainly: one batch size for hundreds of steps), and the
+  // decayed sums forget the last variation within ~50 steps. The 10% prior then made every
+  // window look cheap again on stories260K, where one more token costs 40-90% of a step, and
+  // the controller went back to verifying windows that lose. Measured cells do not decay:
+  // the slope between the usual batch size and a window measured near it is the evidence.
+  // The smallest such slope (each cell is a lower envelope) errs on the optimistic side.
+  const size_t base = most_observed_;
+  cell_slope_ = 0.0;
+  const size_t lo = base > kSlopeSpan ? base - kSlopeSpan : 0;
+  const size_t hi = std::min(by_size_.size(), base + kSlopeSpan + 1);
+  for (size_t i = lo; i < hi; ++i) {
+    if (i == base || by_size_[i].n == 0) continue;
+    const double slope = (by_size_[i].ms - by_size_[base].ms) / (double(i) - double(base));
+    if (slope > 0.0 && (cell_slope_ == 0.0 || slope < cell_slope_)) cell_slope_ = slope;
+  }
 }
 
 double StepCostModel::predict(double x) const {
@@ -56,7 +77,9 @@ double StepCostModel::per_token_ms() const {
     const double b = (sxy_ / w_ - mx * my) / var;
     if (b > 0.0 && b * mx < my) return b;
   }
-  // Not identifiable (or noise made it absurd): b = ratio * a with a + b * mx = my.
+  // Not identifiable (or noise made it absurd): the measured cells' slope, else the prior
+  // shape b = ratio * a with a + b * mx = my.
+  if (cell_slope_ > 0.0 && cell_slope_ * mx < my) return cell_slope_;
   return kPriorRatio * my / (1.0 + kPriorRatio * mx);
 }
 

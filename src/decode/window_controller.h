@@ -3,9 +3,11 @@
 // StepCostModel: forward time as a + b * batch_tokens, fitted by exponentially decayed least
 // squares over the steps seen (a = fixed cost of a step: reading the weights, launching work;
 // b = cost of one more token in the batch). Until the batch sizes vary enough to separate
-// the two, b is taken as 10% of a (a weight-read-bound step). Batch sizes measured often
-// enough are predicted from their own cell instead of the line: a lower envelope of the
-// samples (a faster sample replaces the cell, a slower one moves it by 20%).
+// the two, b is the slope between the measured cells nearest the usual batch size (below),
+// and only while no second batch size was ever measured 10% of a (a weight-read-bound
+// step). Batch sizes measured often enough are predicted from their own cell instead of the
+// line: a lower envelope of the samples (a faster sample replaces the cell, a slower one
+// moves it by 20%).
 //
 // WindowController (one per sequence): the per-token acceptance rate alpha, estimated as a
 // decayed ratio accepted / (accepted + rejection events) — the maximum-likelihood estimate
@@ -18,6 +20,8 @@
 // 0 it still probes with k = 1 every `kProbeInterval` steps (doubling, up to
 // kMaxProbeInterval, while the probes fail), and the scheduler may make *shadow drafts*
 // (below), so a sequence whose text turns repetitive is noticed.
+//
+// Thread-safety: none; each instance belongs to one scheduler thread.
 #pragma once
 
 #include <cstddef>
@@ -49,9 +53,19 @@ class StepCostModel {
                : std::numeric_limits<int32_t>::max();
   }
   static constexpr int kMinSamples = 3;
+  /// Cells at most this many tokens from the most observed batch size feed the fallback
+  /// slope (verification windows, not prefill chunks: a prefill's per-token cost is far
+  /// below a window's marginal cost on a compute-bound model).
+  static constexpr size_t kSlopeSpan = 16;
 
  private:
+  /// The fallback slope when the line is not identifiable: the smallest positive slope
+  /// between the most observed cell and another measured cell within kSlopeSpan of it
+  /// (ms per token; 0 while there is none). Recomputed by observe().
+  void update_cell_slope();
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // decayed sums
+  double cell_slope_ = 0.0;
+  size_t most_observed_ = 0;  ///< the cell observed most often (the usual batch size)
   int64_t observations_ = 0;
   struct Cell { double ms = 0; int n = 0; int64_t last = 0; };  // ms: see observe()
   std::vector<Cell> by_size_;  ///< index = batch tokens

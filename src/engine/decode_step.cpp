@@ -68,7 +68,7 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec:
     // Plain step: maybe a shadow draft, rate-limited by what drafting costs (on a tiny
     // model a drafter's scan is a visible share of a step).
     if (!sp.options.adaptive ||
-        !s.window.shadow_due(sp.draft_ms, sp.plain_ms(n_live) / double(std::max<size_t>(n_live, 1))))
+        !s.window.shadow_due(sp.draft_ms, sp.shadow_step_ms(n_live) / double(std::max<size_t>(n_live, 1))))
       return;
     propose_timed(full, false);
     s.window.start_shadow(draft_.tokens);

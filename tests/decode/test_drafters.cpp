@@ -2,6 +2,9 @@
 // the policy that picks among them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "decode/draft_policy.h"
 
 namespace fdl::spec {
@@ -23,6 +26,46 @@ TEST(PromptLookup, ProposesWhatFollowedTheMostRecentLongestMatch) {
   EXPECT_EQ(propose(lookup, {1, 2, 3, 11, 5, 2, 3, 10, 1, 2, 3}, 1), (Ids{11}));
   // The continuation may run into the suffix itself (periodic text).
   EXPECT_EQ(propose(lookup, {5, 6, 5, 6, 5, 6}, 4), (Ids{5, 6}));
+}
+
+// The definition, one backwards scan per n (longest first, most recent occurrence first):
+// propose()'s single pass must give exactly this, draft and match length.
+Draft reference_lookup(const Ids& ctx, size_t max_tokens, size_t n_min, size_t n_max) {
+  Draft out;
+  const size_t len = ctx.size();
+  if (max_tokens == 0 || len < 2) return out;
+  for (size_t n = std::min(n_max, len - 1); n >= n_min; --n) {
+    for (size_t start = len - n; start-- > 0;)
+      if (std::equal(ctx.end() - std::ptrdiff_t(n), ctx.end(), ctx.begin() + std::ptrdiff_t(start))) {
+        const size_t from = start + n;
+        out.tokens.assign(ctx.begin() + std::ptrdiff_t(from),
+                          ctx.begin() + std::ptrdiff_t(from + std::min(max_tokens, len - from)));
+        out.match_len = int(n);
+        return out;
+      }
+    if (n == 1) break;
+  }
+  return out;
+}
+
+TEST(PromptLookup, SinglePassEqualsTheScanPerNgramLength) {
+  std::mt19937 rng(7);
+  size_t found = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    // Small alphabets make matches of every length common, repeats and overlaps included.
+    std::uniform_int_distribution<int32_t> tok(0, 1 + trial % 6);
+    Ids ctx(size_t(trial % 40));
+    for (auto& t : ctx) t = tok(rng);
+    const size_t n_min = 1 + size_t(trial % 3), n_max = n_min + size_t(trial % 4);
+    const size_t k = size_t(trial % 7);
+    Draft got;
+    PromptLookup(int(n_min), int(n_max)).propose(ctx, k, got);
+    const Draft want = reference_lookup(ctx, k, n_min, n_max);
+    ASSERT_EQ(got.tokens, want.tokens) << "trial " << trial;
+    ASSERT_EQ(got.match_len, want.match_len) << "trial " << trial;
+    found += want.tokens.empty() ? 0 : 1;
+  }
+  EXPECT_GT(found, 1500u);  // most trials have a draft to compare
 }
 
 TEST(PromptLookup, RespectsTheNgramRangeAndTheBudget) {

@@ -28,6 +28,25 @@ TEST(StepCostModel, UsesThePriorRatioWhenBatchSizesNeverVary) {
   EXPECT_NEAR(cost.per_token_ms() / cost.fixed_ms(), 0.1, 1e-9);
 }
 
+// Decode steps rarely vary the batch size enough for the line to separate a and b, and
+// the decayed sums forget the last variation within ~50 steps; measured cells do not. The
+// prior (b = 10% of a) must not come back once a window near the usual size was measured,
+// and a prefill-sized cell far from it (a cheap per-token cost) must not set the slope.
+TEST(StepCostModel, FallsBackToTheMeasuredCellsSlopeNotThePrior) {
+  StepCostModel cost;
+  cost.observe(300, 30.0);  // a prefill: 0.1 ms per token
+  for (int i = 0; i < 20; ++i) cost.observe(1, 1.0);
+  for (int i = 0; i < 3; ++i) cost.observe(3, 2.0);  // a 3-token window: 0.5 ms per token more
+  for (int i = 0; i < 1000; ++i) cost.observe(1, 1.0);  // plain decoding from then on
+  EXPECT_NEAR(cost.per_token_ms(), 0.5, 1e-9);
+  EXPECT_NEAR(cost.predict(4), 1.0 + 3 * 0.5, 1e-6);  // unmeasured: the line through the base
+  // An acceptance of ~0.25 does not pay for tokens at half a step each (with the prior's
+  // 10% it would: (1 + 0.25) / 1.09 > 1.1).
+  WindowController w;
+  for (int i = 0; i < 10; ++i) w.observe(4, 1);
+  EXPECT_EQ(w.choose(5, 1, cost), 0u) << "acceptance " << w.acceptance();
+}
+
 StepCostModel cost_with(double a, double b) {
   StepCostModel cost;
   for (int i = 0; i < 200; ++i) cost.observe(1 + i % 9, a + b * (1 + i % 9));
