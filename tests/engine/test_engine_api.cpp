@@ -187,7 +187,9 @@ TEST(EngineApi, LogprobsDescribeTheModelsDistribution) {
     double mass = 0;
     for (size_t i = 0; i < t.top.size(); ++i) {
       EXPECT_LE(t.top[i].logprob, 0.f);
-      if (i > 0) EXPECT_LE(t.top[i].logprob, t.top[i - 1].logprob);
+      if (i > 0) {
+        EXPECT_LE(t.top[i].logprob, t.top[i - 1].logprob);
+      }
       mass += std::exp(double(t.top[i].logprob));
     }
     EXPECT_LE(mass, 1.0 + 1e-5);

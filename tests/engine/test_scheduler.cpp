@@ -144,7 +144,9 @@ TEST(SchedulerPreemption, ASmallPoolPreemptsAndRecomputesWithoutChangingOutputs)
       EXPECT_EQ(f.records[i].finish_reason, "length");
     }
     EXPECT_GT(f.scheduler.counters().preemptions, 0);
-    if (!prefix) EXPECT_GT(f.scheduler.counters().recomputed, 0);
+    if (!prefix) {
+      EXPECT_GT(f.scheduler.counters().recomputed, 0);
+    }
     f.scheduler.clear_prefix_cache();
     EXPECT_EQ(f.pool.n_free(), f.pool.capacity());
   }

@@ -33,7 +33,9 @@ void check_model(const LoadedModel& m, const std::string& file, const std::vecto
     // Fixed windows always verify drafts that fail somewhere. The adaptive window speculates
     // on evidence (verifications, shadow drafts), and on a loaded machine it may verify only
     // windows that are then accepted in full; rollback is covered by the fixed runs.
-    if (!c.adaptive) EXPECT_GT(sm.rejected, 0);
+    if (!c.adaptive) {
+      EXPECT_GT(sm.rejected, 0);
+    }
     EXPECT_EQ(sm.accepted + sm.rejected, sm.drafted);
     EXPECT_GT(sm.tokens_per_forward(), 1.0);
     EXPECT_FALSE(sm.breaker_open);

@@ -84,10 +84,14 @@ TEST(TierEngine, EngineWithoutTiersStillHasTheDiskOffloadBreaker) {
   EXPECT_FALSE(engine.metrics().kv_tiers.enabled);
   engine.trip_breaker("disk_offload", "");
   for (const auto& b : engine.breakers())
-    if (b.name == "disk_offload") EXPECT_TRUE(b.open);
+    if (b.name == "disk_offload") {
+      EXPECT_TRUE(b.open);
+    }
   engine.reset_breaker("disk_offload");
   for (const auto& b : engine.breakers())
-    if (b.name == "disk_offload") EXPECT_FALSE(b.open);
+    if (b.name == "disk_offload") {
+      EXPECT_FALSE(b.open);
+    }
 }
 
 TEST(TierTrace, GeneratorWritesAChromeTraceWithForwardAndTransferSpans) {

@@ -112,8 +112,12 @@ TEST(TierCapped, EveryPlacementModeGivesTheSameOutputs) {
     } else {
       EXPECT_GT(km.tiers.blocks_moved[0][1], 0u);
     }
-    if (mode == KvPlacementMode::Host) EXPECT_EQ(km.tiers.blocks_moved[1][2], 0u);
-    if (mode == KvPlacementMode::Disk) EXPECT_GT(km.tiers.blocks_moved[1][2], 0u);
+    if (mode == KvPlacementMode::Host) {
+      EXPECT_EQ(km.tiers.blocks_moved[1][2], 0u);
+    }
+    if (mode == KvPlacementMode::Disk) {
+      EXPECT_GT(km.tiers.blocks_moved[1][2], 0u);
+    }
   }
 }
 
