@@ -69,11 +69,9 @@ void check_options(const GenerateOptions& opt) {
   check_at_least("-n/--n-predict", opt.n_predict, -1);
   check_finite_in("--temp", opt.temperature, 0.0, 1e6);
   check_at_least("--top-k", opt.top_k, 0);
-  check_finite_in("--top-p", opt.top_p, 0.0, 1.0);
-  if (opt.top_p == 0.0f) throw CliError("--top-p must be > 0 (use 1 to turn it off), got 0");
+  check_finite_positive_upto("--top-p", opt.top_p, 1.0, "1 = off");
   check_finite_in("--min-p", opt.min_p, 0.0, 1.0);
-  check_finite_in("--repeat-penalty", opt.repeat_penalty, 0.0, 1e6);
-  if (opt.repeat_penalty == 0.0f) throw CliError("--repeat-penalty must be > 0 (1 = off), got 0");
+  check_finite_positive_upto("--repeat-penalty", opt.repeat_penalty, 1e6, "1 = off");
   check_at_least("--repeat-last-n", opt.repeat_last_n, -1);
   check_finite("--presence-penalty", opt.presence_penalty);
   check_finite("--frequency-penalty", opt.frequency_penalty);

@@ -48,6 +48,14 @@ inline void check_finite_in(const char* flag, double value, double min, double m
   }
 }
 
+/// For values where 0 is meaningless (top-p, penalties): (0, max], the message says so.
+inline void check_finite_positive_upto(const char* flag, double value, double max, const char* hint) {
+  if (!std::isfinite(value) || value <= 0.0 || value > max) {
+    throw CliError(std::string(flag) + " must be a number in (0, " + number_text(max) + "] (" + hint + "), got " +
+                   number_text(value));
+  }
+}
+
 inline void check_finite(const char* flag, double value) {
   if (!std::isfinite(value)) {
     throw CliError(std::string(flag) + " must be a finite number, got " + number_text(value));

@@ -80,10 +80,14 @@ ControlCommand parse_control_command(std::string_view json) {
   c.action = required_string("action");
   if (c.action != "trip" && c.action != "reset")
     bad_command("unknown action \"" + excerpt(c.action) + "\" (expected \"trip\" or \"reset\")");
-  if (auto it = j.find("reason"); it != j.end()) {
+  if (auto it = j.find("reason"); it != j.end() && !it->is_null()) {  // null: as if absent
     if (!it->is_string())
       bad_command(std::string("field \"reason\" must be a string, got ") + json_type(*it));
     c.reason = it->get<std::string>();
+    // It is kept and echoed in every breaker listing and /metrics scrape: bounded.
+    if (c.reason.size() > kMaxReasonBytes)
+      bad_command("field \"reason\" has " + std::to_string(c.reason.size()) + " bytes (limit is " +
+                  std::to_string(kMaxReasonBytes) + ")");
   }
   return c;
 }

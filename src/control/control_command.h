@@ -8,6 +8,7 @@
 // Thread-safety: both parsers are pure functions, safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -16,14 +17,18 @@ namespace fdl::control {
 struct ControlCommand {
   std::string breaker;  ///< non-empty breaker name, e.g. "disk_offload"
   std::string action;   ///< "trip" | "reset"
-  std::string reason;   ///< free text for logs; empty when absent
+  std::string reason;   ///< free text for logs; empty when absent or null
 };
 
+/// Longest accepted breaker reason, in bytes.
+inline constexpr size_t kMaxReasonBytes = 512;
+
 /// Parses one JSON control message. Fields: "breaker" (non-empty string, required),
-/// "action" ("trip" or "reset", required), "reason" (string, optional).
+/// "action" ("trip" or "reset", required), "reason" (string of at most kMaxReasonBytes bytes,
+/// optional; null counts as absent).
 /// Throws std::invalid_argument with a message naming the problem for: invalid JSON, a
 /// non-object, a missing or non-string field, an empty breaker, an unknown action, an
-/// unknown extra field, or input over 64 KiB.
+/// unknown extra field, a reason over kMaxReasonBytes, or input over 64 KiB.
 ControlCommand parse_control_command(std::string_view json);
 
 struct RedisUrl {

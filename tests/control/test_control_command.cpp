@@ -50,6 +50,12 @@ TEST(ControlCommand, ParsesValidCommands) {
 
   c = parse_control_command(R"({"breaker":"b\u00e9","action":"trip","reason":""})");
   EXPECT_EQ(c.breaker, "b\xc3\xa9");
+
+  c = parse_control_command(R"({"breaker":"spec","action":"trip","reason":null})");
+  EXPECT_EQ(c.reason, "") << "null reason = absent";
+  const std::string longest(fdl::control::kMaxReasonBytes, 'r');
+  c = parse_control_command(R"({"breaker":"spec","action":"trip","reason":")" + longest + "\"}");
+  EXPECT_EQ(c.reason, longest);
 }
 
 TEST(ControlCommand, RejectsBadMessagesWithClearErrors) {
@@ -75,6 +81,8 @@ TEST(ControlCommand, RejectsBadMessagesWithClearErrors) {
           {R"({"breaker":"a","action":"explode"})", "unknown action \"explode\""},
           {R"({"breaker":"a","action":"TRIP"})", "unknown action \"TRIP\""},
           {R"({"breaker":"a","action":"trip","reason":5})", "field \"reason\" must be a string"},
+          {R"({"breaker":"a","action":"trip","reason":")" + std::string(fdl::control::kMaxReasonBytes + 1, 'r') + "\"}",
+           "field \"reason\" has 513 bytes (limit is 512)"},
           {R"({"breaker":"a","action":"trip","force":true})", "unknown field \"force\""},
           {R"({"breaker":"a","action":"trip","action":"reset"})", "duplicate field \"action\""},
           {R"({"breaker":["a"],"action":"trip"})", "must be a string, got array"},

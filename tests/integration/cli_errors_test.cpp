@@ -76,7 +76,8 @@ TEST(CliErrors, BadFlagValuesNameTheFlag) {
   expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "-n", "-5"}), "-n");
   expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--temp", "nan"}), "--temp");
   expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--temp", "-1"}), "--temp");
-  expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--top-p", "1.5"}), "--top-p");
+  expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--top-p", "1.5"}), "--top-p must be a number in (0, 1]");
+  expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--top-p", "0"}), "--top-p must be a number in (0, 1]");
   expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--min-p", "inf"}), "--min-p");
   expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--top-k", "-2"}), "--top-k");
   expect_clean_failure(run_cli({"generate", "-m", m, "-p", "x", "--repeat-penalty", "0"}),
