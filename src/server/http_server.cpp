@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "control/control_command.h"
 #include "metrics/prometheus.h"
@@ -17,6 +19,15 @@
 
 namespace fdl::server {
 namespace {
+
+// The methods a route of this server takes ("" for a path it does not serve), for 405s.
+std::string allowed_methods(const std::string& path) {
+  if (path == "/v1/completions" || path == "/v1/chat/completions") return "POST";
+  if (path == "/admin/breakers") return "GET, POST";
+  if (path == "/v1/models" || path == "/health" || path == "/metrics") return "GET";
+  if (path.starts_with("/v1/models/") && path.size() > std::string_view("/v1/models/").size()) return "GET";
+  return "";
+}
 
 using nlohmann::json;
 
@@ -165,11 +176,20 @@ struct HttpServer::Impl {
       return httplib::Server::HandlerResponse::Handled;
     });
     // Errors httplib produces itself (404 no route, 413 body too large, 400 bad request
-    // line) arrive with an empty body: give them the OpenAI shape too.
+    // line) arrive with an empty body: give them the OpenAI shape too. A known path asked
+    // with another method is 405 with the methods it takes (httplib says 404).
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string message;
+      if (res.status == 404) {
+        if (const std::string allowed = allowed_methods(req.path); !allowed.empty()) {
+          res.status = 405;
+          res.set_header("Allow", allowed);
+          message = req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")";
+        }
+      }
       switch (res.status) {
+        case 405: break;
         case 404: message = "no route for " + req.method + " " + req.path; break;
         case 413:
           // cpp-httplib caps form-encoded bodies (curl -d's default Content-Type) at 8 KiB

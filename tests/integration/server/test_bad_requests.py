@@ -134,10 +134,17 @@ class BadRequests(unittest.TestCase):
         self.assertIn(str(CTX), body["error"]["message"])
 
     def test_unknown_route_and_method(self):
-        for method, path in (("GET", "/v1/completions"), ("POST", "/v1/nothing"), ("GET", "/")):
+        for method, path in (("POST", "/v1/nothing"), ("GET", "/")):
             status, _, data = self.server.request(method, path)
             self.assertEqual(status, 404)
             self.assertIn("error", json.loads(data))
+        # A route asked with a method it does not take: 405 and the methods it takes.
+        for method, path, allowed in (("GET", "/v1/completions", "POST"), ("DELETE", "/admin/breakers", "GET, POST"),
+                                      ("POST", "/health", "GET"), ("PUT", "/v1/models/m", "GET")):
+            status, headers, data = self.server.request(method, path)
+            self.assertEqual(status, 405, path)
+            self.assertEqual(headers.get("Allow"), allowed, path)
+            self.assertIn(allowed, json.loads(data)["error"]["message"])
         self.assert_still_serving()
 
     def test_accepted_edge_values(self):
