@@ -1,5 +1,6 @@
 #include "server/generation_params.h"
 
+#include <cmath>
 #include <limits>
 
 #include "server/json_fields.h"
@@ -85,6 +86,11 @@ void parse_sampling(const nlohmann::json& body, GenerationParams& p) {
       s.seed = seed->get<uint64_t>();
     } else if (seed->is_number_integer()) {
       s.seed = uint64_t(seed->get<int64_t>());  // two's complement wrap, documented
+    } else if (seed->is_number_float() && std::isfinite(seed->get<double>()) &&
+               seed->get<double>() == std::floor(seed->get<double>())) {
+      // A whole number JSON could not hold in 64 bits (nlohmann parses it as a double).
+      throw invalid_param("seed", "'seed' must be an integer in [-2^63, 2^64 - 1]; the one given does not fit "
+                                  "in 64 bits");
     } else {
       throw invalid_param("seed", "'seed' must be an integer, got " + json_type_name(*seed));
     }

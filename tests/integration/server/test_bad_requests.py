@@ -66,6 +66,8 @@ BAD = [
     ("n 0", "/v1/completions", comp(n=0), 400, "n"),
     ("n 17", "/v1/completions", comp(n=17), 400, "n"),
     ("seed string", "/v1/completions", comp(seed="42"), 400, "seed"),
+    ("seed 10^23", "/v1/completions", '{"prompt": "Hi", "seed": 99999999999999999999999}', 400, "seed"),
+    ("seed 1.5", "/v1/completions", comp(seed=1.5), 400, "seed"),
     ("stream 'yes'", "/v1/completions", comp(stream="yes"), 400, "stream"),
     ("stream_options without stream", "/v1/completions", comp(stream_options={"include_usage": True}), 400,
      "stream_options"),
