@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -80,14 +81,27 @@ inline std::vector<float> plain_path_logits(Model& m, KvCache& kv, const std::ve
   return logits;
 }
 
-/// Malformed variants of a valid tree batch `base` (tokens 0..2 of `seq`, root at slot
-/// `pos`, slots pos..pos+2 reserved; `other` a second live sequence): calls
-/// check(batch, what, out_of_range) for each, out_of_range telling which exception type
-/// forward must throw (std::out_of_range, else std::invalid_argument). Shared by the CPU and
-/// CUDA tree tests: both models must refuse the same trees the same way.
-template <typename Check>
-void for_each_malformed_tree(const StepBatch& base, SeqId seq, SeqId other, size_t pos, size_t other_last,
-                             Check check) {
+/// Feeds `m` malformed variants of a valid tree batch (root at slot `pos` of `seq` with two
+/// children; slots pos..pos+2 reserved; `other` a second live sequence) and expects each to
+/// throw the exception the model.h contract names (std::out_of_range for an unreserved
+/// slot, else std::invalid_argument); then calls unchanged(what) so the test can check that
+/// nothing was written. Shared by the CPU and CUDA tree tests: both models must refuse the
+/// same trees the same way. Returns the valid batch.
+template <typename Unchanged>
+StepBatch expect_malformed_trees_refused(Model& m, KvCache& kv, SeqId seq, SeqId other, size_t pos,
+                                         Unchanged unchanged) {
+  StepBatch base;
+  base.add(5, int32_t(pos), seq, true);
+  base.add_child(6, 0, true);
+  base.add_child(7, 0, true);
+  std::vector<float> logits;
+  const auto check = [&](const StepBatch& b, const char* what, bool out_of_range) {
+    if (out_of_range)
+      EXPECT_THROW(m.forward(b, kv, logits), std::out_of_range) << what;
+    else
+      EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument) << what;
+    unchanged(what);
+  };
   StepBatch b = base;
   b.tree_parent[2] = 2;  // itself
   check(b, "parent not before the child", false);
@@ -106,12 +120,13 @@ void for_each_malformed_tree(const StepBatch& base, SeqId seq, SeqId other, size
   check(b, "child in another sequence", false);
   b.clear();
   b.add(5, int32_t(pos), seq, true);
-  b.add(9, int32_t(other_last), other, true);
+  b.add(9, int32_t(kv.length(other) - 1), other, true);
   b.add_child(6, 0, true);  // not contiguous with its tree
   check(b, "tree interrupted by another token", false);
   b = base;
   b.add_child(8, 2, true);  // slot pos + 3 is not reserved
   check(b, "unreserved tree slot", true);
+  return base;
 }
 
 /// Feeds `prompt` to a fresh sequence — in one forward, or one token per forward when
