@@ -1,6 +1,7 @@
 // bench_gpu — decode and prefill timings of the CUDA model (the issue-6 benchmark).
 //
-//   bench_gpu -m model.gguf [--prompt 512] [--gen 128] [--batches 1,64] [--reps 3] [--json out.json]
+//   bench_gpu -m model.gguf [--prompt 512] [--gen 128] [--batches 1,64] [--reps 3] [--sampling]
+//             [--json out.json]
 //
 // Per batch size B (B sequences, each with its own random prompt of --prompt ids, seed 42):
 //  - prefill: one forward per sequence over its whole prompt (logits for the last token
@@ -10,7 +11,11 @@
 //    inter-token σ = standard deviation of the step times;
 //  - HBM bandwidth per decode step = (weight bytes streamed + KV bytes read) / median step
 //    time, against the measured 4.26 TB/s of the H200 (docs/GPU.md);
-//  - for B = 1 also the decode rate with full logits copied to the host (Model::forward).
+//  - for B = 1 also the decode rate with full logits copied to the host (Model::forward);
+//  - with --sampling, for every B also decode with llama.cpp's default sampler settings
+//    (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05): sampled on the GPU
+//    (CudaModel::forward_sample, ids only cross PCIe) and sampled on the host (forward, then
+//    one fdl::Sampler per sequence over the copied rows).
 // One untimed warm-up run per B (fills the KV arena, scratch, CUDA graphs). Reports the
 // median over --reps repetitions.
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/model.h"
+#include "flashdllm/sampling.h"
 
 namespace {
 
@@ -64,14 +70,46 @@ void print_profile(fdl::cuda::CudaModel& m, const char* what, int B, double per)
   m.reset_profile();
 }
 
+// How a decode step turns its rows into the next tokens.
+enum class Mode { Argmax, FullLogits, DeviceSampling, HostSampling };
+const char* mode_label(Mode mode) {
+  switch (mode) {
+    case Mode::FullLogits: return " (full logits to host)";
+    case Mode::DeviceSampling: return " (sampled on the GPU)";
+    case Mode::HostSampling: return " (sampled on the host)";
+    default: return "";
+  }
+}
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::FullLogits: return "full_logits";
+    case Mode::DeviceSampling: return "device_sampling";
+    case Mode::HostSampling: return "host_sampling";
+    default: return "argmax";
+  }
+}
+// llama.cpp's default sampler settings.
+fdl::SamplingParams bench_sampling(uint64_t seed) {
+  fdl::SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  p.seed = seed;
+  return p;
+}
+
 RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<std::vector<int32_t>>& prompts,
-                   int gen, bool full_logits, bool show_profile = false) {
+                   int gen, Mode mode, bool show_profile = false) {
   RunResult r;
   const int B = int(prompts.size());
   const fdl::ModelConfig& c = m.config();
   std::vector<fdl::SeqId> seqs;
   std::vector<int32_t> next(static_cast<size_t>(B)), ids;
   std::vector<float> logits;
+  std::vector<fdl::Sampler> samplers;
+  for (int s = 0; s < B; ++s) samplers.emplace_back(bench_sampling(uint64_t(s) + 1), c.n_vocab);
+  std::vector<fdl::RowSampling> rows(static_cast<size_t>(B));
   fdl::StepBatch batch;
   const auto t0 = Clock::now();
   for (int s = 0; s < B; ++s) {
@@ -99,12 +137,19 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
       batch.add(next[size_t(s)], pos, seqs[size_t(s)], true);
       r.kv_bytes_read += double(pos + 1) * kv_token_bytes;
     }
-    if (full_logits) {
+    if (mode == Mode::FullLogits || mode == Mode::HostSampling) {
       m.forward(batch, kv, logits);
       for (int s = 0; s < B; ++s) {
         const float* row = logits.data() + size_t(s) * size_t(c.n_vocab);
-        next[size_t(s)] = int32_t(std::max_element(row, row + c.n_vocab) - row);
+        next[size_t(s)] = mode == Mode::HostSampling
+                              ? samplers[size_t(s)].sample({row, size_t(c.n_vocab)})
+                              : int32_t(std::max_element(row, row + c.n_vocab) - row);
       }
+    } else if (mode == Mode::DeviceSampling) {
+      for (int s = 0; s < B; ++s)
+        rows[size_t(s)] = fdl::Sampler::row_sampling(samplers[size_t(s)].params(), samplers[size_t(s)].next_uniform());
+      m.forward_sample(batch, kv, rows, ids);
+      std::copy(ids.begin(), ids.end(), next.begin());
     } else {
       m.forward_argmax(batch, kv, ids);
       std::copy(ids.begin(), ids.end(), next.begin());
@@ -130,6 +175,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string model_path, json_path, batches_s = "1,64";
   int prompt = 512, gen = 128, reps = 3, block_size = 16;
+  bool sampling = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -143,13 +189,14 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::stoi(val());
     else if (a == "--block-size") block_size = std::stoi(val());
     else if (a == "--json") json_path = val();
+    else if (a == "--sampling") sampling = true;
     else {
       std::fprintf(stderr, "bench_gpu: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   if (model_path.empty() || prompt < 1 || gen < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--json F]\n");
+    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--json F]\n");
     return 2;
   }
   try {
@@ -173,13 +220,15 @@ int main(int argc, char** argv) {
       const int per_seq = (prompt + gen + block_size) / block_size;
       fdl::BlockPool pool(m.kv_shape(block_size), size_t(B) * size_t(per_seq));
       fdl::KvCache kv(pool);
-      for (int mode = 0; mode < (B == 1 ? 2 : 1); ++mode) {
-        const bool full_logits = mode == 1;
-        run_once(m, kv, prompts, std::min(gen, 4), full_logits);  // warm-up
+      std::vector<Mode> modes{Mode::Argmax};
+      if (B == 1) modes.push_back(Mode::FullLogits);
+      if (sampling) modes.insert(modes.end(), {Mode::DeviceSampling, Mode::HostSampling});
+      for (const Mode mode : modes) {
+        run_once(m, kv, prompts, std::min(gen, 4), mode);  // warm-up
         std::vector<double> tps, ttft, prefill, sigma, step_med, bw;
         for (int r = 0; r < reps; ++r) {
           m.reset_profile();
-          const RunResult rr = run_once(m, kv, prompts, gen, full_logits, r == 0);
+          const RunResult rr = run_once(m, kv, prompts, gen, mode, r == 0);
           tps.push_back(double(B) * gen / (rr.decode_ms / 1e3));
           ttft.push_back(rr.ttft_ms);
           prefill.push_back(rr.prefill_ms);
@@ -192,9 +241,10 @@ int main(int argc, char** argv) {
         const double bw_med = median(bw);
         std::printf("batch %2d%s: decode %.1f tok/s (step median %.3f ms, sigma %.3f ms), TTFT %.2f ms, "
                     "prefill of %d x %d tokens %.1f ms, HBM %.2f TB/s = %.0f%% of 4.26\n",
-                    B, full_logits ? " (full logits to host)" : "", median(tps), median(step_med), median(sigma),
+                    B, mode_label(mode), median(tps), median(step_med), median(sigma),
                     median(ttft), B, prompt, median(prefill), bw_med, 100 * bw_med / 4.26);
-        out["results"].push_back({{"batch", B}, {"full_logits", full_logits}, {"decode_tok_s", median(tps)},
+        out["results"].push_back({{"batch", B}, {"full_logits", mode == Mode::FullLogits}, {"mode", mode_name(mode)},
+                                  {"decode_tok_s", median(tps)},
                                   {"step_ms_median", median(step_med)}, {"step_sigma_ms", median(sigma)},
                                   {"ttft_ms", median(ttft)}, {"prefill_ms", median(prefill)},
                                   {"hbm_tb_s", bw_med}, {"decode_tok_s_all", tps}});

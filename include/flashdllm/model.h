@@ -80,6 +80,18 @@ struct ModelConfig {
 /// path would see, so on the CPU its logits are bit-identical to that step's. Only models
 /// whose supports_tree_verification() is true accept trees (std::invalid_argument
 /// otherwise, before anything is written); so do malformed entries.
+/// How Model::forward_sample turns one logits row into a token: flashdllm/sampling.h's
+/// stages 2-6 (top-k, top-p, min-p, temperature, one draw) without the penalties. The draw
+/// is given, so the caller's RNG stays where it is on the host (Sampler::next_uniform()).
+/// Plain data with a fixed layout (24 bytes): a GPU model copies an array of them as is.
+struct RowSampling {
+  float temperature = 0.0f;  ///< 0 = greedy: the argmax, lowest id on ties (the rest is ignored)
+  int32_t top_k = 0;         ///< 0 = off
+  float top_p = 1.0f;        ///< 1 = off; in (0, 1]
+  float min_p = 0.0f;        ///< 0 = off; in [0, 1]
+  double uniform = 0.0;      ///< the draw, in [0, 1)
+};
+
 struct StepBatch {
   std::vector<int32_t> tokens;      ///< token ids, n_tokens
   std::vector<int32_t> positions;   ///< absolute positions, n_tokens
@@ -87,6 +99,12 @@ struct StepBatch {
   std::vector<uint8_t> want_logits; ///< 1 where logits are needed, n_tokens
   std::vector<int32_t> tree_parent; ///< empty, or n_tokens batch indices / -1 (see above)
   size_t size() const { return tokens.size(); }
+  /// Tokens with want_logits set: the rows forward writes.
+  size_t n_wanted() const {
+    size_t m = 0;
+    for (const uint8_t w : want_logits) m += w ? 1 : 0;
+    return m;
+  }
   void add(int32_t token, int32_t pos, SeqId seq, bool logits) {
     tokens.push_back(token); positions.push_back(pos); seqs.push_back(seq);
     want_logits.push_back(logits ? 1 : 0);
@@ -110,6 +128,10 @@ struct StepBatch {
   }
   void clear() { tokens.clear(); positions.clear(); seqs.clear(); want_logits.clear(); tree_parent.clear(); }
 };
+
+/// Throws std::invalid_argument unless `rows` has one entry per token that wants logits
+/// (Model::forward_sample's precondition).
+void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows);
 
 /// Where the forward pass runs. Cuda needs a build with FLASHDLLM_CUDA and an NVIDIA GPU;
 /// Model::load throws a one-line ModelError otherwise (see src/backend/cuda/cuda_model.h for
@@ -154,8 +176,22 @@ class Model {
   /// forward and scans the rows on the host; a GPU model computes the ids on the device, so
   /// n_wanted int32 cross PCIe instead of n_wanted * n_vocab floats. Throws as forward.
   virtual void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
-  /// Whether forward_argmax saves work over forward plus a host scan (the CUDA model).
-  virtual bool prefers_argmax() const { return false; }
+  /// As forward, but turns each row that wants logits into a token by `rows[r]` (stages 2-6
+  /// of flashdllm/sampling.h, no penalties; temperature 0 = the argmax) and writes only the
+  /// ids (resized to n_wanted). rows.size() must be n_wanted (std::invalid_argument otherwise,
+  /// before anything runs). The token equals what a penalty-free Sampler with those
+  /// parameters returns from sample_with_uniform(row, rows[r].uniform), up to rounding at the
+  /// edges of the cumulative distribution; where the device walks the survivors in id order
+  /// (the CUDA model) a top-k / top-p / min-p draw is the same distribution as the host's
+  /// but may pick another token for the same uniform. A row with NaN or +Inf, or only -Inf,
+  /// throws std::invalid_argument (after the forward: the K/V are written). The default runs
+  /// forward and samples on the host; a GPU model samples on the device, so n_wanted int32
+  /// cross PCIe instead of n_wanted * n_vocab floats. Otherwise throws as forward.
+  virtual void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                              std::vector<int32_t>& ids);
+  /// Whether forward_argmax / forward_sample save work over forward plus host sampling (the
+  /// CUDA model): the engine then asks for ids in every step that needs no logits on the host.
+  virtual bool prefers_device_sampling() const { return false; }
   /// Whether forward accepts token trees (StepBatch::tree_parent): true for the CPU and CUDA models;
   /// the engine verifies several candidate drafts per sequence only where it is.
   virtual bool supports_tree_verification() const { return false; }

@@ -37,6 +37,8 @@
 
 namespace fdl {
 
+struct RowSampling;  // flashdllm/model.h
+
 struct SamplingParams {
   float temperature = 1.0f;       ///< 0 = greedy; must be finite and >= 0
   int32_t top_k = 0;              ///< 0 = off; must be >= 0
@@ -84,7 +86,26 @@ class Sampler {
   void accept(int32_t token);
 
   /// Draw the next token from one row of `n_vocab` logits (advances the RNG unless greedy).
+  /// Equals sample_with_uniform(logits, next_uniform()) when not greedy.
   int32_t sample(std::span<const float> logits);
+
+  /// The uniform in [0, 1) the next sample() would draw (53 bits of the RNG); advances the
+  /// RNG exactly as that sample() would. With sample_with_uniform, the draw can happen where
+  /// the logits are not (Model::forward_sample samples on the GPU) while the sequence's
+  /// RNG stream stays the one sample() uses.
+  double next_uniform();
+
+  /// sample() with the draw given (`u` in [0, 1), clamped into it otherwise): the token whose
+  /// interval of the cumulative distribution, in candidate order, holds u. Does not touch
+  /// the RNG. Greedy ignores u.
+  int32_t sample_with_uniform(std::span<const float> logits, double u);
+
+  /// The RowSampling (model.h) of these parameters for a draw `u`: what forward_sample needs
+  /// to draw as sample_with_uniform does, for a sampler without penalties.
+  static RowSampling row_sampling(const SamplingParams& params, double u);
+  /// The other way: the parameters a RowSampling stands for (no penalties, seed 0). Throws
+  /// std::invalid_argument, as SamplingParams::validate(), for values the sampler refuses.
+  static SamplingParams params_of(const RowSampling& row);
 
   /// Verification of one draft token against this row (speculative decoding): returns
   /// the token to emit; it equals `draft` iff the draft is accepted.

@@ -7,6 +7,7 @@
 
 #include "decode/candidate_filters.h"
 #include "decode/row_ops.h"
+#include "flashdllm/model.h"
 #include "flashdllm/sampling.h"
 
 namespace fdl {
@@ -83,15 +84,23 @@ int32_t Sampler::candidate_id(size_t i) const {
 
 double Sampler::uniform01() { return double(rng_() >> 11) * 0x1.0p-53; }
 
+double Sampler::next_uniform() { return uniform01(); }
+
 int32_t Sampler::sample(std::span<const float> logits) {
+  // 53 random bits -> a double uniform in [0, 1); the same on every platform, unlike
+  // std::uniform_real_distribution whose algorithm is implementation-defined. Greedy draws
+  // nothing.
+  return sample_with_uniform(logits, params_.is_greedy() ? 0.0 : uniform01());
+}
+
+int32_t Sampler::sample_with_uniform(std::span<const float> logits, double u) {
   size_t argmax = 0;
   const auto row = prepared(logits, argmax);
   if (params_.is_greedy()) return static_cast<int32_t>(argmax);
+  if (!(u >= 0.0)) u = 0.0;  // also NaN
+  if (u >= 1.0) u = std::nextafter(1.0, 0.0);
 
   const double total = build_candidates(row, row[argmax]);
-  // 53 random bits -> a double uniform in [0, 1); the same on every platform, unlike
-  // std::uniform_real_distribution whose algorithm is implementation-defined.
-  const double u = uniform01();
   const double target = u * total;
   double cumulative = 0.0;
   size_t last_positive = 0;
@@ -102,6 +111,24 @@ int32_t Sampler::sample(std::span<const float> logits) {
     if (target < cumulative) return candidate_id(i);
   }
   return candidate_id(last_positive);  // only reached through rounding at u ~ 1
+}
+
+SamplingParams Sampler::params_of(const RowSampling& row) {
+  SamplingParams p;
+  p.temperature = row.temperature;
+  p.top_k = row.top_k;
+  p.top_p = row.top_p;
+  p.min_p = row.min_p;
+  p.validate();
+  return p;
+}
+
+RowSampling Sampler::row_sampling(const SamplingParams& params, double u) {
+  return RowSampling{.temperature = params.temperature,
+                     .top_k = params.top_k,
+                     .top_p = params.top_p,
+                     .min_p = params.min_p,
+                     .uniform = u};
 }
 
 std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) {

@@ -155,11 +155,11 @@ void Scheduler::step() {
   drop_finished();
 }
 
-bool Scheduler::argmax_only_step() const {
+bool Scheduler::ids_only_step() const {
   if (drafted_ > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
   const auto plain = [](const LiveSequence& s) {
     const auto& r = s.request;
-    return r.sampling.is_greedy() && !r.sampling.has_penalties() && r.logprobs < 0;
+    return !r.sampling.has_penalties() && r.logprobs < 0;
   };
   for (const auto& d : decode_)
     if (!plain(*d.s)) return false;
@@ -168,18 +168,35 @@ bool Scheduler::argmax_only_step() const {
   return true;
 }
 
+void Scheduler::build_row_sampling(size_t logit_rows) {
+  row_sampling_.assign(logit_rows, RowSampling{});
+  const auto set = [&](LiveSequence& s, size_t row) {
+    Sampler& sm = s.sampler;
+    row_sampling_.at(row) = Sampler::row_sampling(sm.params(), sm.params().is_greedy() ? 0.0 : sm.next_uniform());
+  };
+  // Rows as finish_decode / finish_prefill read them: decode rows, then completing prompts.
+  for (const auto& d : decode_) set(*d.s, d.row);
+  size_t row = decode_.size();
+  for (const auto& p : prefill_)
+    if (p.last) set(*p.s, row++);
+  if (row != logit_rows)
+    throw std::logic_error("scheduler: " + std::to_string(row) + " sampled rows for " + std::to_string(logit_rows) +
+                           " logits rows");
+}
+
 int32_t Scheduler::row_token(LiveSequence& s, size_t row) {
-  return argmax_step_ ? argmax_ids_[row] : s.sampler.sample(logits_row(row));
+  return ids_step_ ? step_ids_[row] : s.sampler.sample(logits_row(row));
 }
 
 void Scheduler::forward(size_t logit_rows) {
   const auto t0 = Clock::now();
-  // A GPU model returns only the greedy ids when nothing else is needed: no n_vocab-float
-  // rows cross PCIe or get scanned on the host.
-  argmax_step_ = ctx_.model.prefers_argmax() && argmax_only_step();
+  // A GPU model samples on the device when nothing else is needed: only ids cross PCIe, no
+  // n_vocab-float rows get copied or scanned on the host.
+  ids_step_ = ctx_.model.prefers_device_sampling() && ids_only_step();
   step_logit_rows_ = logit_rows;
-  if (argmax_step_) {
-    ctx_.model.forward_argmax(ctx_.batch, ctx_.kv, argmax_ids_);
+  if (ids_step_) {
+    build_row_sampling(logit_rows);
+    ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, step_ids_);
     ctx_.logits.clear();
   } else {
     ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
@@ -202,9 +219,9 @@ void Scheduler::forward(size_t logit_rows) {
                       {"decodes", decode_.size()}});
   ++ctx_.stats.n_forwards;
   // Reading rows that are not there would be undefined behaviour; fail loudly instead.
-  if (argmax_step_) {
-    if (argmax_ids_.size() != logit_rows)
-      throw std::logic_error("Model::forward_argmax returned " + std::to_string(argmax_ids_.size()) +
+  if (ids_step_) {
+    if (step_ids_.size() != logit_rows)
+      throw std::logic_error("Model::forward_sample returned " + std::to_string(step_ids_.size()) +
                              " ids, expected " + std::to_string(logit_rows));
   } else if (ctx_.logits.size() != logit_rows * size_t(ctx_.n_vocab))
     throw std::logic_error("Model::forward returned " + std::to_string(ctx_.logits.size()) +
@@ -213,7 +230,7 @@ void Scheduler::forward(size_t logit_rows) {
 }
 
 std::span<const float> Scheduler::logits_row(size_t row) const {
-  if (argmax_step_) return {};
+  if (ids_step_) return {};
   return {ctx_.logits.data() + row * size_t(ctx_.n_vocab), size_t(ctx_.n_vocab)};
 }
 

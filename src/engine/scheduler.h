@@ -107,14 +107,18 @@ class Scheduler {
                             int32_t x0, size_t accepted);
   void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
   void forward(size_t logit_rows);
-  /// Row `row` of this step's logits; empty in an argmax-only step (no row was copied).
+  /// Row `row` of this step's logits; empty in an ids-only step (no row was copied).
   std::span<const float> logits_row(size_t row) const;
   /// The token row `row` yields for `s` when it verifies no draft: the sampler's draw from
-  /// the logits, or in an argmax-only step the id the model computed.
+  /// the logits, or in an ids-only step the id the model sampled.
   int32_t row_token(LiveSequence& s, size_t row);
-  /// Whether every logits row of the step is consumed by greedy sampling without penalties,
-  /// logprobs, drafts or audits — then the model may return ids only (Model::forward_argmax).
-  bool argmax_only_step() const;
+  /// Whether every logits row of the step is consumed by one plain draw — no penalties,
+  /// logprobs, drafts or audits — so a model that samples on its device may return ids only
+  /// (Model::forward_sample).
+  bool ids_only_step() const;
+  /// Per logits row of an ids-only step, its RowSampling: the sequence's parameters and,
+  /// unless greedy, the uniform its sampler's RNG gives next (so the RNG stream is sample()'s).
+  void build_row_sampling(size_t logit_rows);
 
   // --- audit (shadow_audit.cpp) ---
   void start_shadow(LiveSequence& s);
@@ -150,9 +154,10 @@ class Scheduler {
   struct PrefillSlot { LiveSequence* s; size_t take; bool last; };
   std::vector<PrefillSlot> prefill_;
   size_t drafted_ = 0;
-  bool argmax_step_ = false;            ///< this step's forward returned ids, not logits
+  bool ids_step_ = false;               ///< this step's forward returned ids, not logits
   size_t step_logit_rows_ = 0;
-  std::vector<int32_t> argmax_ids_;     ///< per logits row, in an argmax-only step
+  std::vector<int32_t> step_ids_;       ///< per logits row, in an ids-only step
+  std::vector<RowSampling> row_sampling_;  ///< per logits row, in an ids-only step
   size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;

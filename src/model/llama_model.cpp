@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_model_factory.h"
+#include "flashdllm/sampling.h"
 
 namespace fdl {
 
@@ -37,6 +38,27 @@ void Model::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int3
   for (size_t r = 0; r < ids.size(); ++r) {
     const float* row = logits.data() + r * V;
     ids[r] = int32_t(std::max_element(row, row + V) - row);  // the first maximum: lowest id
+  }
+}
+
+void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows) {
+  const size_t m = batch.n_wanted();
+  if (rows.size() != m)
+    throw std::invalid_argument("forward_sample: " + std::to_string(rows.size()) + " sampling rows for " +
+                                std::to_string(m) + " tokens that want logits");
+}
+
+void Model::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                           std::vector<int32_t>& ids) {
+  check_sampling_rows(batch, rows);
+  for (const RowSampling& r : rows) Sampler::params_of(r);  // refused before anything runs
+  std::vector<float> logits;
+  forward(batch, kv, logits);
+  const size_t V = size_t(config().n_vocab);
+  ids.resize(rows.size());
+  for (size_t r = 0; r < ids.size(); ++r) {
+    Sampler sampler(Sampler::params_of(rows[r]), int32_t(V));
+    ids[r] = sampler.sample_with_uniform({logits.data() + r * V, V}, rows[r].uniform);
   }
 }
 

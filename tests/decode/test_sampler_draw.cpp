@@ -110,5 +110,38 @@ TEST(SamplerDraw, RejectsBadLogitRows) {
   EXPECT_THROW(s.sample(std::vector<float>{-inf, -inf, -inf, -inf}), std::invalid_argument);
 }
 
+// The split a GPU model relies on (Model::forward_sample): next_uniform() moves the RNG as
+// sample() would, and sample_with_uniform() with that draw picks sample()'s token, for every
+// truncation stage; greedy ignores the uniform and draws nothing.
+TEST(SamplerDraw, SampleIsNextUniformThenSampleWithUniform) {
+  const std::vector<float> row{0.3f, 2.f, -1.f, 1.5f, 2.f, -std::numeric_limits<float>::infinity(), 0.9f, 1.9f};
+  for (int stage = 0; stage < 4; ++stage) {
+    SamplingParams p;
+    p.seed = 77 + uint64_t(stage);
+    p.temperature = 0.8f;
+    if (stage == 1) p.top_k = 3;
+    if (stage == 2) p.top_p = 0.7f;
+    if (stage == 3) p.min_p = 0.2f, p.top_k = 5, p.top_p = 0.9f;
+    Sampler a(p, int32_t(row.size())), b(p, int32_t(row.size()));
+    for (int i = 0; i < 200; ++i) {
+      const double u = b.next_uniform();
+      ASSERT_GE(u, 0.0);
+      ASSERT_LT(u, 1.0);
+      ASSERT_EQ(a.sample(row), b.sample_with_uniform(row, u)) << "stage " << stage << " draw " << i;
+    }
+    EXPECT_EQ(a.next_uniform(), b.next_uniform()) << "the RNG streams stayed together";
+  }
+  SamplingParams g;
+  g.temperature = 0.f;
+  Sampler s(g, int32_t(row.size()));
+  EXPECT_EQ(s.sample_with_uniform(row, 0.99), 1);
+  // Out-of-range uniforms are clamped into [0, 1), not trusted.
+  SamplingParams p;
+  Sampler t(p, int32_t(row.size()));
+  EXPECT_EQ(t.sample_with_uniform(row, -3.0), t.sample_with_uniform(row, 0.0));
+  EXPECT_EQ(t.sample_with_uniform(row, 7.0), t.sample_with_uniform(row, std::nextafter(1.0, 0.0)));
+  EXPECT_EQ(t.sample_with_uniform(row, std::nan("")), t.sample_with_uniform(row, 0.0));
+}
+
 }  // namespace
 }  // namespace fdl

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "flashdllm/sampling.h"
 
 namespace fdl::cuda {
 
@@ -571,6 +574,36 @@ void CudaModel::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<
   collect_profile();
 }
 
+static_assert(sizeof(RowSampling) == sizeof(RowSamplingDev) && alignof(RowSampling) == alignof(RowSamplingDev));
+static_assert(offsetof(RowSampling, temperature) == offsetof(RowSamplingDev, temperature) &&
+              offsetof(RowSampling, top_k) == offsetof(RowSamplingDev, top_k) &&
+              offsetof(RowSampling, top_p) == offsetof(RowSamplingDev, top_p) &&
+              offsetof(RowSampling, min_p) == offsetof(RowSamplingDev, min_p) &&
+              offsetof(RowSampling, uniform) == offsetof(RowSamplingDev, uniform));
+
+void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                               std::vector<int32_t>& ids) {
+  check_sampling_rows(batch, rows);
+  for (const RowSampling& r : rows) Sampler::params_of(r);  // what the host refuses, before anything runs
+  const int m = launch_step(batch, kv);
+  ids.resize(size_t(m));
+  if (m > 0) {
+    sampling_host_.grow(rows.size());
+    sampling_dev_.grow(rows.size());
+    std::memcpy(sampling_host_.get(), rows.data(), rows.size_bytes());
+    FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_.get(), sampling_host_.get(), rows.size_bytes(),
+                                   cudaMemcpyHostToDevice, stream_));
+    sample_rows(logits_.get(), m, config_.n_vocab, sampling_dev_.get(), ids_.get(), stream_);
+    FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  }
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  collect_profile();
+  for (size_t r = 0; r < ids.size(); ++r)
+    if (ids[r] < 0)
+      throw std::invalid_argument("forward_sample: logits row " + std::to_string(r) +
+                                  " holds NaN or +Inf, or only -Inf: nothing to sample");
+}
+
 int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   validate(batch, kv);
   const int n = int(batch.size());
@@ -579,7 +612,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   ensure_arena(kv.pool());
   sync_block_copies(kv);
   int m = 0, max_ctx = 0;
-  for (uint8_t w : batch.want_logits) m += w ? 1 : 0;
+  m = int(batch.n_wanted());
   tree_step_ = tree_.has_tree();
   // Attention works on KV slots: a token's position, but further right for tree nodes, whose
   // trees thus are runs of consecutive slots (tiles like a prefill run).

@@ -268,4 +268,23 @@ void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t 
 /// ids[r] = argmax_c logits[r][c] (lowest index on ties) for r < n_rows.
 void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream);
 
+/// One row's sampling parameters: the layout of fdl::RowSampling (flashdllm/model.h), which
+/// cuda_model.cpp checks with static_asserts, so the host array is copied as is.
+struct RowSamplingDev {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  double uniform;
+};
+/// ids[r] = the token row r of `logits` ([n_rows][n_cols]) yields under params[r], for
+/// r < n_rows: flashdllm/sampling.h's stages 2-6 (top-k, then top-p over the untempered
+/// softmax of the survivors, min-p, temperature, then the survivor whose interval of the
+/// cumulative weights, walked in id order, holds uniform · total). Ties at a top-k or top-p
+/// cut keep the lowest ids, as on the host; temperature 0 gives the argmax (lowest id on
+/// ties). -Inf logits are never drawn; a row with NaN or +Inf, or only -Inf, gives -1 (the
+/// caller reports it). One block of 1024 threads per row (sampling.cu); deterministic.
+void sample_rows(const float* logits, int n_rows, int n_cols, const RowSamplingDev* params, int32_t* ids,
+                 cudaStream_t stream);
+
 }  // namespace fdl::cuda

@@ -1,0 +1,585 @@
+// Sampling on the GPU: one block per logits row turns it into a token id (contract in
+// kernels.h, semantics in flashdllm/sampling.h). Only the ids cross PCIe.
+//
+// A block of 1024 threads has one SM's bandwidth for a row of up to ~150k logits, so the
+// design counts passes over the row and keeps each one streaming (16-byte loads, several in
+// flight per thread):
+//  1. maximum, argmax, NaN / +Inf check (greedy rows stop here);
+//  temperature only (nothing is cut):
+//  2. the tempered weights' sum per warp range, then the warp whose range holds the target
+//     walks it 32 ids at a time: the draw in id order;
+//  with top-k / top-p / min-p:
+//  2. a histogram of (max - logit) in 1/64-nat bins (count and untempered mass), which bounds
+//     every cut from below: survivors lie in the bins above the first one where the count
+//     reaches k, the mass reaches p, or the distance passes -ln(min_p);
+//  3. those candidates (at most kListCap) are copied, in id order, into shared memory, and
+//     the exact cuts run there. A row whose bound holds more candidates runs the same exact
+//     cuts over the row in global memory instead.
+// The exact cuts never sort: a float's bits, flipped into an unsigned key, order like the
+// float, so the k-th best logit is a radix select over the keys (four 8-bit passes of
+// 256-bin histograms) and the top-p cut the same select weighted by probability mass. Ties
+// at a cut keep the lowest ids (the host's order). The draw walks the survivors in id order.
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+namespace fdl::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins = 256;        // radix digits
+constexpr int kDistBins = 2048;   // distance histogram: 1/64 nat per bin, 32 nats, then one open bin
+constexpr float kDistScale = 64.0f;
+constexpr int kListCap = 4096;    // candidates kept in shared memory
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) & 31; }
+__device__ __forceinline__ int warp_id() { return int(threadIdx.x) >> 5; }
+
+// Order-preserving key: a > b (as finite floats) iff key(a) > key(b). -0 ranks as +0, since
+// the two compare equal on the host.
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// A survivor's weight at temperature t, as the host's exp_shifted_in_place: exp of the
+// non-positive (v - top) / t, 0 below the float exp's range (also for t denormal).
+__device__ __forceinline__ float tempered(float v, float top, float t) {
+  float x = (v - top) / t;
+  x = x > 0.0f ? 0.0f : x;
+  return x > -103.0f ? expf(x) : 0.0f;
+}
+
+__device__ __forceinline__ int dist_bin(float v, float top) {
+  const float d = (top - v) * kDistScale;
+  return d < float(kDistBins - 1) ? int(d) : kDistBins - 1;
+}
+
+// The entries a pass looks at: a row in global memory (ids = positions) or the candidate list
+// in shared memory (ids[] in increasing order, so positions keep the id order).
+struct View {
+  const float* v;
+  const int32_t* ids;  // null: the position is the id
+  int n;
+  __device__ int id(int i) const { return ids ? ids[i] : i; }
+};
+
+// A contiguous range of positions [begin, end).
+struct Range {
+  int begin, end;
+};
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_scan(T v) {
+  for (int o = 1; o < 32; o <<= 1) {
+    const T up = __shfl_up_sync(kFull, v, o);
+    if (lane_id() >= o) v += up;
+  }
+  return v;
+}
+
+struct Shared {
+  union {
+    unsigned count[kWarps][kBins];  // per-warp radix histograms
+    float mass[kWarps][kBins];
+    struct {
+      unsigned count[kDistBins];
+      double mass[kDistBins];  // double: the bound must not overshoot through rounding
+    } dist;
+  } hist;
+  double bin_mass[kBins];
+  unsigned bin_count[kBins];
+  double warp_d[kWarps];
+  int warp_i[kWarps];
+  int warp_j[kWarps];
+  float warp_f[kWarps];
+  float list_v[kListCap];
+  int32_t list_id[kListCap];
+  // broadcast by one thread
+  int digit;
+  double digit_above;
+  int found;
+};
+
+// Which entries a cut keeps: key above `key`, or equal to it at a position <= `pos`
+// (pos < 0: the cut is inactive).
+struct Cut {
+  uint32_t key = 0;
+  int pos = -1;
+  __device__ bool keeps(uint32_t k, int i) const { return pos < 0 || k > key || (k == key && i <= pos); }
+};
+
+// Warp w's share [begin, end) of the positions [lo, hi): contiguous, a multiple of 32 long.
+__device__ __forceinline__ Range warp_share(int lo, int hi, int w) {
+  const int per = ((hi - lo + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int b = min(hi, lo + w * per);
+  return {b, min(hi, b + per)};
+}
+
+// The position of the entry where the running amount, over the positions in order, first
+// reaches need = need_of(total amount) (count: running >= need; mass: need < running, the
+// host's draw). Two levels narrow it down: the warps sum their shares of the positions, the
+// share holding the target is split among the warps again, and one warp walks the share
+// found last (<= 128 positions of a 150k row) 32 at a time. Every thread picks the same
+// share from the same sums; where rounding puts the target past every sum, the last share
+// (and position) with an amount wins. -1 when nothing has any amount.
+template <typename T, bool kStrict, typename NeedOf, typename Amount>
+__device__ int find_running(const View& view, NeedOf need_of, Amount amount, Shared& s) {
+  T* sums;
+  if constexpr (sizeof(T) == 8)
+    sums = reinterpret_cast<T*>(s.warp_d);
+  else
+    sums = reinterpret_cast<T*>(s.warp_i);
+  auto reaches = [](T need, T running) { return kStrict ? need < running : need <= running; };
+  int lo = 0, hi = view.n;
+  T base = 0, need = 0;
+  for (int level = 0; level < 2; ++level) {
+    const Range r = warp_share(lo, hi, warp_id());
+    T mine = 0;
+    int i = r.begin + lane_id();
+    for (; i + 96 < r.end; i += 128) {  // four loads in flight per lane
+      const T a0 = amount(i), a1 = amount(i + 32), a2 = amount(i + 64), a3 = amount(i + 96);
+      mine += (a0 + a1) + (a2 + a3);
+    }
+    for (; i < r.end; i += 32) mine += amount(i);
+    mine = warp_sum(mine);
+    if (lane_id() == 0) sums[warp_id()] = mine;
+    __syncthreads();
+    if (level == 0) {
+      T total = 0;
+      for (int w = 0; w < kWarps; ++w) total += sums[w];
+      need = need_of(total);
+    }
+    int pick = -1, last = -1;
+    T before = base, pick_before = base, last_before = base;
+    for (int w = 0; w < kWarps; ++w) {
+      const T a = sums[w];
+      if (a > T(0)) {
+        if (pick < 0 && reaches(need, before + a)) pick = w, pick_before = before;
+        last = w, last_before = before;
+      }
+      before += a;
+    }
+    __syncthreads();
+    if (pick < 0) pick = last, pick_before = last_before;
+    if (pick < 0) return -1;
+    const Range pr = warp_share(lo, hi, pick);
+    lo = pr.begin, hi = pr.end, base = pick_before;
+  }
+  if (warp_id() == 0) {
+    T running = base;
+    int found = -1, last_pos = -1;
+    for (int b = lo; b < hi; b += 32) {
+      const int i = b + lane_id();
+      const T a = i < hi ? amount(i) : T(0);
+      const T incl = running + warp_inclusive_scan(a);
+      const unsigned hit = __ballot_sync(kFull, a > T(0) && reaches(need, incl));
+      if (hit) {
+        found = b + __ffs(hit) - 1;
+        break;
+      }
+      const unsigned any = __ballot_sync(kFull, a > T(0));
+      if (any) last_pos = b + 31 - __clz(any);
+      running = __shfl_sync(kFull, incl, 31);
+    }
+    if (lane_id() == 0) s.found = found >= 0 ? found : last_pos;
+  }
+  __syncthreads();
+  const int pos = s.found;
+  __syncthreads();
+  return pos;
+}
+
+// Digit search over the 256 bins (s.bin_count or s.bin_mass), from the highest digit down:
+// the first non-empty digit whose cumulative amount reaches `need`. Warp 0 only; writes
+// s.digit (-1 when none does) and the amount of the digits above it.
+template <bool kMass>
+__device__ void find_digit(Shared& s, double need) {
+  if (warp_id() != 0) return;
+  const int lane = lane_id();
+  auto amount = [&](int d) { return kMass ? s.bin_mass[d] : double(s.bin_count[d]); };
+  double own = 0.0;  // lane l owns digits 255 - 8l ... 248 - 8l
+  for (int j = 0; j < 8; ++j) own += amount(255 - 8 * lane - j);
+  const double incl = warp_inclusive_scan(own);
+  const double excl = incl - own;
+  const unsigned ballot = __ballot_sync(kFull, incl >= need && own > 0.0);
+  if (ballot == 0) {
+    if (lane == 0) s.digit = -1;
+    return;
+  }
+  if (lane == __ffs(ballot) - 1) {
+    double c = excl;
+    int digit = -1, last = -1;
+    double c_last = excl;
+    for (int j = 0; j < 8; ++j) {
+      const int d = 255 - 8 * lane - j;
+      const double a = amount(d);
+      if (a <= 0.0) continue;
+      if (c + a >= need) {
+        digit = d;
+        break;
+      }
+      last = d, c_last = c;
+      c += a;
+    }
+    if (digit < 0) digit = last, c = c_last;  // rounding between the lane's sum and this walk
+    s.digit = digit;
+    s.digit_above = c;
+  }
+}
+
+// Radix select over the entries `earlier` keeps: the key of the entry where the running
+// amount (count, or mass exp(v - top)) in rank order (key descending) reaches `need`.
+// `above` gets the amount ranked strictly above that key. False when no key reaches it
+// (mass lost to rounding: the caller cuts nothing).
+template <bool kMass>
+__device__ bool radix_select(const View& view, Cut earlier, float top, double need, Shared& s, uint32_t& key_out,
+                             double& above) {
+  uint32_t prefix = 0, mask = 0;
+  above = 0.0;
+#pragma unroll 1
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = int(threadIdx.x); i < kWarps * kBins; i += kThreads) (&s.hist.count[0][0])[i] = 0u;
+    __syncthreads();
+    for (int i = int(threadIdx.x); i < view.n; i += kThreads) {
+      const float v = view.v[i];
+      if (!isfinite(v)) continue;
+      const uint32_t k = order_key(v);
+      if ((k & mask) != prefix || !earlier.keeps(k, i)) continue;
+      const int d = int((k >> shift) & 0xffu);
+      if (kMass)
+        atomicAdd(&s.hist.mass[warp_id()][d], tempered(v, top, 1.0f));
+      else
+        atomicAdd(&s.hist.count[warp_id()][d], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < kBins) {
+      const int d = int(threadIdx.x);
+      double m = 0.0;
+      unsigned c = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        if (kMass)
+          m += double(s.hist.mass[w][d]);
+        else
+          c += s.hist.count[w][d];
+      }
+      s.bin_mass[d] = m;
+      s.bin_count[d] = c;
+    }
+    __syncthreads();
+    find_digit<kMass>(s, need - above);
+    __syncthreads();
+    const int digit = s.digit;
+    const double digit_above = s.digit_above;
+    __syncthreads();  // s.digit is rewritten next pass
+    if (digit < 0) return false;
+    above += digit_above;
+    prefix |= uint32_t(digit) << shift;
+    mask |= 0xffu << shift;
+  }
+  key_out = prefix;
+  return true;
+}
+
+// The position of the `nth` (1-based) entry, in position order, tied at `key` and kept by
+// `earlier`; past the last one (rounding) the cut keeps every tie.
+__device__ int nth_tied(const View& view, Cut earlier, uint32_t key, int nth, Shared& s) {
+  const int pos = find_running<int, false>(
+      view, [nth](int) { return nth; },
+      [&](int i) {
+        const float v = view.v[i];
+        return (isfinite(v) && order_key(v) == key && earlier.keeps(key, i)) ? 1 : 0;
+      },
+      s);
+  return pos < 0 ? 0x7fffffff : pos;
+}
+
+// The exact stages 2-6 over `view` (the whole row, or candidates copied from it: a prefix of
+// the row in rank order that holds every survivor, and the whole top-k set when top-k cuts):
+// top-k, top-p over its survivors, min-p, the tempered draw in position order. `finite` is
+// the view's finite entries; `topp_total` the untempered mass top-p takes its fraction of
+// (< 0: summed over the view's top-k survivors). Returns the drawn id.
+__device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSamplingDev& p, float top, int finite, double topp_total,
+                                Shared& s) {
+  Cut topk;
+  if (p.top_k > 0 && p.top_k < finite) {
+    uint32_t key = 0;
+    double above = 0.0;
+    radix_select<false>(view, Cut{}, top, double(p.top_k), s, key, above);  // k <= n_finite: found
+    topk.key = key;
+    topk.pos = nth_tied(view, Cut{}, key, p.top_k - int(above + 0.5), s);
+  }
+  Cut topp;
+  if (p.top_p < 1.0f) {  // over the top-k survivors, by the untempered softmax (the host's order)
+    double total = topp_total;
+    if (total < 0.0) {
+      double mine = 0.0;
+      for (int i = int(threadIdx.x); i < view.n; i += kThreads) {
+        const float v = view.v[i];
+        if (isfinite(v) && topk.keeps(order_key(v), i)) mine += double(tempered(v, top, 1.0f));
+      }
+      mine = warp_sum(mine);
+      if (lane_id() == 0) s.warp_d[warp_id()] = mine;
+      __syncthreads();
+      total = 0.0;
+      for (int w = 0; w < kWarps; ++w) total += s.warp_d[w];
+      __syncthreads();
+    }
+    const double target = double(p.top_p) * total;
+    uint32_t key = 0;
+    double above = 0.0;
+    if (radix_select<true>(view, topk, top, target, s, key, above)) {
+      // the ties at the cut all weigh w: the fewest of them that reach the target
+      const double w = double(tempered(key_value(key), top, 1.0f));
+      const double need = (target - above) / w;
+      topp.key = key;
+      topp.pos = nth_tied(view, topk, key, need <= 1.0 ? 1 : int(ceil(need - 1e-9)), s);
+    }
+  }
+  const bool use_min_p = p.min_p > 0.0f;  // p_i >= min_p * p_max  <=>  v >= top + ln(min_p)
+  const double min_logit = use_min_p ? double(top) + log(double(p.min_p)) : 0.0;
+  const float t = p.temperature;
+  auto weight = [&](int i) -> double {
+    const float v = view.v[i];
+    if (!isfinite(v)) return 0.0;
+    const uint32_t k = order_key(v);
+    if (!topk.keeps(k, i) || !topp.keeps(k, i) || (use_min_p && double(v) < min_logit)) return 0.0;
+    return double(tempered(v, top, t));
+  };
+  double u = p.uniform;
+  u = u >= 0.0 ? (u < 1.0 ? u : 1.0 - 0x1.0p-53) : 0.0;
+  const int pos = find_running<double, true>(view, [u](double total) { return u * total; }, weight, s);
+  return pos >= 0 ? view.id(pos) : -1;
+}
+
+// 16-byte loads where the row allows (4 floats per thread per step, all threads in flight).
+template <typename F>
+__device__ __forceinline__ void for_each_in_row(const float* row, int n, F f) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
+  const int n4 = aligned ? n / 4 : 0;
+  const float4* row4 = reinterpret_cast<const float4*>(row);
+  auto each = [&](int j, const float4& q) {
+    f(4 * j, q.x);
+    f(4 * j + 1, q.y);
+    f(4 * j + 2, q.z);
+    f(4 * j + 3, q.w);
+  };
+  int j = int(threadIdx.x);
+  for (; j + 3 * kThreads < n4; j += 4 * kThreads) {  // four 16-byte loads in flight per thread
+    const float4 q0 = __ldg(row4 + j), q1 = __ldg(row4 + j + kThreads), q2 = __ldg(row4 + j + 2 * kThreads),
+                 q3 = __ldg(row4 + j + 3 * kThreads);
+    each(j, q0);
+    each(j + kThreads, q1);
+    each(j + 2 * kThreads, q2);
+    each(j + 3 * kThreads, q3);
+  }
+  for (; j < n4; j += kThreads) each(j, __ldg(row4 + j));
+  for (int i = 4 * n4 + int(threadIdx.x); i < n; i += kThreads) f(i, __ldg(row + i));
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int n, const RowSamplingDev* params,
+                                                          int32_t* ids) {
+  launch_dependents();
+  grid_dependency_wait();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Shared& s = *reinterpret_cast<Shared*>(smem_raw);
+  const float* row = logits + int64_t(blockIdx.x) * n;
+  const RowSamplingDev p = params[blockIdx.x];
+
+  // Pass 1: maximum (lowest id on ties), finite count, NaN / +Inf check.
+  float best = -INFINITY;  // any finite value beats it, -FLT_MAX included
+  int best_i = 0x7fffffff;
+  int finite = 0, bad = 0;
+  double mass = 0.0;  // untempered, over the finite entries: top-p's total when nothing else cuts first
+  for_each_in_row(row, n, [&](int i, float v) {
+    if (v != v || v > FLT_MAX) bad = 1;
+    if (!isfinite(v)) return;
+    ++finite;
+    if (v > best || (v == best && i < best_i)) best = v, best_i = i;
+  });
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, best, o);
+    const int oi = __shfl_xor_sync(kFull, best_i, o);
+    if (ov > best || (ov == best && oi < best_i)) best = ov, best_i = oi;
+  }
+  finite = warp_sum(finite);
+  bad = warp_sum(bad);
+  if (lane_id() == 0) s.warp_f[warp_id()] = best, s.warp_i[warp_id()] = best_i, s.warp_j[warp_id()] = finite;
+  __syncthreads();
+  int n_finite = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (s.warp_f[w] > best || (s.warp_f[w] == best && s.warp_i[w] < best_i)) best = s.warp_f[w], best_i = s.warp_i[w];
+    n_finite += s.warp_j[w];
+  }
+  __syncthreads();
+  if (lane_id() == 0) s.warp_j[warp_id()] = bad;
+  __syncthreads();
+  int n_bad = 0;
+  for (int w = 0; w < kWarps; ++w) n_bad += s.warp_j[w];
+  __syncthreads();
+  if (n_bad > 0 || n_finite == 0) {
+    if (threadIdx.x == 0) ids[blockIdx.x] = -1;
+    return;
+  }
+  if (p.temperature == 0.0f) {
+    if (threadIdx.x == 0) ids[blockIdx.x] = best_i;
+    return;
+  }
+  const float top = best;
+  const View whole{row, nullptr, n};
+  const bool cuts = (p.top_k > 0 && p.top_k < n_finite) || p.top_p < 1.0f || p.min_p > 0.0f;
+  int32_t id = -1;
+  const bool topk_cuts = p.top_k > 0 && p.top_k < n_finite;
+  if (!cuts) {
+    id = cut_and_draw(whole, p, top, n_finite, -1.0, s);
+  } else {
+    // Pass 2: distances from the maximum, counted and weighed, bound every cut from below;
+    // the row's untempered mass in a fixed order (top-p's total when top-k does not cut).
+    for (int i = int(threadIdx.x); i < kDistBins; i += kThreads) s.hist.dist.count[i] = 0u, s.hist.dist.mass[i] = 0.0;
+    __syncthreads();
+    // The mass is needed only where top-p bounds the list (top-k does not cut): the count
+    // alone costs one integer atomic per entry.
+    const bool by_mass = !topk_cuts && p.top_p < 1.0f;
+    for_each_in_row(row, n, [&](int, float v) {
+      if (!isfinite(v)) return;
+      const int b = dist_bin(v, top);
+      atomicAdd(&s.hist.dist.count[b], 1u);
+      if (by_mass) {
+        const float w = tempered(v, top, 1.0f);
+        mass += double(w);
+        atomicAdd(&s.hist.dist.mass[b], double(w));
+      }
+    });
+    mass = warp_sum(mass);
+    if (lane_id() == 0) s.warp_d[warp_id()] = mass;
+    __syncthreads();
+    double row_mass = 0.0;
+    for (int w = 0; w < kWarps; ++w) row_mass += s.warp_d[w];
+    __syncthreads();
+    if (warp_id() == 0) {
+      // Lane l holds bins [64l, 64l + 64): cumulative count and mass by lane, then the bin.
+      unsigned c = 0;
+      double m = 0.0;
+      #pragma unroll 4
+      for (int j = 0; j < kDistBins / 32; ++j) c += s.hist.dist.count[64 * lane_id() + j], m += s.hist.dist.mass[64 * lane_id() + j];
+      const unsigned c_incl = warp_inclusive_scan(c);
+      const double m_incl = warp_inclusive_scan(m);
+      const double m_total = __shfl_sync(kFull, m_incl, 31);
+      // The last bin the candidates reach. With top-k cutting, the list must hold the whole
+      // top-k set (top-p takes its fraction of that set's mass): its bound alone. Otherwise
+      // the survivors of top-p and of min-p bound it, and top-p's total is the row's.
+      int bound = kDistBins - 1;
+      if (!topk_cuts && p.min_p > 0.0f) bound = min(bound, int(-log(double(p.min_p)) * kDistScale) + 1);
+      // Count / mass bounds: the first bin where the cumulative amount reaches the cut's own
+      // (top-p's target over the whole row is above its target over the top-k survivors).
+      auto first_bin = [&](bool by_mass, double need) {
+        const unsigned hit = __ballot_sync(kFull, by_mass ? m_incl >= need : double(c_incl) >= need);
+        if (!hit) return kDistBins - 1;
+        const int l = __ffs(hit) - 1;
+        const unsigned c_before = __shfl_sync(kFull, c_incl - c, l);
+        const double m_before = __shfl_sync(kFull, m_incl - m, l);
+        int b = 64 * l;
+        if (lane_id() == l) {
+          double run = by_mass ? m_before : double(c_before);
+          #pragma unroll 1
+          for (int j = 0; j < 64; ++j) {
+            run += by_mass ? double(s.hist.dist.mass[64 * l + j]) : double(s.hist.dist.count[64 * l + j]);
+            if (run >= need) {
+              b = 64 * l + j;
+              break;
+            }
+            b = 64 * l + j;
+          }
+        }
+        return __shfl_sync(kFull, b, l);
+      };
+      if (topk_cuts) bound = min(bound, first_bin(false, double(p.top_k)));
+      else if (p.top_p < 1.0f) bound = min(bound, first_bin(true, double(p.top_p) * m_total * (1.0 + 1e-9)));
+      bound = min(bound, kDistBins - 1);
+      // candidates = every finite entry in bins <= bound
+      unsigned cand = 0;
+      #pragma unroll 4
+      for (int j = 0; j < kDistBins / 32; ++j) cand += (64 * lane_id() + j <= bound) ? s.hist.dist.count[64 * lane_id() + j] : 0u;
+      cand = warp_sum(cand);
+      if (lane_id() == 0) s.warp_i[0] = bound < kDistBins - 1 && cand <= unsigned(kListCap) ? bound : -1;
+    }
+    __syncthreads();
+    const int bound = s.warp_i[0];
+    __syncthreads();
+    if (bound < 0) {
+      id = cut_and_draw(whole, p, top, n_finite, -1.0, s);  // too many candidates: the exact cuts over the row
+    } else {
+      // Pass 3: the candidates' positions in order — per-warp counts, then each warp writes
+      // its range's candidates after those of the warps before it.
+      const Range r = warp_share(0, n, warp_id());
+      auto candidate = [&](float v) { return isfinite(v) && dist_bin(v, top) <= bound; };
+      int mine = 0;
+      int i = r.begin + lane_id();
+      for (; i + 96 < r.end; i += 128) {  // four loads in flight per lane
+        const float v0 = __ldg(row + i), v1 = __ldg(row + i + 32), v2 = __ldg(row + i + 64), v3 = __ldg(row + i + 96);
+        mine += int(candidate(v0)) + int(candidate(v1)) + int(candidate(v2)) + int(candidate(v3));
+      }
+      for (; i < r.end; i += 32) mine += candidate(__ldg(row + i)) ? 1 : 0;
+      mine = warp_sum(mine);
+      if (lane_id() == 0) s.warp_i[warp_id()] = mine;
+      __syncthreads();
+      int out = 0, n_list = 0;
+      for (int w = 0; w < kWarps; ++w) out += w < warp_id() ? s.warp_i[w] : 0, n_list += s.warp_i[w];
+      for (int base = r.begin; base < r.end && n_list <= kListCap; base += 128) {
+        float v[4];  // four loads in flight per lane, then the four ballots in order
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = base + 32 * k + lane_id();
+          v[k] = i < r.end ? __ldg(row + i) : -INFINITY;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = base + 32 * k + lane_id();
+          const bool keep = i < r.end && candidate(v[k]);
+          const unsigned ballot = __ballot_sync(kFull, keep);
+          if (keep) {
+            const int at = out + __popc(ballot & ((1u << lane_id()) - 1u));
+            s.list_v[at] = v[k];
+            s.list_id[at] = i;
+          }
+          out += __popc(ballot);
+        }
+      }
+      __syncthreads();
+      if (n_list <= kListCap)  // the histogram's count, so always; a guard for the writes above
+        id = cut_and_draw(View{s.list_v, s.list_id, n_list}, p, top, n_list, topk_cuts ? -1.0 : row_mass, s);
+      else
+        id = cut_and_draw(whole, p, top, n_finite, -1.0, s);
+    }
+  }
+  if (threadIdx.x == 0) ids[blockIdx.x] = id >= 0 ? id : best_i;
+}
+
+}  // namespace
+
+void sample_rows(const float* logits, int n_rows, int n_cols, const RowSamplingDev* params, int32_t* ids,
+                 cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  static const bool configured = [] {
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Shared))));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(sample_kernel, dim3(unsigned(n_rows)), dim3(kThreads), sizeof(Shared), stream, logits, n_cols, params,
+             ids);
+}
+
+}  // namespace fdl::cuda

@@ -1,0 +1,227 @@
+// Sampling on the GPU (kernels.h: sample_rows; CudaModel::forward_sample) against the host
+// Sampler (flashdllm/sampling.h).
+//
+// The kernel walks the survivors in id order, so for a draw u it must return the token whose
+// interval of the host distribution's cumulative sum, laid out in id order, holds u. Placing u
+// at the middle of every survivor's interval then checks the survivor set and every
+// probability at once (a missing, extra or misweighted token moves the intervals); a u at an
+// interval's edge may fall either way within rounding, so the middles are used, and tokens
+// whose interval is narrower than the rounding are checked only for membership.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "engine/engine_test_support.h"
+#include "flashdllm/sampling.h"
+#include "gpu/gpu_test_util.h"
+
+namespace fdl::test {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+cuda::RowSamplingDev dev(const SamplingParams& p, double u) {
+  const RowSampling r = Sampler::row_sampling(p, u);
+  return cuda::RowSamplingDev{r.temperature, r.top_k, r.top_p, r.min_p, r.uniform};
+}
+
+// Runs the kernel on `row` once per uniform (one kernel row each).
+std::vector<int32_t> gpu_draws(const std::vector<float>& row, const SamplingParams& p, const std::vector<double>& us) {
+  std::vector<float> rows;
+  std::vector<cuda::RowSamplingDev> params;
+  for (double u : us) {
+    rows.insert(rows.end(), row.begin(), row.end());
+    params.push_back(dev(p, u));
+  }
+  auto d_rows = to_device(rows);
+  auto d_params = to_device(params);
+  cuda::DeviceBuffer<int32_t> d_ids(us.size());
+  poison(d_ids);
+  cuda::sample_rows(d_rows.get(), int(us.size()), int(row.size()), d_params.get(), d_ids.get(), nullptr);
+  FDL_CUDA_CHECK(cudaGetLastError());
+  return to_host(d_ids, us.size());
+}
+
+struct Interval {
+  int32_t id;
+  double lo, hi;
+};
+// The host distribution's survivors in id order, with their cumulative intervals.
+std::vector<Interval> host_intervals(const std::vector<float>& row, const SamplingParams& p) {
+  Sampler s(p, int32_t(row.size()));
+  auto dist = s.distribution(row);
+  std::sort(dist.begin(), dist.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
+  std::vector<Interval> out;
+  double c = 0.0;
+  for (const auto& t : dist) {
+    out.push_back({t.id, c, c + double(t.prob)});
+    c += double(t.prob);
+  }
+  return out;
+}
+
+// Checks the kernel against the host distribution for one row and parameter set.
+void expect_same_distribution(const std::vector<float>& row, const SamplingParams& p, const std::string& what) {
+  const auto iv = host_intervals(row, p);
+  ASSERT_FALSE(iv.empty());
+  // Middles of the widest intervals (at most 400 kernel rows), plus random uniforms.
+  std::vector<size_t> order(iv.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return iv[a].hi - iv[a].lo > iv[b].hi - iv[b].lo; });
+  order.resize(std::min<size_t>(order.size(), 300));
+  constexpr double kEdge = 2e-5;  // float probabilities and two exp implementations
+  std::vector<double> us;
+  std::vector<int32_t> want;
+  for (size_t i : order)
+    if (iv[i].hi - iv[i].lo > 2 * kEdge) {
+      us.push_back(0.5 * (iv[i].lo + iv[i].hi));
+      want.push_back(iv[i].id);
+    }
+  const size_t n_mid = us.size();
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  for (int i = 0; i < 100; ++i) us.push_back(u01(rng()));
+  us.push_back(0.0);
+  us.push_back(std::nextafter(1.0, 0.0));
+  const auto got = gpu_draws(row, p, us);
+  std::map<int32_t, Interval> by_id;
+  for (const auto& v : iv) by_id[v.id] = v;
+  for (size_t i = 0; i < us.size(); ++i) {
+    const auto it = by_id.find(got[i]);
+    ASSERT_NE(it, by_id.end()) << what << ": u = " << us[i] << " drew " << got[i] << ", not a host survivor";
+    if (i < n_mid) {
+      EXPECT_EQ(got[i], want[i]) << what << ": the middle of token " << want[i] << "'s interval";
+    } else {
+      EXPECT_GE(us[i], it->second.lo - kEdge) << what << ": u = " << us[i] << " drew " << got[i];
+      EXPECT_LE(us[i], it->second.hi + kEdge) << what << ": u = " << us[i] << " drew " << got[i];
+    }
+  }
+}
+
+std::vector<SamplingParams> parameter_sets() {
+  std::vector<SamplingParams> out;
+  auto add = [&](float t, int k, float top_p, float min_p) {
+    SamplingParams p;
+    p.temperature = t;
+    p.top_k = k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    out.push_back(p);
+  };
+  add(1.0f, 0, 1.0f, 0.0f);    // temperature only
+  add(0.6f, 0, 1.0f, 0.0f);
+  add(0.8f, 40, 1.0f, 0.0f);   // top-k
+  add(1.0f, 0, 0.9f, 0.0f);    // top-p alone
+  add(1.3f, 0, 1.0f, 0.05f);   // min-p alone
+  add(0.8f, 40, 0.95f, 0.05f); // llama.cpp's defaults
+  add(0.7f, 3, 0.5f, 0.0f);    // top-p cuts inside top-k
+  add(2.0f, 1000, 0.99f, 0.0f);
+  add(1e-30f, 0, 1.0f, 0.0f);  // tiny temperature: all mass on the argmax
+  return out;
+}
+
+TEST(GpuSampling, DrawsFromTheHostSamplersDistribution) {
+  FDL_SKIP_WITHOUT_GPU();
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const int n : {5, 1000, 32003, 128256}) {
+    std::vector<float> row(static_cast<size_t>(n));
+    for (float& v : row) v = normal(rng());
+    if (n > 100) {
+      for (int i = 0; i < n / 50; ++i) row[size_t(rng()() % uint64_t(n))] = kNegInf;  // masked tokens
+      // ties, also at the top (the lowest id must win at a cut)
+      const float top = *std::max_element(row.begin(), row.end());
+      for (int i = 0; i < 6; ++i) row[size_t(rng()() % uint64_t(n))] = top + 0.5f;
+      for (int i = 0; i < 60; ++i) row[size_t(rng()() % uint64_t(n))] = top - 1.0f;
+    }
+    for (const SamplingParams& p : parameter_sets())
+      expect_same_distribution(row, p,
+                               "n " + std::to_string(n) + ", t " + std::to_string(p.temperature) + ", k " +
+                                   std::to_string(p.top_k) + ", p " + std::to_string(p.top_p) + ", min_p " +
+                                   std::to_string(p.min_p));
+  }
+}
+
+TEST(GpuSampling, TopKAtTiesKeepsTheLowestIds) {
+  FDL_SKIP_WITHOUT_GPU();
+  // Ten tokens tied at the top: top-k 4 keeps ids 3, 10, 20, 30 (the four lowest), equally.
+  std::vector<float> row(64, 0.0f);
+  for (int id : {3, 10, 20, 30, 40, 41, 50, 51, 60, 63}) row[size_t(id)] = 5.0f;
+  SamplingParams p;
+  p.top_k = 4;
+  const auto got = gpu_draws(row, p, {0.1, 0.3, 0.6, 0.9});
+  EXPECT_EQ(got, (std::vector<int32_t>{3, 10, 20, 30}));
+  expect_same_distribution(row, p, "ties at the top-k cut");
+  p.top_k = 0;
+  p.top_p = 0.35f;  // 4 of the 10 tied tokens reach 0.35 of (almost all) the mass
+  expect_same_distribution(row, p, "ties at the top-p cut");
+}
+
+TEST(GpuSampling, GreedyAndMalformedRows) {
+  FDL_SKIP_WITHOUT_GPU();
+  SamplingParams g;
+  g.temperature = 0.0f;
+  const float lowest = std::numeric_limits<float>::lowest();
+  EXPECT_EQ(gpu_draws({0.f, 3.f, 1.f, 3.f}, g, {0.5})[0], 1);  // lowest id on ties
+  EXPECT_EQ(gpu_draws({kNegInf, lowest, lowest}, g, {0.5})[0], 1);
+  SamplingParams p;
+  for (const SamplingParams& q : {g, p}) {
+    EXPECT_EQ(gpu_draws({0.f, std::nanf(""), 1.f}, q, {0.5})[0], -1);
+    EXPECT_EQ(gpu_draws({0.f, std::numeric_limits<float>::infinity()}, q, {0.5})[0], -1);
+    EXPECT_EQ(gpu_draws({kNegInf, kNegInf, kNegInf}, q, {0.5})[0], -1);
+  }
+  // -Inf tokens are never drawn, however u falls.
+  const auto got = gpu_draws({kNegInf, 1.f, kNegInf, 1.f, kNegInf}, p, {0.0, 0.49, 0.51, std::nextafter(1.0, 0.0)});
+  EXPECT_EQ(got, (std::vector<int32_t>{1, 1, 3, 3}));
+}
+
+// A CudaModel seen only through Model's interface with forward_sample left at the default
+// (forward, then the host sampler): the engine then takes its logits path.
+class HostSamplingModel final : public Model {
+ public:
+  explicit HostSamplingModel(Model& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  const GgufFile& gguf() const override { return inner_.gguf(); }
+  KvShape kv_shape(int block_size) const override { return inner_.kv_shape(block_size); }
+  int n_threads() const override { return inner_.n_threads(); }
+  void forward(const StepBatch& b, KvCache& kv, std::vector<float>& logits) override { inner_.forward(b, kv, logits); }
+
+ private:
+  Model& inner_;
+};
+
+TEST(GpuSampling, EngineSamplesOnTheDeviceLikeTheHost) {
+  FDL_SKIP_WITHOUT_GPU();
+  // Temperature-only draws walk the same order on both sides: with the same seeds the ids-only
+  // engine path (sampling on the GPU) must produce the host path's tokens on the same logits.
+  for (const std::string file : {"stories260K.gguf", "codelm-16m-f16.gguf"}) {
+    SCOPED_TRACE(file);
+    const LoadedModel m = load_model(model_path(file), ModelOptions{.device = Device::Cuda});
+    ASSERT_TRUE(m.model->prefers_device_sampling());
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 4; ++i) {
+      GenerationRequest r = sampled_request({1, int32_t(100 + 9 * i), int32_t(200 + i)}, 40, uint64_t(5 + i));
+      r.sampling.top_k = 0;
+      r.sampling.top_p = 1.0f;
+      r.sampling.temperature = 0.6f + 0.3f * float(i);
+      reqs.push_back(r);
+    }
+    Generator device_path = make_generator(m);
+    HostSamplingModel host(*m.model);
+    Generator host_path(host, *m.tokenizer, {});
+    const auto a = device_path.generate(reqs);
+    const auto b = host_path.generate(reqs);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].generated_ids, b[i].generated_ids) << "request " << i;
+    // With top-k / top-p / min-p the device draws may differ token for token; they stay in range.
+    for (auto& r : reqs) r.sampling.top_k = 40, r.sampling.top_p = 0.95f, r.sampling.min_p = 0.05f;
+    for (const auto& res : device_path.generate(reqs)) {
+      EXPECT_EQ(res.generated_ids.size(), 40u);
+      for (int32_t id : res.generated_ids) EXPECT_TRUE(id >= 0 && id < m.model->config().n_vocab);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fdl::test
