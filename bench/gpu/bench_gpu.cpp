@@ -148,7 +148,7 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
     } else if (mode == Mode::DeviceSampling) {
       for (int s = 0; s < B; ++s)
         rows[size_t(s)] = fdl::Sampler::row_sampling(samplers[size_t(s)].params(), samplers[size_t(s)].next_uniform());
-      m.forward_sample(batch, kv, rows, ids);
+      m.forward_sample(batch, kv, rows, {}, ids);
       std::copy(ids.begin(), ids.end(), next.begin());
     } else {
       m.forward_argmax(batch, kv, ids);

@@ -81,15 +81,28 @@ struct ModelConfig {
 /// whose supports_tree_verification() is true accept trees (std::invalid_argument
 /// otherwise, before anything is written); so do malformed entries.
 /// How Model::forward_sample turns one logits row into a token: flashdllm/sampling.h's
-/// stages 2-6 (top-k, top-p, min-p, temperature, one draw) without the penalties. The draw
-/// is given, so the caller's RNG stays where it is on the host (Sampler::next_uniform()).
-/// Plain data with a fixed layout (24 bytes): a GPU model copies an array of them as is.
+/// pipeline — the penalties of the row's PenaltyTokens, then top-k, top-p, min-p,
+/// temperature and one draw. The draw is given, so the caller's RNG stays where it is on the
+/// host (Sampler::next_uniform()). Plain data with a fixed layout (40 bytes): a GPU model
+/// copies an array of them as is.
 struct RowSampling {
-  float temperature = 0.0f;  ///< 0 = greedy: the argmax, lowest id on ties (the rest is ignored)
+  float temperature = 0.0f;  ///< 0 = greedy: the argmax of the penalized row, lowest id on ties
   int32_t top_k = 0;         ///< 0 = off
   float top_p = 1.0f;        ///< 1 = off; in (0, 1]
   float min_p = 0.0f;        ///< 0 = off; in [0, 1]
   double uniform = 0.0;      ///< the draw, in [0, 1)
+  float repeat_penalty = 1.0f;     ///< applied to the row's PenaltyTokens (sampling.h, stage 1)
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int32_t reserved = 0;            ///< keeps the layout free of implicit padding
+};
+
+/// One distinct token of a row's penalty window and how often it occurs there
+/// (Sampler::append_penalty_tokens). Each (row, token) pair at most once.
+struct PenaltyToken {
+  int32_t row = 0;    ///< index into forward_sample's rows
+  int32_t token = 0;  ///< in [0, n_vocab)
+  int32_t count = 0;  ///< occurrences in the window, >= 1
 };
 
 struct StepBatch {
@@ -129,9 +142,10 @@ struct StepBatch {
   void clear() { tokens.clear(); positions.clear(); seqs.clear(); want_logits.clear(); tree_parent.clear(); }
 };
 
-/// Throws std::invalid_argument unless `rows` has one entry per token that wants logits
-/// (Model::forward_sample's precondition).
-void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows);
+/// Model::forward_sample's preconditions: one row per token that wants logits, valid
+/// parameters, penalties inside the rows and the vocabulary. Throws std::invalid_argument.
+void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows,
+                         std::span<const PenaltyToken> penalties, int32_t n_vocab);
 
 /// Where the forward pass runs. Cuda needs a build with FLASHDLLM_CUDA and an NVIDIA GPU;
 /// Model::load throws a one-line ModelError otherwise (see src/backend/cuda/cuda_model.h for
@@ -176,19 +190,20 @@ class Model {
   /// forward and scans the rows on the host; a GPU model computes the ids on the device, so
   /// n_wanted int32 cross PCIe instead of n_wanted * n_vocab floats. Throws as forward.
   virtual void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids);
-  /// As forward, but turns each row that wants logits into a token by `rows[r]` (stages 2-6
-  /// of flashdllm/sampling.h, no penalties; temperature 0 = the argmax) and writes only the
-  /// ids (resized to n_wanted). rows.size() must be n_wanted (std::invalid_argument otherwise,
-  /// before anything runs). The token equals what a penalty-free Sampler with those
-  /// parameters returns from sample_with_uniform(row, rows[r].uniform), up to rounding at the
-  /// edges of the cumulative distribution; where the device walks the survivors in id order
-  /// (the CUDA model) a top-k / top-p / min-p draw is the same distribution as the host's
-  /// but may pick another token for the same uniform. A row with NaN or +Inf, or only -Inf,
+  /// As forward, but turns each row that wants logits into a token by `rows[r]` and the
+  /// `penalties` whose row is r (flashdllm/sampling.h's pipeline; temperature 0 = the argmax
+  /// of the penalized row) and writes only the ids (resized to n_wanted). rows.size() must
+  /// be n_wanted, every penalty's row in [0, n_wanted), token in [0, n_vocab) and count >= 1,
+  /// and the parameters valid as for Sampler (std::invalid_argument otherwise, before
+  /// anything runs). The token equals what a Sampler with those parameters and that penalty
+  /// window returns from sample_with_uniform(row, rows[r].uniform), up to rounding at the
+  /// edges of the cumulative distribution (both walk the survivors in id order, so a seeded
+  /// request draws the same tokens whichever path its steps take). A row with NaN or +Inf, or only -Inf,
   /// throws std::invalid_argument (after the forward: the K/V are written). The default runs
   /// forward and samples on the host; a GPU model samples on the device, so n_wanted int32
   /// cross PCIe instead of n_wanted * n_vocab floats. Otherwise throws as forward.
   virtual void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                              std::vector<int32_t>& ids);
+                              std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids);
   /// Whether forward_argmax / forward_sample save work over forward plus host sampling (the
   /// CUDA model): the engine then asks for ids in every step that needs no logits on the host.
   virtual bool prefers_device_sampling() const { return false; }

@@ -12,7 +12,10 @@
 //      prefix (by descending probability) whose cumulative probability is >= top_p, >= 1 token;
 //   4. min-p (Nguyen et al. 2024): keep tokens whose probability is >= min_p * p_max;
 //   5. temperature: logits / temperature, softmax over the survivors;
-//   6. draw one token with the sampler's own RNG (std::mt19937_64 seeded with `seed`).
+//   6. draw one token with the sampler's own RNG (std::mt19937_64 seeded with `seed`): the
+//      survivor whose interval of the cumulative weights, walked in token-id order, holds
+//      u · total (the GPU walks the same order, so a seeded draw does not depend on where it
+//      is made).
 // temperature == 0 is greedy decoding: the argmax of the penalized logits, lowest id on ties
 // (stages 2-4 always keep the argmax, so they cannot change it and are skipped).
 //
@@ -37,7 +40,19 @@
 
 namespace fdl {
 
-struct RowSampling;  // flashdllm/model.h
+struct RowSampling;   // flashdllm/model.h
+struct PenaltyToken;  // flashdllm/model.h
+
+/// Stage 1 for one distinct token of the penalty window that occurs `count` (>= 1) times
+/// there: the repetition penalty (positive logits divided, others multiplied), then
+/// logit -= count * frequency_penalty + presence_penalty. Every backend applies exactly
+/// these float operations (no fused multiply-add), so penalized rows are bit-identical.
+inline float penalize_logit(float logit, int32_t count, float repeat_penalty, float frequency_penalty,
+                            float presence_penalty) {
+  if (repeat_penalty != 1.0f) logit = logit <= 0.0f ? logit * repeat_penalty : logit / repeat_penalty;
+  const float by_count = float(count) * frequency_penalty;
+  return logit - (by_count + (count > 0 ? presence_penalty : 0.0f));
+}
 
 struct SamplingParams {
   float temperature = 1.0f;       ///< 0 = greedy; must be finite and >= 0
@@ -100,12 +115,18 @@ class Sampler {
   /// the RNG. Greedy ignores u.
   int32_t sample_with_uniform(std::span<const float> logits, double u);
 
-  /// The RowSampling (model.h) of these parameters for a draw `u`: what forward_sample needs
-  /// to draw as sample_with_uniform does, for a sampler without penalties.
+  /// The RowSampling (model.h) of these parameters for a draw `u`: with the PenaltyTokens
+  /// append_penalty_tokens gives, what forward_sample needs to draw as sample_with_uniform
+  /// does. Penalties that has_penalties() calls off are left neutral.
   static RowSampling row_sampling(const SamplingParams& params, double u);
-  /// The other way: the parameters a RowSampling stands for (no penalties, seed 0). Throws
-  /// std::invalid_argument, as SamplingParams::validate(), for values the sampler refuses.
+  /// The other way: the parameters a RowSampling stands for (seed 0; its penalty window is
+  /// the PenaltyTokens, not a history). Throws std::invalid_argument, as
+  /// SamplingParams::validate(), for values the sampler refuses.
   static SamplingParams params_of(const RowSampling& row);
+  /// Appends one PenaltyToken{row, token, count} per distinct token of the penalty window
+  /// (nothing without penalties): what penalized() applies, for a model that applies it
+  /// itself (Model::forward_sample). O(window).
+  void append_penalty_tokens(int32_t row, std::vector<PenaltyToken>& out);
 
   /// Verification of one draft token against this row (speculative decoding): returns
   /// the token to emit; it equals `draft` iff the draft is accepted.

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "flashdllm/model.h"
 #include "flashdllm/sampling.h"
 
 namespace fdl {
@@ -43,14 +44,24 @@ std::span<const float> Sampler::penalized(std::span<const float> logits) {
     const size_t t = size_t(token);
     if (applied_stamp_[t] == stamp_) continue;
     applied_stamp_[t] = stamp_;
-    float& logit = penalized_[t];
     // llama.cpp: logit <= 0 is multiplied, positive divided; either way it moves down.
-    if (rp != 1.0f) logit = logit <= 0.0f ? logit * rp : logit / rp;
-    const int32_t count = counts_[t];
-    logit -= float(count) * params_.frequency_penalty +
-             (count > 0 ? params_.presence_penalty : 0.0f);
+    penalized_[t] = penalize_logit(penalized_[t], counts_[t], rp, params_.frequency_penalty, params_.presence_penalty);
   }
   return penalized_;
+}
+
+void Sampler::append_penalty_tokens(int32_t row, std::vector<PenaltyToken>& out) {
+  if (!params_.has_penalties() || window_.empty()) return;
+  if (++stamp_ == 0) {  // the same once-per-distinct-token marking as penalized()
+    std::fill(applied_stamp_.begin(), applied_stamp_.end(), 0u);
+    stamp_ = 1;
+  }
+  for (int32_t token : window_) {
+    const size_t t = size_t(token);
+    if (applied_stamp_[t] == stamp_) continue;
+    applied_stamp_[t] = stamp_;
+    out.push_back(PenaltyToken{.row = row, .token = token, .count = counts_[t]});
+  }
 }
 
 std::vector<float> Sampler::penalized_logits(std::span<const float> logits) {

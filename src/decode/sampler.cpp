@@ -15,6 +15,11 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+struct ById {
+  bool operator()(const TokenLogit& a, const TokenLogit& b) const { return a.id < b.id; }
+};
+constexpr ById by_id{};
+
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
@@ -75,6 +80,12 @@ double Sampler::build_candidates(std::span<const float> logits, float max_logit)
   if (params_.top_p < 1.0f)
     detail::keep_top_p(candidates_, params_.top_p, sorted, weights_, top_p_scratch_);
   detail::keep_min_p(candidates_, params_.min_p);
+  // The draw walks the survivors in id order, as without truncation and as the GPU does
+  // (Model::forward_sample): a seeded draw then picks the same token whichever path a step
+  // takes. top-k leaves them ranked and top-p's partition in no order; the survivors are
+  // few (a sort of m, against the passes over all n_vocab logits above).
+  if (!std::is_sorted(candidates_.begin(), candidates_.end(), by_id))
+    std::sort(candidates_.begin(), candidates_.end(), by_id);
   return detail::tempered_weights(candidates_, params_.temperature, weights_);
 }
 
@@ -119,16 +130,23 @@ SamplingParams Sampler::params_of(const RowSampling& row) {
   p.top_k = row.top_k;
   p.top_p = row.top_p;
   p.min_p = row.min_p;
+  p.repeat_penalty = row.repeat_penalty;
+  p.frequency_penalty = row.frequency_penalty;
+  p.presence_penalty = row.presence_penalty;
   p.validate();
   return p;
 }
 
 RowSampling Sampler::row_sampling(const SamplingParams& params, double u) {
+  const bool pen = params.has_penalties();
   return RowSampling{.temperature = params.temperature,
                      .top_k = params.top_k,
                      .top_p = params.top_p,
                      .min_p = params.min_p,
-                     .uniform = u};
+                     .uniform = u,
+                     .repeat_penalty = pen ? params.repeat_penalty : 1.0f,
+                     .frequency_penalty = pen ? params.frequency_penalty : 0.0f,
+                     .presence_penalty = pen ? params.presence_penalty : 0.0f};
 }
 
 std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) {

@@ -157,10 +157,7 @@ void Scheduler::step() {
 
 bool Scheduler::ids_only_step() const {
   if (drafted_ > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
-  const auto plain = [](const LiveSequence& s) {
-    const auto& r = s.request;
-    return !r.sampling.has_penalties() && r.logprobs < 0;
-  };
+  const auto plain = [](const LiveSequence& s) { return s.request.logprobs < 0; };
   for (const auto& d : decode_)
     if (!plain(*d.s)) return false;
   for (const auto& p : prefill_)
@@ -170,9 +167,11 @@ bool Scheduler::ids_only_step() const {
 
 void Scheduler::build_row_sampling(size_t logit_rows) {
   row_sampling_.assign(logit_rows, RowSampling{});
+  penalty_tokens_.clear();
   const auto set = [&](LiveSequence& s, size_t row) {
     Sampler& sm = s.sampler;
     row_sampling_.at(row) = Sampler::row_sampling(sm.params(), sm.params().is_greedy() ? 0.0 : sm.next_uniform());
+    sm.append_penalty_tokens(int32_t(row), penalty_tokens_);
   };
   // Rows as finish_decode / finish_prefill read them: decode rows, then completing prompts.
   for (const auto& d : decode_) set(*d.s, d.row);
@@ -196,7 +195,7 @@ void Scheduler::forward(size_t logit_rows) {
   step_logit_rows_ = logit_rows;
   if (ids_step_) {
     build_row_sampling(logit_rows);
-    ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, step_ids_);
+    ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, step_ids_);
     ctx_.logits.clear();
   } else {
     ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);

@@ -112,12 +112,13 @@ class Scheduler {
   /// The token row `row` yields for `s` when it verifies no draft: the sampler's draw from
   /// the logits, or in an ids-only step the id the model sampled.
   int32_t row_token(LiveSequence& s, size_t row);
-  /// Whether every logits row of the step is consumed by one plain draw — no penalties,
-  /// logprobs, drafts or audits — so a model that samples on its device may return ids only
-  /// (Model::forward_sample).
+  /// Whether every logits row of the step is consumed by one draw — no logprobs, drafts or
+  /// audits; penalties go along as PenaltyTokens — so a model that samples on its device may
+  /// return ids only (Model::forward_sample).
   bool ids_only_step() const;
   /// Per logits row of an ids-only step, its RowSampling: the sequence's parameters and,
-  /// unless greedy, the uniform its sampler's RNG gives next (so the RNG stream is sample()'s).
+  /// unless greedy, the uniform its sampler's RNG gives next (so the RNG stream is sample()'s);
+  /// and its penalty window's tokens.
   void build_row_sampling(size_t logit_rows);
 
   // --- audit (shadow_audit.cpp) ---
@@ -158,6 +159,7 @@ class Scheduler {
   size_t step_logit_rows_ = 0;
   std::vector<int32_t> step_ids_;       ///< per logits row, in an ids-only step
   std::vector<RowSampling> row_sampling_;  ///< per logits row, in an ids-only step
+  std::vector<PenaltyToken> penalty_tokens_;  ///< the rows' penalty windows, in an ids-only step
   size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;

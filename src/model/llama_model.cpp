@@ -41,24 +41,39 @@ void Model::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int3
   }
 }
 
-void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows) {
+void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows,
+                         std::span<const PenaltyToken> penalties, int32_t n_vocab) {
   const size_t m = batch.n_wanted();
   if (rows.size() != m)
     throw std::invalid_argument("forward_sample: " + std::to_string(rows.size()) + " sampling rows for " +
                                 std::to_string(m) + " tokens that want logits");
+  for (const RowSampling& r : rows) Sampler::params_of(r);  // what the sampler refuses
+  for (const PenaltyToken& p : penalties)
+    if (p.row < 0 || size_t(p.row) >= m || p.token < 0 || p.token >= n_vocab || p.count < 1)
+      throw std::invalid_argument("forward_sample: penalty token (row " + std::to_string(p.row) + ", token " +
+                                  std::to_string(p.token) + ", count " + std::to_string(p.count) +
+                                  ") outside " + std::to_string(m) + " rows, " + std::to_string(n_vocab) +
+                                  " tokens or counts >= 1");
 }
 
 void Model::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                           std::vector<int32_t>& ids) {
-  check_sampling_rows(batch, rows);
-  for (const RowSampling& r : rows) Sampler::params_of(r);  // refused before anything runs
+                           std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) {
+  const int32_t V = config().n_vocab;
+  check_sampling_rows(batch, rows, penalties, V);
   std::vector<float> logits;
   forward(batch, kv, logits);
-  const size_t V = size_t(config().n_vocab);
+  for (const PenaltyToken& p : penalties) {  // stage 1, as the sampler would apply it
+    const RowSampling& r = rows[size_t(p.row)];
+    float& logit = logits[size_t(p.row) * size_t(V) + size_t(p.token)];
+    logit = penalize_logit(logit, p.count, r.repeat_penalty, r.frequency_penalty, r.presence_penalty);
+  }
   ids.resize(rows.size());
   for (size_t r = 0; r < ids.size(); ++r) {
-    Sampler sampler(Sampler::params_of(rows[r]), int32_t(V));
-    ids[r] = sampler.sample_with_uniform({logits.data() + r * V, V}, rows[r].uniform);
+    SamplingParams sp = Sampler::params_of(rows[r]);
+    sp.repeat_penalty = 1.0f;  // applied above; this sampler has no history anyway
+    sp.frequency_penalty = sp.presence_penalty = 0.0f;
+    Sampler sampler(sp, V);
+    ids[r] = sampler.sample_with_uniform({logits.data() + r * size_t(V), size_t(V)}, rows[r].uniform);
   }
 }
 

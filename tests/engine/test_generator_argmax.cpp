@@ -1,12 +1,13 @@
-// Ids-only steps (Model::forward_sample): when every row a step reads is one plain draw —
-// greedy or sampled, without penalties, logprobs, drafts or audits — the scheduler asks a
-// model that samples on its device (the CUDA model) for ids instead of logits, handing it
-// each row's parameters and the uniform the sequence's own RNG gives next. A CPU model wrapped
+// Ids-only steps (Model::forward_sample): when every row a step reads is one draw — greedy
+// or sampled, with or without penalties, but without logprobs, drafts or audits — the
+// scheduler asks a model that samples on its device (the CUDA model) for ids instead of
+// logits, handing it each row's parameters, its penalty window's tokens and the uniform the
+// sequence's own RNG gives next. A CPU model wrapped
 // to prefer that stands in for the GPU here (Model's default forward_sample: forward, then
 // the host sampler with the given uniform): outputs must equal the plain model's exactly —
 // seeded sampling too, so the RNG streams are the ones sample() uses — the ids-only path
-// must actually run, and any step with a row that needs logits (penalties, logprobs,
-// speculation) must take the logits path.
+// must actually run, and any step with a row that needs logits (logprobs, speculation)
+// must take the logits path.
 #include <gtest/gtest.h>
 
 #include "engine_test_support.h"
@@ -27,13 +28,14 @@ class ArgmaxPreferringModel final : public Model {
     inner_.forward(b, kv, logits);
   }
   void forward_sample(const StepBatch& b, KvCache& kv, std::span<const RowSampling> rows,
-                      std::vector<int32_t>& ids) override {
+                      std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override {
     ++ids_steps;
     for (const RowSampling& r : rows) sampled_rows += r.temperature > 0.0f ? 1 : 0;
-    inner_.forward_sample(b, kv, rows, ids);  // Model's default: forward + host sampling
+    penalty_tokens += int(penalties.size());
+    inner_.forward_sample(b, kv, rows, penalties, ids);  // Model's default: forward + host sampling
   }
   bool prefers_device_sampling() const override { return true; }
-  int logit_steps = 0, ids_steps = 0, sampled_rows = 0;
+  int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0;
 
  private:
   Model& inner_;
@@ -79,6 +81,16 @@ TEST(GeneratorArgmax, SeededSamplingUsesIdsOnlyAndDrawsTheSameTokens) {
     if (i == 4) r.sampling.top_k = 40, r.sampling.top_p = 0.9f, r.sampling.min_p = 0.02f;
     reqs.push_back(r);
   }
+  // Penalties go along as the window's tokens: a sampled and a greedy row with each kind.
+  GenerationRequest pen = sampled_request({1, 77, 30}, 30, 5);
+  pen.sampling.repeat_penalty = 1.3f;
+  pen.sampling.frequency_penalty = 0.4f;
+  reqs.push_back(pen);
+  GenerationRequest gpen = greedy_request({1, 403, 407, 261, 403}, 30);
+  gpen.sampling.presence_penalty = 2.0f;
+  gpen.sampling.repeat_penalty = 1.5f;
+  gpen.sampling.repeat_last_n = 16;
+  reqs.push_back(gpen);
   Generator plain = make_generator(m);
   const auto want = ids_of(plain.generate(reqs));
   ArgmaxPreferringModel wrapped(*m.model);
@@ -86,20 +98,24 @@ TEST(GeneratorArgmax, SeededSamplingUsesIdsOnlyAndDrawsTheSameTokens) {
   EXPECT_EQ(ids_of(g.generate(reqs)), want);
   EXPECT_GT(wrapped.ids_steps, 0);
   EXPECT_GT(wrapped.sampled_rows, 0);
+  EXPECT_GT(wrapped.penalty_tokens, 0);
   EXPECT_EQ(wrapped.logit_steps, 0) << "no row needed logits on the host";
+  // The penalties changed the output (or this test would not see them go wrong).
+  GenerationRequest no_pen = reqs.back();
+  no_pen.sampling.presence_penalty = 0.0f;
+  no_pen.sampling.repeat_penalty = 1.0f;
+  EXPECT_NE(plain.generate({no_pen}).at(0).generated_ids, want.back());
 }
 
 TEST(GeneratorArgmax, StepsWithRowsThatNeedLogitsTakeTheLogitsPath) {
   const LoadedModel& m = stories_model();
   std::vector<GenerationRequest> reqs{greedy_request({1, 403, 407, 261}, 24)};
-  GenerationRequest pen = sampled_request({1, 77, 30}, 24, 5);
-  pen.sampling.repeat_penalty = 1.3f;
   GenerationRequest lp = greedy_request({1, 42, 43}, 24);
   lp.logprobs = 2;
   Generator plain = make_generator(m);
   ArgmaxPreferringModel wrapped(*m.model);
   Generator g(wrapped, *m.tokenizer, {});
-  for (const auto& extra : {pen, lp}) {
+  for (const auto& extra : {lp}) {
     const std::vector<GenerationRequest> batch{reqs[0], extra};
     const auto want = plain.generate(batch);
     wrapped.logit_steps = wrapped.ids_steps = 0;
@@ -128,17 +144,46 @@ TEST(GeneratorArgmax, ForwardSampleNeedsOneRowPerWantedToken) {
   b.add(403, int32_t(first + 1), seq, true);
   std::vector<int32_t> ids;
   const std::vector<RowSampling> none, two(2);
-  EXPECT_THROW(m.model->forward_sample(b, kv, none, ids), std::invalid_argument);
-  EXPECT_THROW(m.model->forward_sample(b, kv, two, ids), std::invalid_argument);
+  const std::vector<PenaltyToken> no_pen;
+  EXPECT_THROW(m.model->forward_sample(b, kv, none, no_pen, ids), std::invalid_argument);
+  EXPECT_THROW(m.model->forward_sample(b, kv, two, no_pen, ids), std::invalid_argument);
   RowSampling bad;
   bad.temperature = 1.0f;
   bad.top_p = 0.0f;  // outside (0, 1]: the sampler's own check
-  EXPECT_THROW(m.model->forward_sample(b, kv, std::vector<RowSampling>{bad}, ids), std::invalid_argument);
+  EXPECT_THROW(m.model->forward_sample(b, kv, std::vector<RowSampling>{bad}, no_pen, ids), std::invalid_argument);
   const std::vector<RowSampling> one(1);  // greedy
-  m.model->forward_sample(b, kv, one, ids);
+  for (const PenaltyToken p : {PenaltyToken{1, 5, 1}, PenaltyToken{0, -1, 1}, PenaltyToken{0, 512, 1},
+                               PenaltyToken{0, 5, 0}})
+    EXPECT_THROW(m.model->forward_sample(b, kv, one, std::vector<PenaltyToken>{p}, ids), std::invalid_argument)
+        << p.row << " " << p.token << " " << p.count;
+  m.model->forward_sample(b, kv, one, no_pen, ids);
   std::vector<int32_t> want;
   m.model->forward_argmax(b, kv, want);  // the same step again: same slots, same logits
   EXPECT_EQ(ids, want);
+}
+
+TEST(GeneratorArgmax, StepsMixingDecodesAndCompletingPromptsKeepTheRowOrder) {
+  // At most two sequences: later requests' prompts complete in steps where others decode, so
+  // a step's rows are decode rows and then prompt rows; each must get its own sequence's
+  // parameters and uniform (a fresh-eyes review swapped them and the other tests still passed).
+  const LoadedModel& m = stories_model();
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = sampled_request({1, 403, int32_t(300 + 7 * i)}, 10 + 7 * i, uint64_t(11 + i));
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.temperature = 0.7f + 0.2f * float(i);
+    reqs.push_back(r);
+  }
+  GeneratorOptions o;
+  o.max_sequences = 2;
+  Generator plain(*m.model, *m.tokenizer, o);
+  const auto want = ids_of(plain.generate(reqs));
+  ArgmaxPreferringModel wrapped(*m.model);
+  Generator g(wrapped, *m.tokenizer, o);
+  EXPECT_EQ(ids_of(g.generate(reqs)), want);
+  EXPECT_GT(wrapped.ids_steps, 0);
+  EXPECT_EQ(wrapped.logit_steps, 0);
 }
 
 }  // namespace

@@ -25,7 +25,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 cuda::RowSamplingDev dev(const SamplingParams& p, double u) {
   const RowSampling r = Sampler::row_sampling(p, u);
-  return cuda::RowSamplingDev{r.temperature, r.top_k, r.top_p, r.min_p, r.uniform};
+  return cuda::RowSamplingDev{r.temperature,    r.top_k,
+                              r.top_p,          r.min_p,
+                              r.uniform,        r.repeat_penalty,
+                              r.frequency_penalty, r.presence_penalty,
+                              0};
 }
 
 // Runs the kernel on `row` once per uniform (one kernel row each).
@@ -119,6 +123,8 @@ std::vector<SamplingParams> parameter_sets() {
   add(0.7f, 3, 0.5f, 0.0f);    // top-p cuts inside top-k
   add(2.0f, 1000, 0.99f, 0.0f);
   add(1e-30f, 0, 1.0f, 0.0f);  // tiny temperature: all mass on the argmax
+  add(1.0f, 0, 0.95f, 0.05f);  // top-p and min-p without top-k: min-p may bound the list first
+  add(1.0f, 0, 0.5f, 0.3f);
   return out;
 }
 
@@ -141,6 +147,26 @@ TEST(GpuSampling, DrawsFromTheHostSamplersDistribution) {
                                    std::to_string(p.top_k) + ", p " + std::to_string(p.top_p) + ", min_p " +
                                    std::to_string(p.min_p));
   }
+}
+
+TEST(GpuSampling, RowsWithMoreCandidatesThanSharedMemoryCutOverTheWholeRow) {
+  FDL_SKIP_WITHOUT_GPU();
+  // A flat row: every logit within ~1 nat of the maximum, so the bound of each cut holds far
+  // more than the 4096 candidates shared memory takes, and the exact cuts run in global memory.
+  std::normal_distribution<float> narrow(0.0f, 0.2f);
+  std::vector<float> row(128256);
+  for (float& v : row) v = narrow(rng());
+  row[99] = kNegInf;
+  auto add = [](float t, int k, float top_p, float min_p) {
+    SamplingParams p;
+    p.temperature = t, p.top_k = k, p.top_p = top_p, p.min_p = min_p;
+    return p;
+  };
+  for (const SamplingParams& p : {add(1.0f, 0, 0.9f, 0.0f), add(0.8f, 5000, 1.0f, 0.0f), add(1.0f, 0, 0.9f, 0.05f),
+                                  add(1.0f, 6000, 0.5f, 0.0f)})
+    expect_same_distribution(row, p,
+                             "flat row, k " + std::to_string(p.top_k) + ", p " + std::to_string(p.top_p) +
+                                 ", min_p " + std::to_string(p.min_p));
 }
 
 TEST(GpuSampling, TopKAtTiesKeepsTheLowestIds) {
@@ -174,6 +200,34 @@ TEST(GpuSampling, GreedyAndMalformedRows) {
   // -Inf tokens are never drawn, however u falls.
   const auto got = gpu_draws({kNegInf, 1.f, kNegInf, 1.f, kNegInf}, p, {0.0, 0.49, 0.51, std::nextafter(1.0, 0.0)});
   EXPECT_EQ(got, (std::vector<int32_t>{1, 1, 3, 3}));
+}
+
+TEST(GpuSampling, PenaltiesEqualTheHostSamplersBitForBit) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int n = 3001;
+  std::vector<float> row = random_floats(size_t(n), -4.f, 4.f);
+  row[7] = 0.0f;  // the boundary between divided and multiplied
+  SamplingParams p;
+  p.repeat_penalty = 1.37f;
+  p.frequency_penalty = 0.21f;
+  p.presence_penalty = 0.9f;
+  p.repeat_last_n = 40;
+  Sampler host(p, n);
+  std::uniform_int_distribution<int32_t> tok(0, 60);  // repeats within the window
+  for (int i = 0; i < 100; ++i) host.accept(i == 50 ? 7 : tok(rng()));
+  std::vector<PenaltyToken> pens;
+  host.append_penalty_tokens(0, pens);
+  ASSERT_FALSE(pens.empty());
+  const auto want = host.penalized_logits(row);
+  std::vector<cuda::PenaltyTokenDev> dp;
+  for (const auto& t : pens) dp.push_back({t.row, t.token, t.count});
+  auto d_row = to_device(row);
+  auto d_pen = to_device(dp);
+  auto d_params = to_device(std::vector<cuda::RowSamplingDev>{dev(p, 0.5)});
+  cuda::apply_penalties(d_row.get(), n, d_pen.get(), int(dp.size()), d_params.get(), nullptr);
+  FDL_CUDA_CHECK(cudaGetLastError());
+  const auto got = to_host(d_row, size_t(n));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "token " << i;
 }
 
 // A CudaModel seen only through Model's interface with forward_sample left at the default
@@ -214,12 +268,27 @@ TEST(GpuSampling, EngineSamplesOnTheDeviceLikeTheHost) {
     const auto b = host_path.generate(reqs);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].generated_ids, b[i].generated_ids) << "request " << i;
-    // With top-k / top-p / min-p the device draws may differ token for token; they stay in range.
+    // Penalties go to the device as the window's tokens: the same tokens again, greedy and
+    // temperature-only.
+    std::vector<GenerationRequest> pen = reqs;
+    pen[0].sampling.repeat_penalty = 1.3f;
+    pen[1].sampling.frequency_penalty = 0.5f;
+    pen[2].sampling.presence_penalty = 0.7f, pen[2].sampling.repeat_last_n = 6;
+    pen.push_back(greedy_request({1, 100, 200, 100}, 40));
+    pen.back().sampling.repeat_penalty = 1.2f, pen.back().sampling.presence_penalty = 0.3f;
+    const auto pa = device_path.generate(pen);
+    const auto pb = host_path.generate(pen);
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].generated_ids, pb[i].generated_ids) << "penalized request " << i;
+    // With llama.cpp's default cuts the device and the host both walk the survivors in id
+    // order: the same tokens again, so a seeded request does not depend on whether its steps
+    // sample on the GPU or copy logits (e.g. next to a request that wants logprobs).
     for (auto& r : reqs) r.sampling.top_k = 40, r.sampling.top_p = 0.95f, r.sampling.min_p = 0.05f;
-    for (const auto& res : device_path.generate(reqs)) {
-      EXPECT_EQ(res.generated_ids.size(), 40u);
-      for (int32_t id : res.generated_ids) EXPECT_TRUE(id >= 0 && id < m.model->config().n_vocab);
-    }
+    const auto ca = device_path.generate(reqs);
+    const auto cb = host_path.generate(reqs);
+    for (size_t i = 0; i < ca.size(); ++i) EXPECT_EQ(ca[i].generated_ids, cb[i].generated_ids) << "cut request " << i;
+    GenerationRequest lp = greedy_request({1, 42, 43}, 40);
+    lp.logprobs = 2;
+    EXPECT_EQ(device_path.generate({reqs[0], lp}).at(0).generated_ids, ca[0].generated_ids);
   }
 }
 

@@ -579,21 +579,36 @@ static_assert(offsetof(RowSampling, temperature) == offsetof(RowSamplingDev, tem
               offsetof(RowSampling, top_k) == offsetof(RowSamplingDev, top_k) &&
               offsetof(RowSampling, top_p) == offsetof(RowSamplingDev, top_p) &&
               offsetof(RowSampling, min_p) == offsetof(RowSamplingDev, min_p) &&
-              offsetof(RowSampling, uniform) == offsetof(RowSamplingDev, uniform));
+              offsetof(RowSampling, uniform) == offsetof(RowSamplingDev, uniform) &&
+              offsetof(RowSampling, repeat_penalty) == offsetof(RowSamplingDev, repeat_penalty) &&
+              offsetof(RowSampling, frequency_penalty) == offsetof(RowSamplingDev, frequency_penalty) &&
+              offsetof(RowSampling, presence_penalty) == offsetof(RowSamplingDev, presence_penalty));
+static_assert(sizeof(PenaltyToken) == sizeof(PenaltyTokenDev) && offsetof(PenaltyToken, row) == offsetof(PenaltyTokenDev, row) &&
+              offsetof(PenaltyToken, token) == offsetof(PenaltyTokenDev, token) &&
+              offsetof(PenaltyToken, count) == offsetof(PenaltyTokenDev, count));
 
 void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                               std::vector<int32_t>& ids) {
-  check_sampling_rows(batch, rows);
-  for (const RowSampling& r : rows) Sampler::params_of(r);  // what the host refuses, before anything runs
+                               std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) {
+  check_sampling_rows(batch, rows, penalties, config_.n_vocab);
+  // One upload, queued before the forward (it depends on nothing the forward computes, and
+  // the previous step's kernels are done: every forward synchronizes): the rows' parameters,
+  // then the penalty tokens (8-byte aligned after the 40-byte rows).
+  const size_t bytes = rows.size_bytes() + penalties.size_bytes();
+  if (bytes > 0) {
+    sampling_host_.grow(bytes);
+    sampling_dev_.grow(bytes);
+    std::memcpy(sampling_host_.get(), rows.data(), rows.size_bytes());
+    if (!penalties.empty()) std::memcpy(sampling_host_.get() + rows.size_bytes(), penalties.data(), penalties.size_bytes());
+    FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_.get(), sampling_host_.get(), bytes, cudaMemcpyHostToDevice, stream_));
+  }
   const int m = launch_step(batch, kv);
   ids.resize(size_t(m));
   if (m > 0) {
-    sampling_host_.grow(rows.size());
-    sampling_dev_.grow(rows.size());
-    std::memcpy(sampling_host_.get(), rows.data(), rows.size_bytes());
-    FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_.get(), sampling_host_.get(), rows.size_bytes(),
-                                   cudaMemcpyHostToDevice, stream_));
-    sample_rows(logits_.get(), m, config_.n_vocab, sampling_dev_.get(), ids_.get(), stream_);
+    const auto* d_rows = reinterpret_cast<const RowSamplingDev*>(sampling_dev_.get());
+    apply_penalties(logits_.get(), config_.n_vocab,
+                    reinterpret_cast<const PenaltyTokenDev*>(sampling_dev_.get() + rows.size_bytes()),
+                    int(penalties.size()), d_rows, stream_);
+    sample_rows(logits_.get(), m, config_.n_vocab, d_rows, ids_.get(), stream_);
     FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   }
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -91,13 +91,13 @@ class CudaModel final : public Model {
   /// As forward, but returns only the greedy id (argmax, lowest id on ties) of each row that
   /// wants logits, computed on the GPU: m int32 cross PCIe instead of m * n_vocab floats.
   void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) override;
-  /// As forward, but samples each wanted row on the GPU (kernels.h: sample_rows; every row,
-  /// greedy ones included, is checked for NaN / +Inf / all -Inf): the rows' parameters go up
-  /// in one small copy and m int32 come back. Survivors of top-k / top-p / min-p are walked
-  /// in id order (the host walks its candidate list), so those draws match the host's in
-  /// distribution, not token for token; temperature-only draws walk the same order.
+  /// As forward, but samples each wanted row on the GPU (kernels.h: apply_penalties, then
+  /// sample_rows; every row, greedy ones included, is checked for NaN / +Inf / all -Inf): the
+  /// rows' parameters and penalty tokens go up in one small copy and m int32 come back. The
+  /// survivors are walked in id order, as on the host: the same token for the same uniform,
+  /// up to rounding at the edges of the cumulative distribution.
   void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                      std::vector<int32_t>& ids) override;
+                      std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override;
   bool prefers_device_sampling() const override { return true; }
   /// Trees of up to TokenTreeLayout::kMaskWindow nodes below their root (see above).
   bool supports_tree_verification() const override { return true; }
@@ -223,8 +223,8 @@ class CudaModel final : public Model {
   int cap_tokens_ = 0, cap_rows_ = 0;
   DeviceBuffer<float> x_, x2_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
   DeviceBuffer<int32_t> ids_;
-  PinnedBuffer<RowSampling> sampling_host_;  // forward_sample's per-row parameters, staged
-  DeviceBuffer<RowSamplingDev> sampling_dev_;
+  PinnedBuffer<unsigned char> sampling_host_;  // forward_sample's rows + penalty tokens, staged
+  DeviceBuffer<unsigned char> sampling_dev_;
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
   DeviceBuffer<int32_t> staging_dev_;
   PinnedBuffer<int32_t> staging_host_;

@@ -276,7 +276,23 @@ struct RowSamplingDev {
   float top_p;
   float min_p;
   double uniform;
+  float repeat_penalty;
+  float frequency_penalty;
+  float presence_penalty;
+  int32_t reserved;
 };
+/// fdl::PenaltyToken's layout (checked likewise): one distinct token of row `row`'s window.
+struct PenaltyTokenDev {
+  int32_t row;
+  int32_t token;
+  int32_t count;
+};
+/// Stage 1 of the sampler in place: for i < n, logits[p.row][p.token] = penalize_logit(...,
+/// p.count, params[p.row]'s penalties) with p = penalties[i] (flashdllm/sampling.h; the same
+/// float operations, no fused multiply-add, so the row equals the host's bit for bit). Each
+/// (row, token) at most once; rows and tokens in range (checked by the caller).
+void apply_penalties(float* logits, int n_cols, const PenaltyTokenDev* penalties, int n,
+                     const RowSamplingDev* params, cudaStream_t stream);
 /// ids[r] = the token row r of `logits` ([n_rows][n_cols]) yields under params[r], for
 /// r < n_rows: flashdllm/sampling.h's stages 2-6 (top-k, then top-p over the untempered
 /// softmax of the survivors, min-p, temperature, then the survivor whose interval of the

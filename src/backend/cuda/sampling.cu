@@ -58,6 +58,16 @@ __device__ __forceinline__ float tempered(float v, float top, float t) {
   return x > -103.0f ? expf(x) : 0.0f;
 }
 
+// Probability mass (untempered, top-p's) as an exact integer: w = exp(v - top) in [0, 1] times
+// 2^44. Sums of up to 2^19 of them fit 64 bits and, being integers, do not depend on the
+// order of the atomics or the grouping of a pass, so every pass of a selection sees the same
+// masses and the result is deterministic. Weights below 2^-44 count as 0 for top-p (the host
+// sums floats; the cut can differ only where the target lies within ~1e-8 of a boundary).
+using Mass = unsigned long long;
+__device__ __forceinline__ Mass fixed_mass(float v, float top) {
+  return Mass(double(tempered(v, top, 1.0f)) * 0x1p44);
+}
+
 __device__ __forceinline__ int dist_bin(float v, float top) {
   const float d = (top - v) * kDistScale;
   return d < float(kDistBins - 1) ? int(d) : kDistBins - 1;
@@ -94,15 +104,15 @@ __device__ __forceinline__ T warp_inclusive_scan(T v) {
 struct Shared {
   union {
     unsigned count[kWarps][kBins];  // per-warp radix histograms
-    float mass[kWarps][kBins];
+    Mass mass[kWarps][kBins];
     struct {
       unsigned count[kDistBins];
-      double mass[kDistBins];  // double: the bound must not overshoot through rounding
+      Mass mass[kDistBins];
     } dist;
   } hist;
-  double bin_mass[kBins];
-  unsigned bin_count[kBins];
+  Mass bin_amount[kBins];  // a radix pass's counts or masses, summed over the warps
   double warp_d[kWarps];
+  Mass warp_m[kWarps];
   int warp_i[kWarps];
   int warp_j[kWarps];
   float warp_f[kWarps];
@@ -110,7 +120,7 @@ struct Shared {
   int32_t list_id[kListCap];
   // broadcast by one thread
   int digit;
-  double digit_above;
+  Mass digit_above;
   int found;
 };
 
@@ -203,39 +213,32 @@ __device__ int find_running(const View& view, NeedOf need_of, Amount amount, Sha
   return pos;
 }
 
-// Digit search over the 256 bins (s.bin_count or s.bin_mass), from the highest digit down:
-// the first non-empty digit whose cumulative amount reaches `need`. Warp 0 only; writes
-// s.digit (-1 when none does) and the amount of the digits above it.
-template <bool kMass>
-__device__ void find_digit(Shared& s, double need) {
+// Digit search over the 256 bins of s.bin_amount, from the highest digit down: the first
+// non-empty digit whose cumulative amount reaches `need`. Warp 0 only; writes s.digit (-1 when
+// none does) and the amount of the digits above it.
+__device__ void find_digit(Shared& s, Mass need) {
   if (warp_id() != 0) return;
   const int lane = lane_id();
-  auto amount = [&](int d) { return kMass ? s.bin_mass[d] : double(s.bin_count[d]); };
-  double own = 0.0;  // lane l owns digits 255 - 8l ... 248 - 8l
-  for (int j = 0; j < 8; ++j) own += amount(255 - 8 * lane - j);
-  const double incl = warp_inclusive_scan(own);
-  const double excl = incl - own;
-  const unsigned ballot = __ballot_sync(kFull, incl >= need && own > 0.0);
+  Mass own = 0;  // lane l owns digits 255 - 8l ... 248 - 8l
+  for (int j = 0; j < 8; ++j) own += s.bin_amount[255 - 8 * lane - j];
+  const Mass incl = warp_inclusive_scan(own);
+  const unsigned ballot = __ballot_sync(kFull, incl >= need && own > 0);
   if (ballot == 0) {
     if (lane == 0) s.digit = -1;
     return;
   }
   if (lane == __ffs(ballot) - 1) {
-    double c = excl;
-    int digit = -1, last = -1;
-    double c_last = excl;
+    Mass c = incl - own;  // exact: integers
+    int digit = -1;
     for (int j = 0; j < 8; ++j) {
       const int d = 255 - 8 * lane - j;
-      const double a = amount(d);
-      if (a <= 0.0) continue;
-      if (c + a >= need) {
+      const Mass a = s.bin_amount[d];
+      if (a > 0 && c + a >= need) {
         digit = d;
         break;
       }
-      last = d, c_last = c;
       c += a;
     }
-    if (digit < 0) digit = last, c = c_last;  // rounding between the lane's sum and this walk
     s.digit = digit;
     s.digit_above = c;
   }
@@ -246,13 +249,18 @@ __device__ void find_digit(Shared& s, double need) {
 // `above` gets the amount ranked strictly above that key. False when no key reaches it
 // (mass lost to rounding: the caller cuts nothing).
 template <bool kMass>
-__device__ bool radix_select(const View& view, Cut earlier, float top, double need, Shared& s, uint32_t& key_out,
-                             double& above) {
+__device__ bool radix_select(const View& view, Cut earlier, float top, Mass need, Shared& s, uint32_t& key_out,
+                             Mass& above) {
   uint32_t prefix = 0, mask = 0;
-  above = 0.0;
+  above = 0;
 #pragma unroll 1
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = int(threadIdx.x); i < kWarps * kBins; i += kThreads) (&s.hist.count[0][0])[i] = 0u;
+    for (int i = int(threadIdx.x); i < kWarps * kBins; i += kThreads) {
+      if (kMass)
+        (&s.hist.mass[0][0])[i] = 0;
+      else
+        (&s.hist.count[0][0])[i] = 0u;
+    }
     __syncthreads();
     for (int i = int(threadIdx.x); i < view.n; i += kThreads) {
       const float v = view.v[i];
@@ -261,29 +269,22 @@ __device__ bool radix_select(const View& view, Cut earlier, float top, double ne
       if ((k & mask) != prefix || !earlier.keeps(k, i)) continue;
       const int d = int((k >> shift) & 0xffu);
       if (kMass)
-        atomicAdd(&s.hist.mass[warp_id()][d], tempered(v, top, 1.0f));
+        atomicAdd(&s.hist.mass[warp_id()][d], fixed_mass(v, top));
       else
         atomicAdd(&s.hist.count[warp_id()][d], 1u);
     }
     __syncthreads();
     if (threadIdx.x < kBins) {
       const int d = int(threadIdx.x);
-      double m = 0.0;
-      unsigned c = 0;
-      for (int w = 0; w < kWarps; ++w) {
-        if (kMass)
-          m += double(s.hist.mass[w][d]);
-        else
-          c += s.hist.count[w][d];
-      }
-      s.bin_mass[d] = m;
-      s.bin_count[d] = c;
+      Mass a = 0;
+      for (int w = 0; w < kWarps; ++w) a += kMass ? s.hist.mass[w][d] : Mass(s.hist.count[w][d]);
+      s.bin_amount[d] = a;
     }
     __syncthreads();
-    find_digit<kMass>(s, need - above);
+    find_digit(s, need - above);
     __syncthreads();
     const int digit = s.digit;
-    const double digit_above = s.digit_above;
+    const Mass digit_above = s.digit_above;
     __syncthreads();  // s.digit is rewritten next pass
     if (digit < 0) return false;
     above += digit_above;
@@ -310,43 +311,51 @@ __device__ int nth_tied(const View& view, Cut earlier, uint32_t key, int nth, Sh
 // The exact stages 2-6 over `view` (the whole row, or candidates copied from it: a prefix of
 // the row in rank order that holds every survivor, and the whole top-k set when top-k cuts):
 // top-k, top-p over its survivors, min-p, the tempered draw in position order. `finite` is
-// the view's finite entries; `topp_total` the untempered mass top-p takes its fraction of
-// (< 0: summed over the view's top-k survivors). Returns the drawn id.
-__device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSamplingDev& p, float top, int finite, double topp_total,
+// the view's finite entries; `topp_total` the mass (fixed_mass) top-p takes its fraction of
+// (kNoTotal: summed over the view's top-k survivors). Returns the drawn id.
+constexpr Mass kNoTotal = ~Mass(0);
+// top-p's target as an integer: the host keeps the shortest prefix whose mass is >= p·total.
+__device__ __forceinline__ Mass topp_target(float top_p, Mass total) {
+  return Mass(ceil(double(top_p) * double(total)));
+}
+__device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSamplingDev& p, float top, int finite, Mass topp_total,
                                 Shared& s) {
   Cut topk;
   if (p.top_k > 0 && p.top_k < finite) {
     uint32_t key = 0;
-    double above = 0.0;
-    radix_select<false>(view, Cut{}, top, double(p.top_k), s, key, above);  // k <= n_finite: found
+    Mass above = 0;
+    radix_select<false>(view, Cut{}, top, Mass(p.top_k), s, key, above);  // k <= finite: found
     topk.key = key;
-    topk.pos = nth_tied(view, Cut{}, key, p.top_k - int(above + 0.5), s);
+    topk.pos = nth_tied(view, Cut{}, key, p.top_k - int(above), s);
   }
   Cut topp;
   if (p.top_p < 1.0f) {  // over the top-k survivors, by the untempered softmax (the host's order)
-    double total = topp_total;
-    if (total < 0.0) {
-      double mine = 0.0;
+    Mass total = topp_total;
+    if (total == kNoTotal) {
+      Mass mine = 0;
       for (int i = int(threadIdx.x); i < view.n; i += kThreads) {
         const float v = view.v[i];
-        if (isfinite(v) && topk.keeps(order_key(v), i)) mine += double(tempered(v, top, 1.0f));
+        if (isfinite(v) && topk.keeps(order_key(v), i)) mine += fixed_mass(v, top);
       }
       mine = warp_sum(mine);
-      if (lane_id() == 0) s.warp_d[warp_id()] = mine;
+      if (lane_id() == 0) s.warp_m[warp_id()] = mine;
       __syncthreads();
-      total = 0.0;
-      for (int w = 0; w < kWarps; ++w) total += s.warp_d[w];
+      total = 0;
+      for (int w = 0; w < kWarps; ++w) total += s.warp_m[w];
       __syncthreads();
     }
-    const double target = double(p.top_p) * total;
+    const Mass target = topp_target(p.top_p, total);
     uint32_t key = 0;
-    double above = 0.0;
+    Mass above = 0;
+    // False only where the view holds less than the target: min-p bounded the candidates
+    // below top-p's cut, and then top-p keeps every candidate (its cut lies further down).
     if (radix_select<true>(view, topk, top, target, s, key, above)) {
-      // the ties at the cut all weigh w: the fewest of them that reach the target
-      const double w = double(tempered(key_value(key), top, 1.0f));
-      const double need = (target - above) / w;
+      // the ties at the cut all weigh w (> 0: a digit with mass was chosen): the fewest of
+      // them that reach the target
+      const Mass w = fixed_mass(key_value(key), top);
+      const Mass nth = w > 0 ? (target - above + w - 1) / w : 1;
       topp.key = key;
-      topp.pos = nth_tied(view, topk, key, need <= 1.0 ? 1 : int(ceil(need - 1e-9)), s);
+      topp.pos = nth_tied(view, topk, key, nth < 1 ? 1 : int(min(nth, Mass(0x7fffffff))), s);
     }
   }
   const bool use_min_p = p.min_p > 0.0f;  // p_i >= min_p * p_max  <=>  v >= top + ln(min_p)
@@ -403,7 +412,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   float best = -INFINITY;  // any finite value beats it, -FLT_MAX included
   int best_i = 0x7fffffff;
   int finite = 0, bad = 0;
-  double mass = 0.0;  // untempered, over the finite entries: top-p's total when nothing else cuts first
+  Mass mass = 0;  // over the finite entries: top-p's total when top-k does not cut first
   for_each_in_row(row, n, [&](int i, float v) {
     if (v != v || v > FLT_MAX) bad = 1;
     if (!isfinite(v)) return;
@@ -444,11 +453,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   int32_t id = -1;
   const bool topk_cuts = p.top_k > 0 && p.top_k < n_finite;
   if (!cuts) {
-    id = cut_and_draw(whole, p, top, n_finite, -1.0, s);
+    id = cut_and_draw(whole, p, top, n_finite, kNoTotal, s);
   } else {
     // Pass 2: distances from the maximum, counted and weighed, bound every cut from below;
     // the row's untempered mass in a fixed order (top-p's total when top-k does not cut).
-    for (int i = int(threadIdx.x); i < kDistBins; i += kThreads) s.hist.dist.count[i] = 0u, s.hist.dist.mass[i] = 0.0;
+    for (int i = int(threadIdx.x); i < kDistBins; i += kThreads) s.hist.dist.count[i] = 0u, s.hist.dist.mass[i] = 0;
     __syncthreads();
     // The mass is needed only where top-p bounds the list (top-k does not cut): the count
     // alone costs one integer atomic per entry.
@@ -458,56 +467,52 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       const int b = dist_bin(v, top);
       atomicAdd(&s.hist.dist.count[b], 1u);
       if (by_mass) {
-        const float w = tempered(v, top, 1.0f);
-        mass += double(w);
-        atomicAdd(&s.hist.dist.mass[b], double(w));
+        const Mass w = fixed_mass(v, top);
+        mass += w;
+        atomicAdd(&s.hist.dist.mass[b], w);
       }
     });
     mass = warp_sum(mass);
-    if (lane_id() == 0) s.warp_d[warp_id()] = mass;
+    if (lane_id() == 0) s.warp_m[warp_id()] = mass;
     __syncthreads();
-    double row_mass = 0.0;
-    for (int w = 0; w < kWarps; ++w) row_mass += s.warp_d[w];
+    Mass row_mass = 0;
+    for (int w = 0; w < kWarps; ++w) row_mass += s.warp_m[w];
     __syncthreads();
     if (warp_id() == 0) {
       // Lane l holds bins [64l, 64l + 64): cumulative count and mass by lane, then the bin.
-      unsigned c = 0;
-      double m = 0.0;
+      Mass c = 0, m = 0;
       #pragma unroll 4
       for (int j = 0; j < kDistBins / 32; ++j) c += s.hist.dist.count[64 * lane_id() + j], m += s.hist.dist.mass[64 * lane_id() + j];
-      const unsigned c_incl = warp_inclusive_scan(c);
-      const double m_incl = warp_inclusive_scan(m);
-      const double m_total = __shfl_sync(kFull, m_incl, 31);
+      const Mass c_incl = warp_inclusive_scan(c);
+      const Mass m_incl = warp_inclusive_scan(m);
       // The last bin the candidates reach. With top-k cutting, the list must hold the whole
       // top-k set (top-p takes its fraction of that set's mass): its bound alone. Otherwise
       // the survivors of top-p and of min-p bound it, and top-p's total is the row's.
       int bound = kDistBins - 1;
       if (!topk_cuts && p.min_p > 0.0f) bound = min(bound, int(-log(double(p.min_p)) * kDistScale) + 1);
       // Count / mass bounds: the first bin where the cumulative amount reaches the cut's own
-      // (top-p's target over the whole row is above its target over the top-k survivors).
-      auto first_bin = [&](bool by_mass, double need) {
-        const unsigned hit = __ballot_sync(kFull, by_mass ? m_incl >= need : double(c_incl) >= need);
+      // (exact integers: the same target cut_and_draw uses, so the list holds the cut).
+      auto first_bin = [&](bool by_mass, Mass need) {
+        const unsigned hit = __ballot_sync(kFull, (by_mass ? m_incl : c_incl) >= need);
         if (!hit) return kDistBins - 1;
         const int l = __ffs(hit) - 1;
-        const unsigned c_before = __shfl_sync(kFull, c_incl - c, l);
-        const double m_before = __shfl_sync(kFull, m_incl - m, l);
-        int b = 64 * l;
+        const Mass before = __shfl_sync(kFull, by_mass ? m_incl - m : c_incl - c, l);
+        int b = 64 * l + 63;
         if (lane_id() == l) {
-          double run = by_mass ? m_before : double(c_before);
+          Mass run = before;
           #pragma unroll 1
           for (int j = 0; j < 64; ++j) {
-            run += by_mass ? double(s.hist.dist.mass[64 * l + j]) : double(s.hist.dist.count[64 * l + j]);
+            run += by_mass ? s.hist.dist.mass[64 * l + j] : Mass(s.hist.dist.count[64 * l + j]);
             if (run >= need) {
               b = 64 * l + j;
               break;
             }
-            b = 64 * l + j;
           }
         }
         return __shfl_sync(kFull, b, l);
       };
-      if (topk_cuts) bound = min(bound, first_bin(false, double(p.top_k)));
-      else if (p.top_p < 1.0f) bound = min(bound, first_bin(true, double(p.top_p) * m_total * (1.0 + 1e-9)));
+      if (topk_cuts) bound = min(bound, first_bin(false, Mass(p.top_k)));
+      else if (p.top_p < 1.0f) bound = min(bound, first_bin(true, topp_target(p.top_p, row_mass)));
       bound = min(bound, kDistBins - 1);
       // candidates = every finite entry in bins <= bound
       unsigned cand = 0;
@@ -520,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     const int bound = s.warp_i[0];
     __syncthreads();
     if (bound < 0) {
-      id = cut_and_draw(whole, p, top, n_finite, -1.0, s);  // too many candidates: the exact cuts over the row
+      id = cut_and_draw(whole, p, top, n_finite, kNoTotal, s);  // too many candidates: the exact cuts over the row
     } else {
       // Pass 3: the candidates' positions in order — per-warp counts, then each warp writes
       // its range's candidates after those of the warps before it.
@@ -560,15 +565,38 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       }
       __syncthreads();
       if (n_list <= kListCap)  // the histogram's count, so always; a guard for the writes above
-        id = cut_and_draw(View{s.list_v, s.list_id, n_list}, p, top, n_list, topk_cuts ? -1.0 : row_mass, s);
+        id = cut_and_draw(View{s.list_v, s.list_id, n_list}, p, top, n_list, topk_cuts ? kNoTotal : row_mass, s);
       else
-        id = cut_and_draw(whole, p, top, n_finite, -1.0, s);
+        id = cut_and_draw(whole, p, top, n_finite, kNoTotal, s);
     }
   }
   if (threadIdx.x == 0) ids[blockIdx.x] = id >= 0 ? id : best_i;
 }
 
+__global__ void penalty_kernel(float* logits, int n_cols, const PenaltyTokenDev* penalties, int n,
+                               const RowSamplingDev* params) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int i = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (i >= n) return;
+  const PenaltyTokenDev p = penalties[i];
+  const RowSamplingDev& r = params[p.row];
+  float& logit = logits[int64_t(p.row) * n_cols + p.token];
+  // penalize_logit (flashdllm/sampling.h) with every operation rounded on its own
+  float l = logit;
+  if (r.repeat_penalty != 1.0f) l = l <= 0.0f ? __fmul_rn(l, r.repeat_penalty) : __fdiv_rn(l, r.repeat_penalty);
+  const float by_count = __fmul_rn(float(p.count), r.frequency_penalty);
+  logit = __fsub_rn(l, __fadd_rn(by_count, p.count > 0 ? r.presence_penalty : 0.0f));
+}
+
 }  // namespace
+
+void apply_penalties(float* logits, int n_cols, const PenaltyTokenDev* penalties, int n,
+                     const RowSamplingDev* params, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_pdl(penalty_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, logits, n_cols, penalties, n,
+             params);
+}
 
 void sample_rows(const float* logits, int n_rows, int n_cols, const RowSamplingDev* params, int32_t* ids,
                  cudaStream_t stream) {
