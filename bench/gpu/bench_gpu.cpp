@@ -71,12 +71,13 @@ void print_profile(fdl::cuda::CudaModel& m, const char* what, int B, double per)
 }
 
 // How a decode step turns its rows into the next tokens.
-enum class Mode { Argmax, FullLogits, DeviceSampling, HostSampling };
+enum class Mode { Argmax, FullLogits, DeviceSampling, HostSampling, DeviceGreedy };
 const char* mode_label(Mode mode) {
   switch (mode) {
     case Mode::FullLogits: return " (full logits to host)";
     case Mode::DeviceSampling: return " (sampled on the GPU)";
     case Mode::HostSampling: return " (sampled on the host)";
+    case Mode::DeviceGreedy: return " (greedy through forward_sample)";
     default: return "";
   }
 }
@@ -85,6 +86,7 @@ const char* mode_name(Mode mode) {
     case Mode::FullLogits: return "full_logits";
     case Mode::DeviceSampling: return "device_sampling";
     case Mode::HostSampling: return "host_sampling";
+    case Mode::DeviceGreedy: return "device_greedy";
     default: return "argmax";
   }
 }
@@ -145,9 +147,11 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
                               ? samplers[size_t(s)].sample({row, size_t(c.n_vocab)})
                               : int32_t(std::max_element(row, row + c.n_vocab) - row);
       }
-    } else if (mode == Mode::DeviceSampling) {
+    } else if (mode == Mode::DeviceSampling || mode == Mode::DeviceGreedy) {
       for (int s = 0; s < B; ++s)
-        rows[size_t(s)] = fdl::Sampler::row_sampling(samplers[size_t(s)].params(), samplers[size_t(s)].next_uniform());
+        rows[size_t(s)] = mode == Mode::DeviceGreedy ? fdl::RowSampling{}
+                                                     : fdl::Sampler::row_sampling(samplers[size_t(s)].params(),
+                                                                                  samplers[size_t(s)].next_uniform());
       m.forward_sample(batch, kv, rows, {}, ids);
       std::copy(ids.begin(), ids.end(), next.begin());
     } else {
@@ -222,7 +226,7 @@ int main(int argc, char** argv) {
       fdl::KvCache kv(pool);
       std::vector<Mode> modes{Mode::Argmax};
       if (B == 1) modes.push_back(Mode::FullLogits);
-      if (sampling) modes.insert(modes.end(), {Mode::DeviceSampling, Mode::HostSampling});
+      if (sampling) modes.insert(modes.end(), {Mode::DeviceSampling, Mode::HostSampling, Mode::DeviceGreedy});
       for (const Mode mode : modes) {
         run_once(m, kv, prompts, std::min(gen, 4), mode);  // warm-up
         std::vector<double> tps, ttft, prefill, sigma, step_med, bw;

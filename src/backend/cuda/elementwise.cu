@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/row_loads.cuh"
 
 namespace fdl::cuda {
 namespace {
@@ -157,18 +159,19 @@ __global__ void cast_kernel(const float* x, size_t count, WType type, void* dst)
   }
 }
 
-constexpr int kArgmaxThreads = 512;
-
-__global__ void argmax_kernel(const float* logits, int n_cols, int32_t* ids) {
+// One block per row with one SM's worth of loads in flight (row_loads.cuh): 1024 threads,
+// four 16-byte loads each (a kernel with one 4-byte load in flight per thread of 512 was
+// 0.05 ms slower per batch-64 step: docs/GPU.md, run 60).
+constexpr int kArgmaxThreads = 1024;
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int n_cols, int32_t* ids) {
   launch_dependents();
   grid_dependency_wait();
   const float* row = logits + int64_t(blockIdx.x) * n_cols;
-  float best = -FLT_MAX;
+  float best = -INFINITY;
   int best_i = 0x7fffffff;
-  for (int c = threadIdx.x; c < n_cols; c += kArgmaxThreads) {
-    const float v = row[c];
-    if (v > best) best = v, best_i = c;  // increasing c: the first max of this thread wins
-  }
+  for_each_in_row<kArgmaxThreads>(row, n_cols, [&](int i, float v) {
+    if (v > best) best = v, best_i = i;  // increasing i within a thread: its first maximum
+  });
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);

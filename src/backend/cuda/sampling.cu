@@ -25,6 +25,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/row_loads.cuh"
 
 namespace fdl::cuda {
 namespace {
@@ -374,31 +375,6 @@ __device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSampling
   return pos >= 0 ? view.id(pos) : -1;
 }
 
-// 16-byte loads where the row allows (4 floats per thread per step, all threads in flight).
-template <typename F>
-__device__ __forceinline__ void for_each_in_row(const float* row, int n, F f) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
-  const int n4 = aligned ? n / 4 : 0;
-  const float4* row4 = reinterpret_cast<const float4*>(row);
-  auto each = [&](int j, const float4& q) {
-    f(4 * j, q.x);
-    f(4 * j + 1, q.y);
-    f(4 * j + 2, q.z);
-    f(4 * j + 3, q.w);
-  };
-  int j = int(threadIdx.x);
-  for (; j + 3 * kThreads < n4; j += 4 * kThreads) {  // four 16-byte loads in flight per thread
-    const float4 q0 = __ldg(row4 + j), q1 = __ldg(row4 + j + kThreads), q2 = __ldg(row4 + j + 2 * kThreads),
-                 q3 = __ldg(row4 + j + 3 * kThreads);
-    each(j, q0);
-    each(j + kThreads, q1);
-    each(j + 2 * kThreads, q2);
-    each(j + 3 * kThreads, q3);
-  }
-  for (; j < n4; j += kThreads) each(j, __ldg(row4 + j));
-  for (int i = 4 * n4 + int(threadIdx.x); i < n; i += kThreads) f(i, __ldg(row + i));
-}
-
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int n, const RowSamplingDev* params,
                                                           int32_t* ids) {
   launch_dependents();
@@ -413,7 +389,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   int best_i = 0x7fffffff;
   int finite = 0, bad = 0;
   Mass mass = 0;  // over the finite entries: top-p's total when top-k does not cut first
-  for_each_in_row(row, n, [&](int i, float v) {
+  for_each_in_row<kThreads>(row, n, [&](int i, float v) {
     if (v != v || v > FLT_MAX) bad = 1;
     if (!isfinite(v)) return;
     ++finite;
@@ -462,7 +438,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     // The mass is needed only where top-p bounds the list (top-k does not cut): the count
     // alone costs one integer atomic per entry.
     const bool by_mass = !topk_cuts && p.top_p < 1.0f;
-    for_each_in_row(row, n, [&](int, float v) {
+    for_each_in_row<kThreads>(row, n, [&](int, float v) {
       if (!isfinite(v)) return;
       const int b = dist_bin(v, top);
       atomicAdd(&s.hist.dist.count[b], 1u);
