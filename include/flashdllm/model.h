@@ -98,7 +98,8 @@ struct RowSampling {
 };
 
 /// One distinct token of a row's penalty window and how often it occurs there
-/// (Sampler::append_penalty_tokens). Each (row, token) pair at most once.
+/// (Sampler::append_penalty_tokens). Each (row, token) pair at most once (not checked: a
+/// repeated pair is applied twice on the host and races on the GPU).
 struct PenaltyToken {
   int32_t row = 0;    ///< index into forward_sample's rows
   int32_t token = 0;  ///< in [0, n_vocab)

@@ -32,8 +32,10 @@
 // per sequence. SamplingParams::validate() is pure.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <random>
 #include <span>
 #include <vector>
@@ -47,11 +49,17 @@ struct PenaltyToken;  // flashdllm/model.h
 /// there: the repetition penalty (positive logits divided, others multiplied), then
 /// logit -= count * frequency_penalty + presence_penalty. Every backend applies exactly
 /// these float operations (no fused multiply-add), so penalized rows are bit-identical.
+/// Extreme but valid penalties saturate at +-FLT_MAX instead of overflowing to Inf or NaN
+/// (a finite logit stays finite, so no penalty can make a row unsamplable); a logit that is
+/// not finite (masked -Inf, or NaN / +Inf, which the row check refuses) is returned as is.
 inline float penalize_logit(float logit, int32_t count, float repeat_penalty, float frequency_penalty,
                             float presence_penalty) {
-  if (repeat_penalty != 1.0f) logit = logit <= 0.0f ? logit * repeat_penalty : logit / repeat_penalty;
-  const float by_count = float(count) * frequency_penalty;
-  return logit - (by_count + (count > 0 ? presence_penalty : 0.0f));
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const auto sat = [](float x) { return x < -kMax ? -kMax : (x > kMax ? kMax : x); };
+  if (!std::isfinite(logit)) return logit;
+  if (repeat_penalty != 1.0f) logit = sat(logit <= 0.0f ? logit * repeat_penalty : logit / repeat_penalty);
+  const float by_count = sat(float(count) * frequency_penalty);
+  return sat(logit - sat(by_count + (count > 0 ? presence_penalty : 0.0f)));
 }
 
 struct SamplingParams {
@@ -111,7 +119,7 @@ class Sampler {
   double next_uniform();
 
   /// sample() with the draw given (`u` in [0, 1), clamped into it otherwise): the token whose
-  /// interval of the cumulative distribution, in candidate order, holds u. Does not touch
+  /// interval of the cumulative distribution, walked in token-id order, holds u. Does not touch
   /// the RNG. Greedy ignores u.
   int32_t sample_with_uniform(std::span<const float> logits, double u);
 

@@ -1,6 +1,8 @@
 // Stage 1 of the sampler: repetition (llama.cpp), frequency and presence (OpenAI) penalties.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -89,6 +91,31 @@ TEST(Penalties, AcceptRejectsOutOfRangeIds) {
   Sampler s(p, 4);
   EXPECT_THROW(s.accept(4), std::out_of_range);
   EXPECT_THROW(s.accept(-1), std::out_of_range);
+}
+
+TEST(Penalties, ExtremeValidPenaltiesSaturateInsteadOfOverflowing) {
+  // Valid but extreme settings (a repetition penalty of 1e-38 divides a positive logit past
+  // FLT_MAX): the result saturates, so a penalized row stays samplable; non-finite logits
+  // pass through unchanged (masked -Inf stays masked, NaN / +Inf are refused by the row check).
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(penalize_logit(5.0f, 1, 1e-38f, 0.0f, 0.0f), kMax);   // 5e38
+  EXPECT_EQ(penalize_logit(-5.0f, 1, 1e38f, 0.0f, 0.0f), -kMax);  // -5e38
+  EXPECT_EQ(penalize_logit(1.0f, 4, 1.0f, -1e38f, 0.0f), kMax);   // 1 + 4e38
+  EXPECT_EQ(penalize_logit(5.0f, 4, 1e-38f, -1e38f, 0.0f), kMax); // Inf - (-Inf) would be NaN
+  EXPECT_EQ(penalize_logit(-inf, 2, 1.3f, -1e38f, 1.0f), -inf);
+  EXPECT_TRUE(std::isnan(penalize_logit(std::nanf(""), 1, 1.3f, 0.5f, 0.5f)));
+  EXPECT_EQ(penalize_logit(inf, 1, 1.3f, 0.5f, 0.5f), inf);
+  // Ordinary values: exactly the float operations of the formula.
+  EXPECT_EQ(penalize_logit(3.0f, 2, 1.5f, 0.25f, 0.5f), 3.0f / 1.5f - (2.0f * 0.25f + 0.5f));
+  EXPECT_EQ(penalize_logit(-3.0f, 1, 1.5f, 0.0f, 0.0f), -3.0f * 1.5f);
+  // The sampler draws from such a row without throwing.
+  SamplingParams p;
+  p.repeat_penalty = 1e-38f;
+  p.temperature = 0.0f;
+  Sampler s(p, 4);
+  s.accept(1);
+  EXPECT_EQ(s.sample(std::vector<float>{0.5f, 0.1f, 0.2f, 0.3f}), 1);  // 0.1 / 1e-38 saturates: the max
 }
 
 }  // namespace

@@ -143,5 +143,33 @@ TEST(SamplerDraw, SampleIsNextUniformThenSampleWithUniform) {
   EXPECT_EQ(t.sample_with_uniform(row, std::nan("")), t.sample_with_uniform(row, 0.0));
 }
 
+TEST(SamplerDraw, TheDrawWalksTheSurvivorsInIdOrder) {
+  // Ranks differ from ids: id 5 is the best, then 1, then 3 (top-k 3 keeps those). The draw
+  // walks them by id, as the GPU does (Model::forward_sample), so the smallest u goes to id
+  // 1 and the largest to id 5, whatever their ranks.
+  const std::vector<float> row{0.0f, 2.0f, -1.0f, 1.0f, -2.0f, 3.0f, -3.0f};
+  for (const bool by_top_p : {false, true}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    if (by_top_p)
+      p.top_p = 0.9f;  // keeps 5, 1, 3 (0.633 + 0.233 < 0.9: the third is needed)
+    else
+      p.top_k = 3;
+    Sampler s(p, int32_t(row.size()));
+    const auto d = s.distribution(row);
+    ASSERT_EQ(d.size(), 3u);
+    double p1 = 0, p3 = 0;
+    for (const auto& t : d) {
+      if (t.id == 1) p1 = double(t.prob);
+      if (t.id == 3) p3 = double(t.prob);
+    }
+    EXPECT_EQ(s.sample_with_uniform(row, 0.0), 1);
+    EXPECT_EQ(s.sample_with_uniform(row, p1 - 1e-6), 1);
+    EXPECT_EQ(s.sample_with_uniform(row, p1 + 1e-6), 3);
+    EXPECT_EQ(s.sample_with_uniform(row, p1 + p3 + 1e-6), 5);
+    EXPECT_EQ(s.sample_with_uniform(row, std::nextafter(1.0, 0.0)), 5);
+  }
+}
+
 }  // namespace
 }  // namespace fdl

@@ -186,5 +186,33 @@ TEST(GeneratorArgmax, StepsMixingDecodesAndCompletingPromptsKeepTheRowOrder) {
   EXPECT_EQ(wrapped.logit_steps, 0);
 }
 
+TEST(GeneratorArgmax, PenaltyWindowsOfEveryKindMatchTheLogitsPath) {
+  // The whole context (-1), off (0) with penalties set, a window sliding under a greedy row,
+  // and extreme but valid penalties that saturate (a fresh-eyes review: before saturation a
+  // repetition penalty of 1e-38 overflowed to +Inf on the ids path and failed every request
+  // of the batch), mixed with a plain request, two sequences at a time.
+  const LoadedModel& m = stories_model();
+  std::vector<GenerationRequest> reqs{greedy_request({1, 403, 407, 261}, 24)};
+  GenerationRequest whole = sampled_request({1, 77, 30, 77}, 24, 3);
+  whole.sampling.repeat_last_n = -1, whole.sampling.frequency_penalty = 0.6f;
+  GenerationRequest off = sampled_request({1, 77, 30, 77}, 24, 4);
+  off.sampling.repeat_last_n = 0, off.sampling.repeat_penalty = 2.0f;
+  GenerationRequest sliding = greedy_request({1, 403, 407, 261, 403, 407}, 24);
+  sliding.sampling.repeat_last_n = 3, sliding.sampling.repeat_penalty = 1.8f;
+  GenerationRequest extreme = sampled_request({1, 77, 30, 77, 30}, 24, 6);
+  extreme.sampling.repeat_penalty = 1e-38f;
+  reqs.insert(reqs.end(), {whole, off, sliding, extreme});
+  GeneratorOptions o;
+  o.max_sequences = 2;
+  Generator plain(*m.model, *m.tokenizer, o);
+  const auto want = ids_of(plain.generate(reqs));
+  ArgmaxPreferringModel wrapped(*m.model);
+  Generator g(wrapped, *m.tokenizer, o);
+  EXPECT_EQ(ids_of(g.generate(reqs)), want);
+  EXPECT_GT(wrapped.penalty_tokens, 0);
+  EXPECT_EQ(wrapped.logit_steps, 0);
+  for (const auto& ids : want) EXPECT_EQ(ids.size(), 24u);
+}
+
 }  // namespace
 }  // namespace fdl::test

@@ -228,6 +228,24 @@ TEST(GpuSampling, PenaltiesEqualTheHostSamplersBitForBit) {
   FDL_CUDA_CHECK(cudaGetLastError());
   const auto got = to_host(d_row, size_t(n));
   for (int i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "token " << i;
+  // Extreme but valid penalties saturate at +-FLT_MAX on both sides (never Inf / NaN), and
+  // non-finite logits pass through unchanged.
+  SamplingParams x = p;
+  x.repeat_penalty = 1e-38f;
+  x.frequency_penalty = -1e38f;
+  std::vector<float> row2 = random_floats(size_t(n), -50.f, 50.f);
+  row2[size_t(pens[0].token)] = kNegInf;
+  std::vector<float> want2 = row2;
+  for (const auto& t : pens)
+    want2[size_t(t.token)] = penalize_logit(row2[size_t(t.token)], t.count, x.repeat_penalty, x.frequency_penalty,
+                                            x.presence_penalty);
+  auto d_row2 = to_device(row2);
+  auto d_params2 = to_device(std::vector<cuda::RowSamplingDev>{dev(x, 0.5)});
+  cuda::apply_penalties(d_row2.get(), n, d_pen.get(), int(dp.size()), d_params2.get(), nullptr);
+  FDL_CUDA_CHECK(cudaGetLastError());
+  const auto got2 = to_host(d_row2, size_t(n));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(got2[size_t(i)], want2[size_t(i)]) << "token " << i << " (extreme)";
+  EXPECT_EQ(got2[size_t(pens[0].token)], kNegInf);
 }
 
 // A CudaModel seen only through Model's interface with forward_sample left at the default

@@ -601,7 +601,13 @@ void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<co
     if (!penalties.empty()) std::memcpy(sampling_host_.get() + rows.size_bytes(), penalties.data(), penalties.size_bytes());
     FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_.get(), sampling_host_.get(), bytes, cudaMemcpyHostToDevice, stream_));
   }
-  const int m = launch_step(batch, kv);
+  int m = 0;
+  try {
+    m = launch_step(batch, kv);
+  } catch (...) {
+    cudaStreamSynchronize(stream_);  // the upload above must not outlive the call into the next one
+    throw;
+  }
   ids.resize(size_t(m));
   if (m > 0) {
     const auto* d_rows = reinterpret_cast<const RowSamplingDev*>(sampling_dev_.get());

@@ -559,10 +559,13 @@ __global__ void penalty_kernel(float* logits, int n_cols, const PenaltyTokenDev*
   const RowSamplingDev& r = params[p.row];
   float& logit = logits[int64_t(p.row) * n_cols + p.token];
   // penalize_logit (flashdllm/sampling.h) with every operation rounded on its own
+  // (saturating at +-FLT_MAX like the host; non-finite logits unchanged)
+  const auto sat = [](float x) { return fminf(fmaxf(x, -FLT_MAX), FLT_MAX); };
   float l = logit;
-  if (r.repeat_penalty != 1.0f) l = l <= 0.0f ? __fmul_rn(l, r.repeat_penalty) : __fdiv_rn(l, r.repeat_penalty);
-  const float by_count = __fmul_rn(float(p.count), r.frequency_penalty);
-  logit = __fsub_rn(l, __fadd_rn(by_count, p.count > 0 ? r.presence_penalty : 0.0f));
+  if (!isfinite(l)) return;
+  if (r.repeat_penalty != 1.0f) l = sat(l <= 0.0f ? __fmul_rn(l, r.repeat_penalty) : __fdiv_rn(l, r.repeat_penalty));
+  const float by_count = sat(__fmul_rn(float(p.count), r.frequency_penalty));
+  logit = sat(__fsub_rn(l, sat(__fadd_rn(by_count, p.count > 0 ? r.presence_penalty : 0.0f))));
 }
 
 }  // namespace
