@@ -162,6 +162,26 @@ TEST(GeneratorArgmax, ForwardSampleNeedsOneRowPerWantedToken) {
   EXPECT_EQ(ids, want);
 }
 
+// Runs `reqs` two sequences at a time (so prompts complete in steps where others decode) on
+// the plain model and on the ids-only wrapper; expects the same ids, every request run to
+// its length, and no logits step. Returns the wrapper's counters.
+struct IdsPathCounts {
+  int ids_steps = 0, penalty_tokens = 0;
+};
+IdsPathCounts expect_two_at_a_time_like_the_logits_path(const LoadedModel& m,
+                                                        const std::vector<GenerationRequest>& reqs) {
+  GeneratorOptions o;
+  o.max_sequences = 2;
+  Generator plain(*m.model, *m.tokenizer, o);
+  const auto want = ids_of(plain.generate(reqs));
+  ArgmaxPreferringModel wrapped(*m.model);
+  Generator g(wrapped, *m.tokenizer, o);
+  EXPECT_EQ(ids_of(g.generate(reqs)), want);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(int(want[i].size()), reqs[i].max_new_tokens) << "request " << i;
+  EXPECT_EQ(wrapped.logit_steps, 0);
+  return {wrapped.ids_steps, wrapped.penalty_tokens};
+}
+
 TEST(GeneratorArgmax, StepsMixingDecodesAndCompletingPromptsKeepTheRowOrder) {
   // At most two sequences: later requests' prompts complete in steps where others decode, so
   // a step's rows are decode rows and then prompt rows; each must get its own sequence's
@@ -175,15 +195,7 @@ TEST(GeneratorArgmax, StepsMixingDecodesAndCompletingPromptsKeepTheRowOrder) {
     r.sampling.temperature = 0.7f + 0.2f * float(i);
     reqs.push_back(r);
   }
-  GeneratorOptions o;
-  o.max_sequences = 2;
-  Generator plain(*m.model, *m.tokenizer, o);
-  const auto want = ids_of(plain.generate(reqs));
-  ArgmaxPreferringModel wrapped(*m.model);
-  Generator g(wrapped, *m.tokenizer, o);
-  EXPECT_EQ(ids_of(g.generate(reqs)), want);
-  EXPECT_GT(wrapped.ids_steps, 0);
-  EXPECT_EQ(wrapped.logit_steps, 0);
+  EXPECT_GT(expect_two_at_a_time_like_the_logits_path(m, reqs).ids_steps, 0);
 }
 
 TEST(GeneratorArgmax, PenaltyWindowsOfEveryKindMatchTheLogitsPath) {
@@ -202,16 +214,7 @@ TEST(GeneratorArgmax, PenaltyWindowsOfEveryKindMatchTheLogitsPath) {
   GenerationRequest extreme = sampled_request({1, 77, 30, 77, 30}, 24, 6);
   extreme.sampling.repeat_penalty = 1e-38f;
   reqs.insert(reqs.end(), {whole, off, sliding, extreme});
-  GeneratorOptions o;
-  o.max_sequences = 2;
-  Generator plain(*m.model, *m.tokenizer, o);
-  const auto want = ids_of(plain.generate(reqs));
-  ArgmaxPreferringModel wrapped(*m.model);
-  Generator g(wrapped, *m.tokenizer, o);
-  EXPECT_EQ(ids_of(g.generate(reqs)), want);
-  EXPECT_GT(wrapped.penalty_tokens, 0);
-  EXPECT_EQ(wrapped.logit_steps, 0);
-  for (const auto& ids : want) EXPECT_EQ(ids.size(), 24u);
+  EXPECT_GT(expect_two_at_a_time_like_the_logits_path(m, reqs).penalty_tokens, 0);
 }
 
 }  // namespace
