@@ -175,6 +175,10 @@ class Sampler {
   size_t scan(std::span<const float> logits) const;
   /// Copies `logits` into scratch and applies the penalties there.
   std::span<const float> penalized(std::span<const float> logits);
+  /// Calls f(token, count) once per distinct token of the penalty window (penalized() and
+  /// append_penalty_tokens() share it).
+  template <typename F>
+  void for_each_window_token(F f);
   /// The row after penalties (the input itself when there are none) and its argmax.
   std::span<const float> prepared(std::span<const float> logits, size_t& argmax);
   /// Runs stages 2-5; leaves the unnormalized weights of the survivors in weights_ (the

@@ -30,38 +30,37 @@ void Sampler::accept(int32_t token) {
   }
 }
 
-std::span<const float> Sampler::penalized(std::span<const float> logits) {
-  penalized_.assign(logits.begin(), logits.end());
-  if (window_.empty()) return penalized_;
-  // A fresh stamp per call marks tokens already penalized, so each distinct token in the
-  // window is penalized exactly once without clearing an n_vocab-sized array.
+template <typename F>
+void Sampler::for_each_window_token(F f) {
+  if (window_.empty()) return;
+  // A fresh stamp per call marks tokens already visited, so each distinct token in the
+  // window is visited exactly once without clearing an n_vocab-sized array.
   if (++stamp_ == 0) {
     std::fill(applied_stamp_.begin(), applied_stamp_.end(), 0u);
     stamp_ = 1;
   }
-  const float rp = params_.repeat_penalty;
   for (int32_t token : window_) {
     const size_t t = size_t(token);
     if (applied_stamp_[t] == stamp_) continue;
     applied_stamp_[t] = stamp_;
-    // llama.cpp: logit <= 0 is multiplied, positive divided; either way it moves down.
-    penalized_[t] = penalize_logit(penalized_[t], counts_[t], rp, params_.frequency_penalty, params_.presence_penalty);
+    f(token, counts_[t]);
   }
+}
+
+std::span<const float> Sampler::penalized(std::span<const float> logits) {
+  penalized_.assign(logits.begin(), logits.end());
+  // llama.cpp: logit <= 0 is multiplied, positive divided; either way it moves down.
+  for_each_window_token([&](int32_t token, int32_t count) {
+    float& logit = penalized_[size_t(token)];
+    logit = penalize_logit(logit, count, params_.repeat_penalty, params_.frequency_penalty, params_.presence_penalty);
+  });
   return penalized_;
 }
 
 void Sampler::append_penalty_tokens(int32_t row, std::vector<PenaltyToken>& out) {
-  if (!params_.has_penalties() || window_.empty()) return;
-  if (++stamp_ == 0) {  // the same once-per-distinct-token marking as penalized()
-    std::fill(applied_stamp_.begin(), applied_stamp_.end(), 0u);
-    stamp_ = 1;
-  }
-  for (int32_t token : window_) {
-    const size_t t = size_t(token);
-    if (applied_stamp_[t] == stamp_) continue;
-    applied_stamp_[t] = stamp_;
-    out.push_back(PenaltyToken{.row = row, .token = token, .count = counts_[t]});
-  }
+  if (!params_.has_penalties()) return;
+  for_each_window_token(
+      [&](int32_t token, int32_t count) { out.push_back(PenaltyToken{.row = row, .token = token, .count = count}); });
 }
 
 std::vector<float> Sampler::penalized_logits(std::span<const float> logits) {

@@ -157,11 +157,11 @@ void Scheduler::step() {
 
 bool Scheduler::ids_only_step() const {
   if (drafted_ > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
-  const auto plain = [](const LiveSequence& s) { return s.request.logprobs < 0; };
+  const auto wants_logprobs = [](const LiveSequence& s) { return s.request.logprobs >= 0; };
   for (const auto& d : decode_)
-    if (!plain(*d.s)) return false;
+    if (wants_logprobs(*d.s)) return false;
   for (const auto& p : prefill_)
-    if (p.last && !plain(*p.s)) return false;
+    if (p.last && wants_logprobs(*p.s)) return false;
   return true;
 }
 

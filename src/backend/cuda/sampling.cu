@@ -17,7 +17,8 @@
 //     cuts over the row in global memory instead.
 // The exact cuts never sort: a float's bits, flipped into an unsigned key, order like the
 // float, so the k-th best logit is a radix select over the keys (four 8-bit passes of
-// 256-bin histograms) and the top-p cut the same select weighted by probability mass. Ties
+// 256-bin histograms) and the top-p cut the same select weighted by probability mass (exact
+// 64-bit fixed point, so the result does not depend on the order of atomics). Ties
 // at a cut keep the lowest ids (the host's order). The draw walks the survivors in id order.
 #include <cfloat>
 #include <cmath>
