@@ -1,7 +1,7 @@
 // bench_gpu — decode and prefill timings of the CUDA model (the issue-6 benchmark).
 //
 //   bench_gpu -m model.gguf [--prompt 512] [--gen 128] [--batches 1,64] [--reps 3] [--sampling]
-//             [--json out.json]
+//             [--trace] [--json out.json]
 //
 // Per batch size B (B sequences, each with its own random prompt of --prompt ids, seed 42):
 //  - prefill: one forward per sequence over its whole prompt (logits for the last token
@@ -17,11 +17,13 @@
 //    (CudaModel::forward_sample, ids only cross PCIe) and sampled on the host (forward, then
 //    one fdl::Sampler per sequence over the copied rows).
 // One untimed warm-up run per B (fills the KV arena, scratch, CUDA graphs). Reports the
-// median over --reps repetitions.
+// median over --reps repetitions. --trace (batch 1) also prints where the time of a layer goes:
+// the persistent decode kernels' phase stamps (CudaModel::decode_trace).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -166,6 +168,54 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
   return r;
 }
 
+// --trace: where the time of a batch-1 layer goes, from the persistent kernels' phase stamps
+// of the last decode step (FLASHDLLM_DECODE_TRACE=1). Per layer 1..L-1, each event's earliest,
+// median and latest block, in µs after the moment the previous kernel's last block ended;
+// medians over the layers.
+void print_trace(const fdl::cuda::CudaModel& m) {
+  const auto t = m.decode_trace();
+  if (t.n_layer < 2 || t.attn_blocks == 0 || t.ffn_blocks == 0) {
+    std::printf("  trace: none (the persistent batch-1 kernels did not run)\n");
+    return;
+  }
+  auto ev = [](const std::vector<uint64_t>& v, int l, int e, int events, int blocks) {
+    const uint64_t* p = v.data() + (size_t(l) * events + size_t(e)) * blocks;
+    return std::vector<uint64_t>(p, p + blocks);
+  };
+  auto last_end = [&](bool ffn, int l) {
+    const auto v = ffn ? ev(t.ffn, l, fdl::cuda::kFfnEnd, t.ffn_events, t.ffn_blocks)
+                       : ev(t.attn, l, fdl::cuda::kAttnEnd, t.attn_events, t.attn_blocks);
+    return double(*std::max_element(v.begin(), v.end()));
+  };
+  auto report = [&](const char* kernel, const std::vector<const char*>& names, bool ffn) {
+    std::printf("  trace %s (µs after the previous kernel's last block; min / median / max over blocks):\n", kernel);
+    for (size_t e = 0; e < names.size(); ++e) {
+      std::vector<double> lo, mid, hi;
+      for (int l = 1; l < t.n_layer; ++l) {
+        const double ref = ffn ? last_end(false, l) : last_end(true, l - 1);
+        auto v = ffn ? ev(t.ffn, l, int(e), t.ffn_events, t.ffn_blocks) : ev(t.attn, l, int(e), t.attn_events, t.attn_blocks);
+        std::sort(v.begin(), v.end());
+        lo.push_back((double(v.front()) - ref) / 1e3);
+        mid.push_back((double(v[v.size() / 2]) - ref) / 1e3);
+        hi.push_back((double(v.back()) - ref) / 1e3);
+      }
+      std::printf("    %-22s %8.2f %8.2f %8.2f\n", names[e], median(lo), median(mid), median(hi));
+    }
+  };
+  report("attention block", {"entry", "after PDL wait", "norm done", "qkv done", "qkv handed off", "partial done",
+                             "partials handed off", "merge done", "out handed off", "end"}, false);
+  report("FFN block", {"entry", "after PDL wait", "norm done", "gate/up done", "h handed off", "end"}, true);
+  std::vector<double> attn_span, ffn_span;
+  for (int l = 1; l < t.n_layer; ++l) {
+    attn_span.push_back((last_end(false, l) - last_end(true, l - 1)) / 1e3);
+    ffn_span.push_back((last_end(true, l) - last_end(false, l)) / 1e3);
+  }
+  const auto first = ev(t.attn, 0, fdl::cuda::kAttnEntry, t.attn_events, t.attn_blocks);
+  std::printf("  trace: attention half %.2f µs, FFN half %.2f µs per layer (medians); layers 0..%d span %.3f ms\n",
+              median(attn_span), median(ffn_span), t.n_layer - 1,
+              (last_end(true, t.n_layer - 1) - double(*std::min_element(first.begin(), first.end()))) / 1e6);
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream ss(s);
@@ -179,7 +229,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string model_path, json_path, batches_s = "1,64";
   int prompt = 512, gen = 128, reps = 3, block_size = 16;
-  bool sampling = false;
+  bool sampling = false, trace = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -194,15 +244,17 @@ int main(int argc, char** argv) {
     else if (a == "--block-size") block_size = std::stoi(val());
     else if (a == "--json") json_path = val();
     else if (a == "--sampling") sampling = true;
+    else if (a == "--trace") trace = true;
     else {
       std::fprintf(stderr, "bench_gpu: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   if (model_path.empty() || prompt < 1 || gen < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--json F]\n");
+    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--trace] [--json F]\n");
     return 2;
   }
+  if (trace) setenv("FLASHDLLM_DECODE_TRACE", "1", 1);  // read when the model loads
   try {
     const auto tl = Clock::now();
     auto model = fdl::Model::load(model_path, fdl::ModelOptions{.device = fdl::Device::Cuda});
@@ -247,6 +299,7 @@ int main(int argc, char** argv) {
                     "prefill of %d x %d tokens %.1f ms, HBM %.2f TB/s = %.0f%% of 4.26\n",
                     B, mode_label(mode), median(tps), median(step_med), median(sigma),
                     median(ttft), B, prompt, median(prefill), bw_med, 100 * bw_med / 4.26);
+        if (trace && B == 1 && mode == Mode::Argmax) print_trace(m);
         out["results"].push_back({{"batch", B}, {"full_logits", mode == Mode::FullLogits}, {"mode", mode_name(mode)},
                                   {"decode_tok_s", median(tps)},
                                   {"step_ms_median", median(step_med)}, {"step_sigma_ms", median(sigma)},

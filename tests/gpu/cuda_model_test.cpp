@@ -1,10 +1,12 @@
 // The CUDA model end to end: greedy ids equal the reference ids for every reference prompt
 // (stories260K: llama.cpp; codelm-16m: HF fp32), logits close to the CPU model's (fp32
 // prefill through SGEMM, F16 prefill through the tensor-core path), a mixed batch equal to
-// separate runs, the batch-1 decode kernels equal to the chains they replace, and a one-line
-// error where no GPU is present.
+// separate runs, the batch-1 decode kernels equal to the chains they replace (and their
+// profiling stamps in order), and a one-line error where no GPU is present.
+#include <algorithm>
 #include <cstdlib>
 
+#include "backend/cuda/cuda_model.h"
 #include "backend/cuda/kernels.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_util.h"
@@ -156,6 +158,64 @@ TEST(CudaModel, BatchOneDecodeKernelsMatchTheKernelsTheyReplace) {
     for (size_t s = 0; s <= std::min(same, ids_a.size() - 1); ++s)
       EXPECT_LT(rel_error(la[s], std::vector<double>(lb[s].begin(), lb[s].end())), 1e-5) << file << " step " << s;
   }
+}
+
+// FLASHDLLM_DECODE_TRACE=1 (bench_gpu --trace): every block of both persistent kernels stamps
+// every phase edge, in program order, and no kernel passes its PDL wait before the previous
+// kernel's last block has ended (the stamps are one global clock). Without the variable:
+// nothing is recorded.
+TEST(CudaModel, DecodeTraceStampsEveryPhaseInOrder) {
+  FDL_SKIP_WITHOUT_GPU();
+  ::setenv("FLASHDLLM_DECODE_TRACE", "1", 1);
+  std::unique_ptr<Model> traced = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  ::unsetenv("FLASHDLLM_DECODE_TRACE");
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+  auto pool = make_pool(*traced, prompt.size() + 4);
+  KvCache kv(*pool);
+  greedy_decode(*traced, kv, prompt, 3);
+  const auto t = dynamic_cast<cuda::CudaModel&>(*traced).decode_trace();
+  ASSERT_EQ(t.n_layer, traced->config().n_layer);
+  ASSERT_GT(t.attn_blocks, 0) << "the persistent attention kernel did not run";
+  ASSERT_GT(t.ffn_blocks, 0) << "the persistent FFN kernel did not run";
+  ASSERT_EQ(t.attn_events, int(cuda::kAttnTraceEvents));
+  ASSERT_EQ(t.ffn_events, int(cuda::kFfnTraceEvents));
+  auto at = [](const std::vector<uint64_t>& v, int l, int e, int events, int blocks, int b) {
+    return v[(size_t(l) * size_t(events) + size_t(e)) * size_t(blocks) + size_t(b)];
+  };
+  auto last = [&](const std::vector<uint64_t>& v, int l, int e, int events, int blocks) {
+    uint64_t m = 0;
+    for (int b = 0; b < blocks; ++b) m = std::max(m, at(v, l, e, events, blocks, b));
+    return m;
+  };
+  for (int l = 0; l < t.n_layer; ++l) {
+    for (int b = 0; b < t.attn_blocks; ++b)
+      for (int e = 0; e < t.attn_events; ++e) {
+        ASSERT_NE(at(t.attn, l, e, t.attn_events, t.attn_blocks, b), 0u) << "layer " << l << " block " << b << " event " << e;
+        if (e > 0) {
+          ASSERT_GE(at(t.attn, l, e, t.attn_events, t.attn_blocks, b), at(t.attn, l, e - 1, t.attn_events, t.attn_blocks, b))
+              << "layer " << l << " block " << b << " event " << e;
+        }
+      }
+    for (int b = 0; b < t.ffn_blocks; ++b) {
+      for (int e = 0; e < t.ffn_events; ++e) {
+        ASSERT_NE(at(t.ffn, l, e, t.ffn_events, t.ffn_blocks, b), 0u) << "layer " << l << " block " << b << " event " << e;
+        if (e > 0) {
+          ASSERT_GE(at(t.ffn, l, e, t.ffn_events, t.ffn_blocks, b), at(t.ffn, l, e - 1, t.ffn_events, t.ffn_blocks, b))
+              << "layer " << l << " block " << b << " event " << e;
+        }
+      }
+      ASSERT_GE(at(t.ffn, l, cuda::kFfnAfterPdlWait, t.ffn_events, t.ffn_blocks, b),
+                last(t.attn, l, cuda::kAttnEnd, t.attn_events, t.attn_blocks))
+          << "layer " << l << ": an FFN block passed its wait before the attention kernel ended";
+    }
+    for (int b = 0; l > 0 && b < t.attn_blocks; ++b) {
+      ASSERT_GE(at(t.attn, l, cuda::kAttnAfterPdlWait, t.attn_events, t.attn_blocks, b),
+                last(t.ffn, l - 1, cuda::kFfnEnd, t.ffn_events, t.ffn_blocks))
+          << "layer " << l << ": an attention block passed its wait before the previous FFN kernel ended";
+    }
+  }
+  // The shared (untraced) model records nothing.
+  EXPECT_TRUE(dynamic_cast<cuda::CudaModel&>(cuda_model("codelm-16m-f16.gguf")).decode_trace().attn.empty());
 }
 
 TEST(CudaModel, MixedBatchOfPrefillAndDecodeEqualsSeparateRuns) {

@@ -101,6 +101,10 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     if (attn_block_groups_ > 0)
       block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
     block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
+    if (const char* t = std::getenv("FLASHDLLM_DECODE_TRACE"); t && std::string(t) == "1" && trace_per_layer() > 0) {
+      trace_.grow(size_t(c.n_layer) * trace_per_layer());
+      FDL_CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_.bytes()));
+    }
   }
   if (const char* p = std::getenv("FLASHDLLM_CUDA_PROFILE"); p && std::string(p) == "1") {
     profile_ = true;
@@ -518,6 +522,8 @@ void CudaModel::run_ffn_block(int l, const NormIn& ffn_in) {
   f.y = proj_.get();
   f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + size_t(c.n_head_kv) + 1;
   f.blocks = ffn_blocks_;
+  if (trace_.get())
+    f.trace = trace_.get() + size_t(l) * trace_per_layer() + size_t(kAttnTraceEvents) * attn_trace_blocks();
   decode_ffn_block(f, stream_);
   prof(kFfnBlock);
 }
@@ -549,8 +555,33 @@ void CudaModel::run_attention_block(int l, const KvLayerView& kv, const NormIn& 
   b.y = proj_.get();
   b.sync = block_sync_.get() + size_t(l) * sync_per_layer();
   b.blocks_per_group = attn_block_groups_;
+  if (trace_.get()) b.trace = trace_.get() + size_t(l) * trace_per_layer();
   decode_attention_block(b, stream_);
   prof(kAttnBlock);
+}
+
+size_t CudaModel::trace_per_layer() const {
+  return size_t(kAttnTraceEvents) * attn_trace_blocks() + size_t(kFfnTraceEvents) * size_t(ffn_blocks_);
+}
+
+CudaModel::DecodeTrace CudaModel::decode_trace() const {
+  DecodeTrace t;
+  if (trace_.get() == nullptr) return t;
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<uint64_t> all(trace_.size());
+  FDL_CUDA_CHECK(cudaMemcpy(all.data(), trace_.get(), trace_.bytes(), cudaMemcpyDeviceToHost));
+  t.n_layer = config_.n_layer;
+  t.attn_events = kAttnTraceEvents;
+  t.attn_blocks = int(attn_trace_blocks());
+  t.ffn_events = kFfnTraceEvents;
+  t.ffn_blocks = ffn_blocks_;
+  const size_t na = size_t(t.attn_events) * size_t(t.attn_blocks), nf = size_t(t.ffn_events) * size_t(t.ffn_blocks);
+  for (int l = 0; l < t.n_layer; ++l) {
+    const uint64_t* p = all.data() + size_t(l) * trace_per_layer();
+    t.attn.insert(t.attn.end(), p, p + na);
+    t.ffn.insert(t.ffn.end(), p + na, p + na + nf);
+  }
+  return t;
 }
 
 void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {

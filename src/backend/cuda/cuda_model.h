@@ -120,6 +120,18 @@ class CudaModel final : public Model {
   uint64_t weight_bytes_per_step() const { return weights_.bytes_per_step; }
   int n_sm() const { return n_sm_; }
 
+  /// With FLASHDLLM_DECODE_TRACE=1 (profiling): the globaltimer stamps (ns) that the
+  /// persistent batch-1 kernels (decode_attention_block, decode_ffn_block) took at their phase
+  /// edges in the last single-token forward, thread 0 of each block. attn[l][e][b] is event e
+  /// (AttnTraceEvent, kernels.h) of block b < attn_blocks in layer l, ffn[l][e][b] likewise
+  /// (FfnTraceEvent). Empty without the variable, or where those kernels do not run.
+  /// Synchronizes the model's stream.
+  struct DecodeTrace {
+    int n_layer = 0, attn_events = 0, attn_blocks = 0, ffn_events = 0, ffn_blocks = 0;
+    std::vector<uint64_t> attn, ffn;  // [n_layer][events][blocks]
+  };
+  DecodeTrace decode_trace() const;
+
  private:
   struct Staging;  // host-side offsets of the packed per-step inputs
   /// Checks the batch (throws as Model::forward documents) and resolves its trees into tree_.
@@ -167,6 +179,9 @@ class CudaModel final : public Model {
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
   DeviceBuffer<float> block_partial_;  // decode_attention_block's split partials
   DeviceBuffer<unsigned> block_sync_;  // hand-off counters: sync_per_layer() per layer
+  DeviceBuffer<uint64_t> trace_;       // FLASHDLLM_DECODE_TRACE=1: per layer the attention then the FFN stamps
+  size_t trace_per_layer() const;
+  size_t attn_trace_blocks() const { return size_t(attn_block_groups_) * size_t(config_.n_head_kv); }
   size_t sync_per_layer() const { return size_t(config_.n_head_kv) + 2; }  // attention's n_kv + 1, the FFN's 1
   bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   bool decode_tiles_ = true;  // FLASHDLLM_DECODE_TILES=0: decode batches keep the per-token kernel

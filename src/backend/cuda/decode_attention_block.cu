@@ -46,6 +46,7 @@ template <typename WT, int GM>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
   extern __shared__ float4 smem4[];
   launch_dependents();
+  stamp(a.trace, kAttnEntry);
   constexpr int kVec = Widen<WT>::kVec;
   const KvLayerView& kv = a.kv;
   const int cols = a.cols, hd = kv.head_dim, n_kv = kv.n_head_kv, G = a.n_head / n_kv;
@@ -87,9 +88,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     prefetch_l2(kv_at(j) + (i & 1) * int64_t(kv.block_size) * kv_dim, unsigned(hd * sizeof(float)));
   }
   grid_dependency_wait();
+  stamp(a.trace, kAttnAfterPdlWait);
 
   // 1. v = x + add, RMSNorm into shared memory (block 0 writes v: the residual stream).
   norm_to_smem(a.in, cols, ws, xs);
+  stamp(a.trace, kAttnNormDone);
 
   // 2. q/k/v rows of group g: warps take the block's rows round-robin.
   for (int lr = lr0 + warp; lr < lr1; lr += kWarps) {
@@ -98,6 +101,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     if (lane == 0) res[lr - lr0] = acc;
   }
   __syncthreads();
+  const int hd4 = hd / 4;
+  const bool has = lane < hd4;
+  // The K rows of this warp's first attention positions that earlier steps wrote (in L2
+  // since the prefetch above; their table entries in L1): loaded now, so that round trip
+  // overlaps RoPE and the group hand-off instead of following it (their V rows go out with q,
+  // after it; the newest position's K/V are written by the group, also loaded after it).
+  float4 k[kU], v[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int j = begin + warp + u * kWarps;
+    k[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (j < end && j < pos && has) k[u] = ldcg4(kv_at(j) + lane * 4);
+  }
   // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
   float* k_dst = kv.base + int64_t(a.dst_block[0]) * kv.block_stride + kv.layer_offset +
                  int64_t(pos % kv.block_size) * kv_dim;
@@ -122,14 +138,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
       }
     }
   }
-  arrive_and_wait(a.sync + g, unsigned(bpg));
+  arrive(a.sync + g);
+  stamp(a.trace, kAttnQkvDone);
+  wait_for(a.sync + g, unsigned(bpg));
+  stamp(a.trace, kAttnQkvHandedOff);
 
   // 3. Attention of the group's G query heads over split r of the context [0, pos]: a warp
   //    takes one position per step, 32 lanes x one float4 cover head_dim <= 128; online
   //    softmax per head (the per-token kernel's), kU positions loaded before any is used.
-  const int hd4 = hd / 4;
   const int h0 = g * G;
-  const bool has = lane < hd4;
   float4 q[GM];
   float m[GM], l[GM];
   float4 acc[GM];
@@ -138,35 +155,45 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     q[gi] = (gi < G && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
     m[gi] = -INFINITY, l[gi] = 0.f, acc[gi] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  for (int j0 = begin + warp; j0 < end; j0 += kU * kWarps) {
-    float4 k[kU], v[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int j = j0 + u * kWarps;
-      k[u] = v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (j < end && has) {
-        const float* kp = kv_at(j) + lane * 4;
-        k[u] = ldcg4(kp);
-        v[u] = ldcg4(kp + int64_t(kv.block_size) * kv_dim);
-      }
-    }
+  // One step of kU positions per warp: scores, online softmax, the V accumulation.
+  auto attend = [&](const float4(&kk)[kU], const float4(&vv)[kU], int j0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (j0 + u * kWarps >= end) break;  // uniform across the warp
 #pragma unroll
       for (int gi = 0; gi < GM; ++gi) {
         if (gi >= G) break;
-        float s = q[gi].x * k[u].x + q[gi].y * k[u].y + q[gi].z * k[u].z + q[gi].w * k[u].w;
+        float s = q[gi].x * kk[u].x + q[gi].y * kk[u].y + q[gi].z * kk[u].z + q[gi].w * kk[u].w;
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         s *= a.scale;
         const float m_new = fmaxf(m[gi], s);
         const float corr = expf(m[gi] - m_new), p = expf(s - m_new);
         l[gi] = l[gi] * corr + p;
-        acc[gi] = make_float4(acc[gi].x * corr + v[u].x * p, acc[gi].y * corr + v[u].y * p,
-                              acc[gi].z * corr + v[u].z * p, acc[gi].w * corr + v[u].w * p);
+        acc[gi] = make_float4(acc[gi].x * corr + vv[u].x * p, acc[gi].y * corr + vv[u].y * p,
+                              acc[gi].z * corr + vv[u].z * p, acc[gi].w * corr + vv[u].w * p);
         m[gi] = m_new;
       }
     }
+  };
+  // K of positions before `pos` is already in kk when k_loaded.
+  auto load_kv = [&](float4(&kk)[kU], float4(&vv)[kU], int j0, bool k_loaded) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int j = j0 + u * kWarps;
+      const bool live = j < end && has;
+      const float* kp = live ? kv_at(j) + lane * 4 : nullptr;
+      if (!k_loaded || j >= pos) kk[u] = live ? ldcg4(kp) : make_float4(0.f, 0.f, 0.f, 0.f);
+      vv[u] = live ? ldcg4(kp + int64_t(kv.block_size) * kv_dim) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  if (begin + warp < end) {  // the first step: K of earlier positions loaded before the hand-off
+    load_kv(k, v, begin + warp, true);
+    attend(k, v, begin + warp);
+  }
+  for (int j0 = begin + warp + kU * kWarps; j0 < end; j0 += kU * kWarps) {
+    float4 kk[kU], vv[kU];
+    load_kv(kk, vv, j0, false);
+    attend(kk, vv, j0);
   }
   // Merge the warps' states in shared memory; one partial (acc, m, l) per head and split.
   const int rec = hd + 4;
@@ -194,7 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     out[d] = o;
     if (d == 0) out[hd] = mx, out[hd + 1] = lsum;
   }
-  arrive_and_wait(a.sync + g, unsigned(2 * bpg));
+  arrive(a.sync + g);
+  stamp(a.trace, kAttnPartialDone);
+  wait_for(a.sync + g, unsigned(2 * bpg));
+  stamp(a.trace, kAttnPartialsHandedOff);
 
   // 4. Merge the group's splits: block r finalizes its share of the G * hd outputs. A
   //    half-warp per output, one lane per split: every partial is loaded at once (one L2
@@ -232,8 +262,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   const int64_t wr0 = ::min(a.wo_rows, int64_t(blockIdx.x) * wchunk), wr1 = ::min(a.wo_rows, wr0 + wchunk);
   auto wo_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wo + row * wo_cols); };
   arrive(a.sync + n_kv);
+  stamp(a.trace, kAttnMergeDone);
   if (wr0 + warp < wr1) load_first<kUnroll>(wo_ptr(wr0 + warp), w, wo_nvec, lane);
   wait_for(a.sync + n_kv, gridDim.x);
+  stamp(a.trace, kAttnOutHandedOff);
   // The attention output (written by every block) into shared memory: every warp reads it
   // once per row, and through L2 that would be as many bytes as the weights.
   stage_to_smem(a.attn_out, q_dim, xs);
@@ -241,6 +273,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     const float acc_o =
         dot_row<WT, kUnroll>(wo_ptr(row), w, xs, wo_nvec, lane, row + kWarps < wr1 ? wo_ptr(row + kWarps) : nullptr);
     if (lane == 0) a.y[row] = acc_o;
+  }
+  if (a.trace) {
+    __syncthreads();
+    stamp(a.trace, kAttnEnd);
   }
 }
 

@@ -52,6 +52,16 @@ __device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned targ
   wait_for(counter, target);
 }
 
+/// Profiling: thread 0 records the global timer (ns) as `event` of this block in `trace`
+/// ([events][gridDim.x]); nothing when trace is null (the default).
+__device__ __forceinline__ void stamp(uint64_t* trace, int event) {
+  if (trace != nullptr && threadIdx.x == 0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[int64_t(event) * gridDim.x + blockIdx.x] = t;
+  }
+}
+
 /// The first batch of a weight row's 16-byte vectors (lane + 32 u, u < UNROLL): issued early
 /// (before a hand-off or the previous row's reduction), consumed by dot_row.
 template <int UNROLL>
@@ -168,17 +178,35 @@ __device__ __forceinline__ void norm_weight_prefetch(const NormIn& in, int cols,
 /// w is in.w, or the copy norm_weight_prefetch started in shared memory (waited for here,
 /// after the first pass). Ends with a block barrier (xs is complete). Shared with the fused
 /// GEMVs of gemv_fused.cu, so the norm is written once.
+/// Each thread loads kNormBatch of its elements (x and add) before it stores any: a store to
+/// x_out between them would keep the compiler from hoisting the next loads over it (x_out may
+/// alias x for all it knows), and the prologue would pay one L2 round trip per element
+/// (measured: ~2 µs of a Llama-3-8B layer's kernels; docs/GPU.md, session 9). The sum keeps
+/// the per-thread element order, so the result is bit-identical.
+constexpr int kNormBatch = 8;
 template <int THREADS = kThreads>
 __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const float* w, float* xs) {
   __shared__ double red[THREADS / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double sum = 0.0;
   const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
-  for (int i = threadIdx.x; i < cols; i += THREADS) {
-    const float v = in.add ? in.x[i] + in.add[i] : in.x[i];
-    if (write_x) in.x_out[i] = v;
-    xs[i] = v;
-    sum += double(__fmul_rn(v, v));
+  for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
+    float xv[kNormBatch], av[kNormBatch];
+#pragma unroll
+    for (int k = 0; k < kNormBatch; ++k) {
+      const int i = i0 + k * THREADS;
+      xv[k] = i < cols ? __ldcg(in.x + i) : 0.f;  // written by the previous kernel: from L2
+      av[k] = in.add && i < cols ? __ldcg(in.add + i) : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < kNormBatch; ++k) {
+      const int i = i0 + k * THREADS;
+      if (i >= cols) break;
+      const float v = in.add ? xv[k] + av[k] : xv[k];
+      if (write_x) in.x_out[i] = v;
+      xs[i] = v;
+      sum += double(__fmul_rn(v, v));
+    }
   }
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (lane == 0) red[warp] = sum;
@@ -203,9 +231,20 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 }
 
 /// Copies n floats (n a multiple of 4, 16-byte aligned) written by other blocks of this grid
-/// into shared memory, through L2; ends with a block barrier.
+/// into shared memory, through L2; ends with a block barrier. Each thread issues up to eight
+/// 16-byte loads before its first store: one L2 round trip for up to 64 KiB.
 __device__ __forceinline__ void stage_to_smem(const float* src, int n, float* dst) {
-  for (int i = threadIdx.x; i < n / 4; i += kThreads) reinterpret_cast<float4*>(dst)[i] = ldcg4(src + 4 * i);
+  constexpr int kBatch = 8;
+  const int n4 = n / 4;
+  for (int i0 = threadIdx.x; i0 < n4; i0 += kBatch * kThreads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+      if (i0 + k * kThreads < n4) v[k] = ldcg4(src + 4 * (i0 + k * kThreads));
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+      if (i0 + k * kThreads < n4) reinterpret_cast<float4*>(dst)[i0 + k * kThreads] = v[k];
+  }
   __syncthreads();
 }
 

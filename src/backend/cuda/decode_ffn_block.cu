@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   float* xs = reinterpret_cast<float*>(smem4);        // [max(cols, n_ff)]: the normalized row, then h
   float* ws = xs + ((max(a.cols, a.n_ff) + 3) & ~3);  // [cols] the norm weight
   launch_dependents();
+  stamp(a.trace, kFfnEntry);
   constexpr int kVec = Widen<WT>::kVec;
   const int cols = a.cols, n_ff = a.n_ff;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -51,7 +52,9 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   if (p0 + warp < p1) load_first<kUnroll>(gu_ptr(p0 + warp), w[0], gu_nvec, lane);
   norm_weight_prefetch(a.in, cols, ws);
   grid_dependency_wait();
+  stamp(a.trace, kFfnAfterPdlWait);
   norm_to_smem(a.in, cols, ws, xs);
+  stamp(a.trace, kFfnNormDone);
 
   // Rows 2j and 2j + 1 of this warp's stream: gate and up rows of pair p0 + warp + 16 j.
   const int my_pairs = p0 + warp < p1 ? int((p1 - p0 - warp + kWarps - 1) / kWarps) : 0;
@@ -69,8 +72,10 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
 
   // Down needs all of h: its first loads go out between the arrival and the wait.
   arrive(a.sync);
+  stamp(a.trace, kFfnGateUpDone);
   if (d0 + warp < d1) load_first<kUnroll>(d_ptr(d0 + warp), w[0], d_nvec, lane);
   wait_for(a.sync, gridDim.x);
+  stamp(a.trace, kFfnHHandedOff);
   stage_to_smem(a.h, n_ff, xs);
   const int my_rows = d0 + warp < d1 ? int((d1 - d0 - warp + kWarps - 1) / kWarps) : 0;
   stream_rows<WT, kUnroll, kBuffers>(
@@ -78,6 +83,10 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
       [&](int i, float v) {
         if (lane == 0) a.y[d0 + warp + int64_t(kWarps) * i] = v;
       });
+  if (a.trace) {
+    __syncthreads();
+    stamp(a.trace, kFfnEnd);
+  }
 }
 
 size_t ffn_smem_bytes(int cols, int n_ff) {

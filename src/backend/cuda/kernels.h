@@ -224,6 +224,14 @@ struct AttentionBlockArgs {
   float* y = nullptr;            ///< [wo_rows]
   unsigned* sync = nullptr;      ///< n_head_kv + 1 counters, zero at launch
   int blocks_per_group = 0;
+  /// Profiling (FLASHDLLM_DECODE_TRACE=1), else null: [kAttnTraceEvents][gridDim.x] globaltimer
+  /// stamps (ns) taken by thread 0 of each block at the phase edges named in AttnTraceEvent.
+  uint64_t* trace = nullptr;
+};
+/// Phase edges stamped into AttentionBlockArgs::trace, in order.
+enum AttnTraceEvent : int {
+  kAttnEntry, kAttnAfterPdlWait, kAttnNormDone, kAttnQkvDone, kAttnQkvHandedOff, kAttnPartialDone,
+  kAttnPartialsHandedOff, kAttnMergeDone, kAttnOutHandedOff, kAttnEnd, kAttnTraceEvents
 };
 /// Blocks per KV-head group for decode_attention_block on `n_sm` multiprocessors, or 0 when
 /// the shape is not supported (head_dim a multiple of 4 up to 128, up to 4 query heads per KV
@@ -255,6 +263,13 @@ struct FfnBlockArgs {
   float* y = nullptr;              ///< [down_rows]
   unsigned* sync = nullptr;        ///< one counter, zero at launch
   int blocks = 0;
+  /// Profiling, else null: [kFfnTraceEvents][blocks] globaltimer stamps (ns), as
+  /// AttentionBlockArgs::trace.
+  uint64_t* trace = nullptr;
+};
+/// Phase edges stamped into FfnBlockArgs::trace, in order.
+enum FfnTraceEvent : int {
+  kFfnEntry, kFfnAfterPdlWait, kFfnNormDone, kFfnGateUpDone, kFfnHHandedOff, kFfnEnd, kFfnTraceEvents
 };
 /// Blocks for decode_ffn_block on `n_sm` multiprocessors (one per SM), or 0 when the matrices
 /// are not supported (matching F32/F16/BF16 types, 16-byte rows, cols <= 16384, down's
