@@ -15,9 +15,10 @@
 // Data written during the kernel by other blocks (q, the new K/V slot, the split partials,
 // the attention output) is read through L2 (ld.global.cg), never through a possibly stale L1.
 // Arithmetic: the projections are gemv.cu's loop (fp32 accumulate, same lane order), the norm
-// gemv_fused.cu's (the fp64 sum over 512 threads instead of 256), the attention the per-token
-// kernel's online softmax with other split points: values agree with the separate kernels to
-// fp32 rounding (tests/gpu/decode_block_test.cpp).
+// gemv_fused.cu's (the fp64 sum over 512 threads instead of 256), the attention an online
+// softmax like the per-token kernel's but in base 2, rescaled once per step of kU positions,
+// its scores summed over the lanes in another order, with other split points: values agree
+// with the separate kernels to fp32 rounding (tests/gpu/decode_block_test.cpp).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/kernels.h"
@@ -144,9 +145,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   stamp(a.trace, kAttnQkvHandedOff);
 
   // 3. Attention of the group's G query heads over split r of the context [0, pos]: a warp
-  //    takes one position per step, 32 lanes x one float4 cover head_dim <= 128; online
-  //    softmax per head (the per-token kernel's), kU positions loaded before any is used.
+  //    takes kU positions (kWarps apart) per step, 32 lanes x one float4 cover head_dim <=
+  //    128; an online softmax per head, kU positions loaded before any is used.
   const int h0 = g * G;
+  const float scale2 = a.scale * 1.4426950408889634f;  // scores in base 2: times log2(e)
   float4 q[GM];
   float m[GM], l[GM];
   float4 acc[GM];
@@ -155,24 +157,61 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     q[gi] = (gi < G && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
     m[gi] = -INFINITY, l[gi] = 0.f, acc[gi] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  // One step of kU positions per warp: scores, online softmax, the V accumulation.
+  // One step of kU positions per warp: all scores first, then one softmax update per head
+  // (one rescale of the running state per step, not per position). The softmax runs in base 2
+  // (scores scaled by log2(e) with the 1/sqrt(hd) scale; exp2f is one MUFU op, expf adds a
+  // range reduction): the step is bound by its instruction count, 16 warps x (kU x GM) scores
+  // per SM (docs/GPU.md, session 9). Every running max m of this kernel, its partials included,
+  // is in that base.
   auto attend = [&](const float4(&kk)[kU], const float4(&vv)[kU], int j0) {
+    float s[kU][GM];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      if (j0 + u * kWarps >= end) break;  // uniform across the warp
+      if constexpr (GM == 4) {
+        // The four heads' 32-lane sums in 10 shuffles instead of 20: halves exchanged at
+        // distances 16 and 8 leave lane L one head's partial sum (head 2 bit4 + bit3), summed
+        // over the rest at 4, 2, 1, then each head's score is read from its owner lane.
+        float d[4];
 #pragma unroll
-      for (int gi = 0; gi < GM; ++gi) {
-        if (gi >= G) break;
-        float s = q[gi].x * kk[u].x + q[gi].y * kk[u].y + q[gi].z * kk[u].z + q[gi].w * kk[u].w;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        s *= a.scale;
-        const float m_new = fmaxf(m[gi], s);
-        const float corr = expf(m[gi] - m_new), p = expf(s - m_new);
-        l[gi] = l[gi] * corr + p;
-        acc[gi] = make_float4(acc[gi].x * corr + vv[u].x * p, acc[gi].y * corr + vv[u].y * p,
-                              acc[gi].z * corr + vv[u].z * p, acc[gi].w * corr + vv[u].w * p);
-        m[gi] = m_new;
+        for (int gi = 0; gi < 4; ++gi) d[gi] = q[gi].x * kk[u].x + q[gi].y * kk[u].y + q[gi].z * kk[u].z + q[gi].w * kk[u].w;
+        const bool b4 = lane & 16, b3 = lane & 8;
+        float k0 = b4 ? d[2] : d[0], k1 = b4 ? d[3] : d[1];
+        k0 += __shfl_xor_sync(0xffffffffu, b4 ? d[0] : d[2], 16);
+        k1 += __shfl_xor_sync(0xffffffffu, b4 ? d[1] : d[3], 16);
+        float z = b3 ? k1 : k0;
+        z += __shfl_xor_sync(0xffffffffu, b3 ? k0 : k1, 8);
+        z += __shfl_xor_sync(0xffffffffu, z, 4);
+        z += __shfl_xor_sync(0xffffffffu, z, 2);
+        z += __shfl_xor_sync(0xffffffffu, z, 1);
+#pragma unroll
+        for (int gi = 0; gi < 4; ++gi) s[u][gi] = __shfl_sync(0xffffffffu, z, (gi >> 1) * 16 + (gi & 1) * 8) * scale2;
+      } else {
+#pragma unroll
+        for (int gi = 0; gi < GM; ++gi) {
+          float t = q[gi].x * kk[u].x + q[gi].y * kk[u].y + q[gi].z * kk[u].z + q[gi].w * kk[u].w;
+          for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+          s[u][gi] = t * scale2;
+        }
       }
+    }
+#pragma unroll
+    for (int gi = 0; gi < GM; ++gi) {
+      float m_new = m[gi];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) m_new = j0 + u * kWarps < end ? fmaxf(m_new, s[u][gi]) : m_new;
+      const float corr = exp2f(m[gi] - m_new);  // m = -inf before the first position: 0
+      float l_add = 0.f;
+      float4 a_add = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const float p = j0 + u * kWarps < end ? exp2f(s[u][gi] - m_new) : 0.f;
+        l_add += p;
+        a_add = make_float4(a_add.x + vv[u].x * p, a_add.y + vv[u].y * p, a_add.z + vv[u].z * p, a_add.w + vv[u].w * p);
+      }
+      l[gi] = l[gi] * corr + l_add;
+      acc[gi] = make_float4(acc[gi].x * corr + a_add.x, acc[gi].y * corr + a_add.y, acc[gi].z * corr + a_add.z,
+                            acc[gi].w * corr + a_add.w);
+      m[gi] = m_new;
     }
   };
   // K of positions before `pos` is already in kk when k_loaded.
@@ -213,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     if (mx != -INFINITY)
       for (int s = 0; s < kWarps; ++s) {
         const float* rp = mrg + (s * GM + gi) * rec;
-        const float wgt = expf(rp[hd] - mx);  // 0 for warps that saw no position (m = -inf)
+        const float wgt = exp2f(rp[hd] - mx);  // 0 for warps that saw no position (m = -inf)
         o += rp[d] * wgt;
         lsum += rp[hd + 1] * wgt;
       }
@@ -243,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
       const float o_s = live ? __ldcg(p + d) : 0.f;
       float mx = m_s;
       for (int o = kMaxGroupBlocks / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float wgt = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: an empty split
+      const float wgt = m_s == -INFINITY ? 0.f : exp2f(m_s - mx);  // -inf: an empty split
       float o_sum = o_s * wgt, l_sum = l_s * wgt;
       for (int o = kMaxGroupBlocks / 2; o > 0; o >>= 1) {
         o_sum += __shfl_xor_sync(0xffffffffu, o_sum, o);
