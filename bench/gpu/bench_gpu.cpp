@@ -20,6 +20,7 @@
 // median over --reps repetitions. --trace (batch 1) also prints where the time of a layer goes:
 // the persistent decode kernels' phase stamps (CudaModel::decode_trace).
 #include <algorithm>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -202,9 +203,15 @@ void print_trace(const fdl::cuda::CudaModel& m) {
       std::printf("    %-22s %8.2f %8.2f %8.2f\n", names[e], median(lo), median(mid), median(hi));
     }
   };
-  report("attention block", {"entry", "after PDL wait", "norm done", "qkv done", "qkv handed off", "partial done",
-                             "partials handed off", "merge done", "out handed off", "end"}, false);
-  report("FFN block", {"entry", "after PDL wait", "norm done", "gate/up done", "h handed off", "end"}, true);
+  // One name per event of kernels.h's AttnTraceEvent / FfnTraceEvent, in order.
+  static constexpr const char* kAttnNames[] = {"entry", "after PDL wait", "norm done", "qkv done", "qkv handed off",
+                                               "partial done", "partials handed off", "merge done", "out handed off",
+                                               "end"};
+  static constexpr const char* kFfnNames[] = {"entry", "after PDL wait", "norm done", "gate/up done", "h handed off", "end"};
+  static_assert(std::size(kAttnNames) == fdl::cuda::kAttnTraceEvents && std::size(kFfnNames) == fdl::cuda::kFfnTraceEvents,
+                "a trace event without a name (kernels.h)");
+  report("attention block", {std::begin(kAttnNames), std::end(kAttnNames)}, false);
+  report("FFN block", {std::begin(kFfnNames), std::end(kFfnNames)}, true);
   std::vector<double> attn_span, ffn_span;
   for (int l = 1; l < t.n_layer; ++l) {
     attn_span.push_back((last_end(false, l) - last_end(true, l - 1)) / 1e3);

@@ -160,20 +160,39 @@ TEST(CudaModel, BatchOneDecodeKernelsMatchTheKernelsTheyReplace) {
   }
 }
 
-// FLASHDLLM_DECODE_TRACE=1 (bench_gpu --trace): every block of both persistent kernels stamps
-// every phase edge, in program order, and no kernel passes its PDL wait before the previous
-// kernel's last block has ended (the stamps are one global clock). Without the variable:
-// nothing is recorded.
+// FLASHDLLM_DECODE_TRACE=1 (bench_gpu --trace): tracing changes no greedy id; after a clear,
+// one decode step has every block of both persistent kernels stamp every phase edge, in
+// program order, and no kernel passes its PDL wait before the previous kernel's last block
+// has ended (the stamps are one global clock). Without the variable: nothing is recorded.
 TEST(CudaModel, DecodeTraceStampsEveryPhaseInOrder) {
   FDL_SKIP_WITHOUT_GPU();
+  const char* before = std::getenv("FLASHDLLM_DECODE_TRACE");
+  const std::string saved = before ? before : "";
   ::setenv("FLASHDLLM_DECODE_TRACE", "1", 1);
   std::unique_ptr<Model> traced = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
   ::unsetenv("FLASHDLLM_DECODE_TRACE");
+  std::unique_ptr<Model> plain = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  if (before) ::setenv("FLASHDLLM_DECODE_TRACE", saved.c_str(), 1);
+  auto& traced_cuda = dynamic_cast<cuda::CudaModel&>(*traced);
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
-  auto pool = make_pool(*traced, prompt.size() + 4);
-  KvCache kv(*pool);
-  greedy_decode(*traced, kv, prompt, 3);
-  const auto t = dynamic_cast<cuda::CudaModel&>(*traced).decode_trace();
+  auto pool = make_pool(*traced, prompt.size() + 8), pool_plain = make_pool(*plain, prompt.size() + 8);
+  KvCache kv(*pool), kv_plain(*pool_plain);
+  // Tracing changes no result: the same greedy ids as the model without it.
+  const auto ids = greedy_decode(*traced, kv, prompt, 6);
+  EXPECT_EQ(ids, greedy_decode(*plain, kv_plain, prompt, 6));
+  // A prefill (the persistent kernels do not run for it), a clear, then one decode step:
+  // every stamp checked below comes from that step.
+  const SeqId seq = kv.create_sequence();
+  StepBatch step;
+  std::vector<int32_t> next;
+  const size_t first = kv.append_slots(seq, prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) step.add(prompt[i], int32_t(first + i), seq, i + 1 == prompt.size());
+  traced->forward_argmax(step, kv, next);
+  traced_cuda.clear_decode_trace();
+  step.clear();
+  step.add(next.at(0), int32_t(kv.append_slots(seq, 1)), seq, true);
+  traced->forward_argmax(step, kv, next);
+  const auto t = traced_cuda.decode_trace();
   ASSERT_EQ(t.n_layer, traced->config().n_layer);
   ASSERT_GT(t.attn_blocks, 0) << "the persistent attention kernel did not run";
   ASSERT_GT(t.ffn_blocks, 0) << "the persistent FFN kernel did not run";
@@ -214,8 +233,8 @@ TEST(CudaModel, DecodeTraceStampsEveryPhaseInOrder) {
           << "layer " << l << ": an attention block passed its wait before the previous FFN kernel ended";
     }
   }
-  // The shared (untraced) model records nothing.
-  EXPECT_TRUE(dynamic_cast<cuda::CudaModel&>(cuda_model("codelm-16m-f16.gguf")).decode_trace().attn.empty());
+  // A model loaded without the variable records nothing.
+  EXPECT_TRUE(dynamic_cast<cuda::CudaModel&>(*plain).decode_trace().attn.empty());
 }
 
 TEST(CudaModel, MixedBatchOfPrefillAndDecodeEqualsSeparateRuns) {

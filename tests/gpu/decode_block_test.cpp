@@ -162,6 +162,11 @@ TEST_P(AttentionBlock, MatchesTheKernelChainItReplaces) {
   // Group 2 and group 3 (registers sized for 4), wo with a row count no block divides.
   check(type, Shape{8, 4, 64, 64, 520, 333, 16}, 64, sms);
   check(type, Shape{6, 2, 20, 12, 264, 130, 3}, 41, sms);
+  // One block per KV head and long splits: every group size also runs the attention steps
+  // after the first (the first is separate code: its K rows are loaded before the hand-off).
+  check(type, Shape{12, 12, 32, 16, 264, 200, 5}, 200, 12);
+  check(type, Shape{8, 4, 64, 64, 520, 333, 16}, 300, 4);
+  check(type, Shape{6, 2, 20, 12, 264, 130, 3}, 300, 2);
 }
 
 TEST(AttentionBlockShapes, UnsupportedShapesAreRefused) {

@@ -103,7 +103,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
     if (const char* t = std::getenv("FLASHDLLM_DECODE_TRACE"); t && std::string(t) == "1" && trace_per_layer() > 0) {
       trace_.grow(size_t(c.n_layer) * trace_per_layer());
-      FDL_CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_.bytes()));
+      FDL_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_.bytes(), stream_));
     }
   }
   if (const char* p = std::getenv("FLASHDLLM_CUDA_PROFILE"); p && std::string(p) == "1") {
@@ -562,6 +562,10 @@ void CudaModel::run_attention_block(int l, const KvLayerView& kv, const NormIn& 
 
 size_t CudaModel::trace_per_layer() const {
   return size_t(kAttnTraceEvents) * attn_trace_blocks() + size_t(kFfnTraceEvents) * size_t(ffn_blocks_);
+}
+
+void CudaModel::clear_decode_trace() {
+  if (trace_.get()) FDL_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_.bytes(), stream_));
 }
 
 CudaModel::DecodeTrace CudaModel::decode_trace() const {

@@ -131,6 +131,9 @@ class CudaModel final : public Model {
     std::vector<uint64_t> attn, ffn;  // [n_layer][events][blocks]
   };
   DecodeTrace decode_trace() const;
+  /// Zeroes the stamps (queued on the model's stream, before any later forward), so that a
+  /// following decode_trace() holds only the forwards since; no-op without the variable.
+  void clear_decode_trace();
 
  private:
   struct Staging;  // host-side offsets of the packed per-step inputs

@@ -17,7 +17,8 @@
 // Arithmetic: the projections are gemv.cu's loop (fp32 accumulate, same lane order), the norm
 // gemv_fused.cu's (the fp64 sum over 512 threads instead of 256), the attention an online
 // softmax like the per-token kernel's but in base 2, rescaled once per step of kU positions,
-// its scores summed over the lanes in another order, with other split points: values agree
+// with other split points (and, for groups of 4 query heads, the scores' lane sums in another
+// order): values agree
 // with the separate kernels to fp32 rounding (tests/gpu/decode_block_test.cpp).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"

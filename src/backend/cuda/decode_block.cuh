@@ -47,10 +47,6 @@ __device__ __forceinline__ void wait_for(unsigned* counter, unsigned target) {
   }
   __syncthreads();
 }
-__device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned target) {
-  arrive(counter);
-  wait_for(counter, target);
-}
 
 /// Profiling: thread 0 records the global timer (ns) as `event` of this block in `trace`
 /// ([events][gridDim.x]); nothing when trace is null (the default).
