@@ -13,6 +13,7 @@
 
 #include "control/control_command.h"
 #include "metrics/prometheus.h"
+#include "server/content_length.h"
 #include "server/generation_handler.h"
 #include "server/openai_error.h"
 #include "server/server_context.h"
@@ -162,6 +163,18 @@ struct HttpServer::Impl {
 
   void hooks() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // Runs before cpp-httplib reads the body: a Content-Length it would misparse (waiting
+      // 5 s on "-1", reading "1e3" as 1 byte) or one over the limit is answered now, with
+      // "Connection: close" since the body was not read (server/content_length.h).
+      if (req.has_header("Content-Length")) {
+        try {
+          check_content_length(req.get_header_value("Content-Length"), ctx.options.max_body_bytes);
+        } catch (const ApiError& e) {
+          send_error(res, e);
+          if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
       if (ctx.options.api_key.empty() || !needs_auth(req.path)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }

@@ -2,6 +2,8 @@
 same greedy output afterwards. Edge values that are accepted are checked too (docs/SERVER.md
 lists the decisions). The server runs with --ctx-size 256 and --max-body-bytes 65536."""
 import json
+import socket
+import time
 import unittest
 
 from server_harness import Server
@@ -128,6 +130,34 @@ class BadRequests(unittest.TestCase):
                 self.assertEqual(err["type"], "invalid_request_error")
                 self.assertIn("code", err)
                 self.assertEqual(err["param"], param, err["message"])
+                self.assert_still_serving()
+
+    def test_malformed_content_length_is_answered_at_once(self):
+        # Checked before the body is read: cpp-httplib alone waited 5 s on "-1" and read "1e3"
+        # as a 1-byte body. Each answer arrives well under that, names the header, and tells
+        # the client to close (the body was not read).
+        body = json.dumps(NORMAL).encode()
+        for value, status in (("-1", 400), ("1e3", 400), ("12abc", 400), ("99999999999999999999999", 400),
+                              ("70000", 413)):
+            with self.subTest(value):
+                with socket.create_connection(("127.0.0.1", self.server.port), timeout=10) as sock:
+                    start = time.monotonic()
+                    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: " + value.encode() + b"\r\n\r\n" + body)
+                    reply = b""
+                    while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            break
+                        reply += chunk
+                    elapsed = time.monotonic() - start
+                head, _, payload = reply.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 %d" % status), head)
+                self.assertIn(b"Connection: close", head)
+                self.assertLess(elapsed, 2.0)
+                err = json.loads(payload)["error"]
+                self.assertEqual(err["param"], "Content-Length" if status == 400 else None)
+                self.assertIn(value[:20], err["message"] if status == 400 else value)
                 self.assert_still_serving()
 
     def test_context_errors_say_so(self):
