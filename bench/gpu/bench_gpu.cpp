@@ -20,15 +20,16 @@
 // median over --reps repetitions. --trace (batch 1) also prints where the time of a layer goes:
 // the persistent decode kernels' phase stamps (CudaModel::decode_trace).
 #include <algorithm>
-#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -188,7 +189,7 @@ void print_trace(const fdl::cuda::CudaModel& m) {
                        : ev(t.attn, l, fdl::cuda::kAttnEnd, t.attn_events, t.attn_blocks);
     return double(*std::max_element(v.begin(), v.end()));
   };
-  auto report = [&](const char* kernel, const std::vector<const char*>& names, bool ffn) {
+  auto report = [&](const char* kernel, std::span<const char* const> names, bool ffn) {
     std::printf("  trace %s (µs after the previous kernel's last block; min / median / max over blocks):\n", kernel);
     for (size_t e = 0; e < names.size(); ++e) {
       std::vector<double> lo, mid, hi;
@@ -210,8 +211,8 @@ void print_trace(const fdl::cuda::CudaModel& m) {
   static constexpr const char* kFfnNames[] = {"entry", "after PDL wait", "norm done", "gate/up done", "h handed off", "end"};
   static_assert(std::size(kAttnNames) == fdl::cuda::kAttnTraceEvents && std::size(kFfnNames) == fdl::cuda::kFfnTraceEvents,
                 "a trace event without a name (kernels.h)");
-  report("attention block", {std::begin(kAttnNames), std::end(kAttnNames)}, false);
-  report("FFN block", {std::begin(kFfnNames), std::end(kFfnNames)}, true);
+  report("attention block", kAttnNames, false);
+  report("FFN block", kFfnNames, true);
   std::vector<double> attn_span, ffn_span;
   for (int l = 1; l < t.n_layer; ++l) {
     attn_span.push_back((last_end(false, l) - last_end(true, l - 1)) / 1e3);
