@@ -44,11 +44,16 @@ __device__ __forceinline__ int64_t qkv_row(int lr, int g, int G, int hd, int q_d
   return q_dim + kv_dim + int64_t(g) * hd + (lr - (G + 1) * hd);
 }
 
-template <typename WT, int GM>
+// kTrace: the phase stamps compiled in (a.trace set); without them the untraced kernel carries
+// no per-stamp check (those checks cost registers at the 128-register cap: spills).
+template <typename WT, int GM, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
   extern __shared__ float4 smem4[];
+  auto stamp = [&](int event) {
+    if constexpr (kTrace) block::stamp(a.trace, event);
+  };
   launch_dependents();
-  stamp(a.trace, kAttnEntry);
+  stamp(kAttnEntry);
   constexpr int kVec = Widen<WT>::kVec;
   const KvLayerView& kv = a.kv;
   const int cols = a.cols, hd = kv.head_dim, n_kv = kv.n_head_kv, G = a.n_head / n_kv;
@@ -90,11 +95,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     prefetch_l2(kv_at(j) + (i & 1) * int64_t(kv.block_size) * kv_dim, unsigned(hd * sizeof(float)));
   }
   grid_dependency_wait();
-  stamp(a.trace, kAttnAfterPdlWait);
+  stamp(kAttnAfterPdlWait);
 
   // 1. v = x + add, RMSNorm into shared memory (block 0 writes v: the residual stream).
   norm_to_smem(a.in, cols, ws, xs);
-  stamp(a.trace, kAttnNormDone);
+  stamp(kAttnNormDone);
 
   // 2. q/k/v rows of group g: warps take the block's rows round-robin.
   for (int lr = lr0 + warp; lr < lr1; lr += kWarps) {
@@ -141,9 +146,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     }
   }
   arrive(a.sync + g);
-  stamp(a.trace, kAttnQkvDone);
+  stamp(kAttnQkvDone);
   wait_for(a.sync + g, unsigned(bpg));
-  stamp(a.trace, kAttnQkvHandedOff);
+  stamp(kAttnQkvHandedOff);
 
   // 3. Attention of the group's G query heads over split r of the context [0, pos]: a warp
   //    takes kU positions (kWarps apart) per step, 32 lanes x one float4 cover head_dim <=
@@ -262,9 +267,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     if (d == 0) out[hd] = mx, out[hd + 1] = lsum;
   }
   arrive(a.sync + g);
-  stamp(a.trace, kAttnPartialDone);
+  stamp(kAttnPartialDone);
   wait_for(a.sync + g, unsigned(2 * bpg));
-  stamp(a.trace, kAttnPartialsHandedOff);
+  stamp(kAttnPartialsHandedOff);
 
   // 4. Merge the group's splits: block r finalizes its share of the G * hd outputs. A
   //    half-warp per output, one lane per split: every partial is loaded at once (one L2
@@ -302,10 +307,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   const int64_t wr0 = ::min(a.wo_rows, int64_t(blockIdx.x) * wchunk), wr1 = ::min(a.wo_rows, wr0 + wchunk);
   auto wo_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wo + row * wo_cols); };
   arrive(a.sync + n_kv);
-  stamp(a.trace, kAttnMergeDone);
+  stamp(kAttnMergeDone);
   if (wr0 + warp < wr1) load_first<kUnroll>(wo_ptr(wr0 + warp), w, wo_nvec, lane);
   wait_for(a.sync + n_kv, gridDim.x);
-  stamp(a.trace, kAttnOutHandedOff);
+  stamp(kAttnOutHandedOff);
   // The attention output (written by every block) into shared memory: every warp reads it
   // once per row, and through L2 that would be as many bytes as the weights.
   stage_to_smem(a.attn_out, q_dim, xs);
@@ -314,9 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
         dot_row<WT, kUnroll>(wo_ptr(row), w, xs, wo_nvec, lane, row + kWarps < wr1 ? wo_ptr(row + kWarps) : nullptr);
     if (lane == 0) a.y[row] = acc_o;
   }
-  if (a.trace) {
+  if constexpr (kTrace) {
     __syncthreads();
-    stamp(a.trace, kAttnEnd);
+    stamp(kAttnEnd);
   }
 }
 
@@ -333,12 +338,13 @@ int gm_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : 4; }
 
 template <typename WT, int GM>
 void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(attention_block_kernel<WT, GM>);
+  auto* typed = a.trace ? attention_block_kernel<WT, GM, true> : attention_block_kernel<WT, GM, false>;
+  const void* kernel = reinterpret_cast<const void*>(typed);
   const int64_t blocks = int64_t(a.kv.n_head_kv) * a.blocks_per_group;
   if (blocks > resident_blocks(kernel, smem))  // the hand-offs would wait forever
     throw CudaError("decode_attention_block: " + std::to_string(blocks) + " blocks cannot be resident at once (" +
                     std::to_string(resident_blocks(kernel, smem)) + " fit)");
-  launch_pdl(attention_block_kernel<WT, GM>, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
+  launch_pdl(typed, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
 }
 
 template <typename WT>
@@ -353,9 +359,9 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
 template <typename WT>
 int64_t capacity(int gm, size_t smem) {
   switch (gm) {
-    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1>), smem);
-    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2>), smem);
-    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4>), smem);
+    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false>), smem);
+    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false>), smem);
+    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false>), smem);
   }
 }
 

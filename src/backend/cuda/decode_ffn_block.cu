@@ -26,13 +26,17 @@ using namespace block;
 // 4 x 4 4.77, 8 x 3 4.50: spills), and so was one undoubled batch of 16 (docs/GPU.md).
 constexpr int kUnroll = 8, kBuffers = 2;
 
-template <typename WT>
+// kTrace: the phase stamps compiled in (a.trace set), as in decode_attention_block.cu.
+template <typename WT, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) {
   extern __shared__ float4 smem4[];
+  auto stamp = [&](int event) {
+    if constexpr (kTrace) block::stamp(a.trace, event);
+  };
   float* xs = reinterpret_cast<float*>(smem4);        // [max(cols, n_ff)]: the normalized row, then h
   float* ws = xs + ((max(a.cols, a.n_ff) + 3) & ~3);  // [cols] the norm weight
   launch_dependents();
-  stamp(a.trace, kFfnEntry);
+  stamp(kFfnEntry);
   constexpr int kVec = Widen<WT>::kVec;
   const int cols = a.cols, n_ff = a.n_ff;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -52,9 +56,9 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   if (p0 + warp < p1) load_first<kUnroll>(gu_ptr(p0 + warp), w[0], gu_nvec, lane);
   norm_weight_prefetch(a.in, cols, ws);
   grid_dependency_wait();
-  stamp(a.trace, kFfnAfterPdlWait);
+  stamp(kFfnAfterPdlWait);
   norm_to_smem(a.in, cols, ws, xs);
-  stamp(a.trace, kFfnNormDone);
+  stamp(kFfnNormDone);
 
   // Rows 2j and 2j + 1 of this warp's stream: gate and up rows of pair p0 + warp + 16 j.
   const int my_pairs = p0 + warp < p1 ? int((p1 - p0 - warp + kWarps - 1) / kWarps) : 0;
@@ -72,10 +76,10 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
 
   // Down needs all of h: its first loads go out between the arrival and the wait.
   arrive(a.sync);
-  stamp(a.trace, kFfnGateUpDone);
+  stamp(kFfnGateUpDone);
   if (d0 + warp < d1) load_first<kUnroll>(d_ptr(d0 + warp), w[0], d_nvec, lane);
   wait_for(a.sync, gridDim.x);
-  stamp(a.trace, kFfnHHandedOff);
+  stamp(kFfnHHandedOff);
   stage_to_smem(a.h, n_ff, xs);
   const int my_rows = d0 + warp < d1 ? int((d1 - d0 - warp + kWarps - 1) / kWarps) : 0;
   stream_rows<WT, kUnroll, kBuffers>(
@@ -83,9 +87,9 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
       [&](int i, float v) {
         if (lane == 0) a.y[d0 + warp + int64_t(kWarps) * i] = v;
       });
-  if (a.trace) {
+  if constexpr (kTrace) {
     __syncthreads();
-    stamp(a.trace, kFfnEnd);
+    stamp(kFfnEnd);
   }
 }
 
@@ -94,8 +98,10 @@ size_t ffn_smem_bytes(int cols, int n_ff) {
 }
 
 template <typename WT>
-int64_t capacity(size_t smem) {
-  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT>), smem);
+int64_t capacity(size_t smem, bool traced = false) {
+  return resident_blocks(traced ? reinterpret_cast<const void*>(ffn_block_kernel<WT, true>)
+                                : reinterpret_cast<const void*>(ffn_block_kernel<WT, false>),
+                         smem);
 }
 
 bool rows_ok(const DeviceMatrix& W) {
@@ -106,10 +112,11 @@ bool rows_ok(const DeviceMatrix& W) {
 template <typename WT>
 void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
   const size_t smem = ffn_smem_bytes(a.cols, a.n_ff);
-  if (a.blocks > capacity<WT>(smem))  // the hand-off would wait forever
+  const bool traced = a.trace != nullptr;
+  if (a.blocks > capacity<WT>(smem, traced))  // the hand-off would wait forever
     throw CudaError("decode_ffn_block: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +
-                    std::to_string(capacity<WT>(smem)) + " fit)");
-  launch_pdl(ffn_block_kernel<WT>, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
+                    std::to_string(capacity<WT>(smem, traced)) + " fit)");
+  launch_pdl(traced ? ffn_block_kernel<WT, true> : ffn_block_kernel<WT, false>, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace
