@@ -4,22 +4,39 @@
 # `--trace` run of each (docs/GPU.md: where a layer's time goes). Makes the Llama-3-8B-shape
 # BF16 model first if it is not there. Prints one line per run.
 #   ROUNDS=3 BATCHES=1 TRACE=1 bash scripts/gpu/ab_run.sh
+# Variants that differ only by environment (A/B knobs read at model load) go in
+# .device/ab/VARIANTS, one per line: LABEL BINARY [VAR=VALUE ...]; without that file every
+# staged binary runs once per round as it is.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=$PWD/.device/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 AB=.device/ab
 MODEL=${MODEL:-/tmp/l3-8b-bf16.gguf}
 [ -f "$MODEL" ] || timeout 240 "$AB/flashdllm" tools make-model --preset llama3-8b --dtype bf16 -o "$MODEL" | tail -1
-mapfile -t names < <(cut -d: -f1 "$AB/REFS")
 cat "$AB/REFS"
+if [ -f "$AB/VARIANTS" ]; then
+  cat "$AB/VARIANTS"
+  mapfile -t variants < <(grep -v '^ *$' "$AB/VARIANTS")
+else
+  mapfile -t variants < <(cut -d: -f1 "$AB/REFS" | awk '{ print $1, $1 }')
+fi
+bench() {  # bench LABEL BINARY [VAR=VALUE ...] -- bench_gpu flags
+  local label=$1 bin=$2; shift 2
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  timeout 90 env "${envs[@]}" "$AB/$bin" -m "$MODEL" "$@" 2>&1
+}
 for r in $(seq 1 "${ROUNDS:-3}"); do
-  for n in "${names[@]}"; do
-    echo "== $n round $r: $(timeout 90 "$AB/$n" -m "$MODEL" --batches "${BATCHES:-1}" --reps 2 2>&1 | grep -E '^batch' | head -1)"
+  for v in "${variants[@]}"; do
+    read -r -a f <<<"$v"
+    echo "== ${f[0]} round $r: $(bench "${f[@]}" -- --batches "${BATCHES:-1}" --reps 2 | grep -E '^batch' | head -1)"
   done
 done
 if [ "${TRACE:-1}" = 1 ]; then
-  for n in "${names[@]}"; do
-    echo "== trace $n"
-    timeout 90 "$AB/$n" -m "$MODEL" --batches 1 --reps 1 --trace 2>&1 | grep -E "trace|^ +[a-z]"
+  for v in "${variants[@]}"; do
+    read -r -a f <<<"$v"
+    echo "== trace ${f[0]}"
+    bench "${f[@]}" -- --batches 1 --reps 1 --trace | grep -E "trace|^ +[a-z]"
   done
 fi

@@ -47,7 +47,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
   const std::vector<int32_t> positions = {pos}, dst = {table[size_t(pos / s.block_size)]}, off = {0};
   const int64_t stride = int64_t(n_layer) * 2 * s.block_size * kv_dim;
   const std::vector<float> arena_init = random_floats(size_t(stride) * arena_blocks);
-  cpu::RopeParams rp{.head_dim = s.hd, .rope_dim = s.rope_dim, .freq_base = 10000.f, .freq_scale = 1.f};
+  cpu::RopeParams rp{.head_dim = s.hd, .rope_dim = s.rope_dim, .freq_base = 10000.f, .freq_scale = 1.f, .freq_factors = {}};
   std::vector<float> cs(size_t(s.rope_dim));
   cpu::rope_cos_sin(rp, pos, cs.data());
   const auto x = random_floats(size_t(s.cols), -3.f, 3.f), add = random_floats(size_t(s.cols));
