@@ -250,8 +250,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
                                            AttnCase{12, 1, 16, 5}, AttnCase{4, 4, 256, 16}, AttnCase{3, 1, 4, 1}),
                          [](const auto& info) {
                            const AttnCase& c = info.param;
-                           return "h" + std::to_string(c.n_head) + "_kv" + std::to_string(c.n_head_kv) + "_d" +
-                                  std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
+                           return attention_shape_name(c.n_head, c.n_head_kv, c.head_dim, c.block_size);
                          });
 
 }  // namespace

@@ -218,8 +218,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTree,
                                            TreeShape{3, 1, 4, 1}),
                          [](const auto& info) {
                            const TreeShape& c = info.param;
-                           return "h" + std::to_string(c.n_head) + "_kv" + std::to_string(c.n_head_kv) + "_d" +
-                                  std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
+                           return attention_shape_name(c.n_head, c.n_head_kv, c.head_dim, c.block_size);
                          });
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,14 @@ inline std::vector<uint8_t> random_weights(cuda::WType type, size_t count) {
     }
   }
   return bits;
+}
+
+/// A test-name suffix for an attention shape, e.g. "h32_kv8_d128_bs16" (built with a stream:
+/// GCC 12 warns falsely (-Wrestrict) on "literal" + std::string chains).
+inline std::string attention_shape_name(int n_head, int n_head_kv, int head_dim, int block_size) {
+  std::ostringstream name;
+  name << "h" << n_head << "_kv" << n_head_kv << "_d" << head_dim << "_bs" << block_size;
+  return name.str();
 }
 
 inline std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
