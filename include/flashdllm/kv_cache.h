@@ -175,6 +175,9 @@ class KvCache {
   uint64_t blocks_copied() const { return blocks_copied_; }
   /// Unique per cache object in this process (see BlockPool::uid).
   uint64_t uid() const { return uid_; }
+  /// Expires when this cache is destroyed: a backend that keeps per-cache state (the CUDA
+  /// model's copy-on-write bookkeeping) drops it then, without holding the cache alive.
+  std::weak_ptr<const void> lifetime() const { return alive_; }
   /// Called by append_slots right after each copy-on-write copy, with the shared block `src`
   /// (still live: another sequence holds it) and its private copy `dst`, once the host bytes
   /// and dst's metadata are in place. For backends that keep their own copy of the arena
@@ -220,6 +223,7 @@ class KvCache {
   uint64_t blocks_copied_ = 0;
   uint64_t slots_moved_ = 0;
   uint64_t uid_;
+  std::shared_ptr<char> alive_ = std::make_shared<char>('\0');
   BlockCopyObserver copy_observer_;
   SlotMoveObserver move_observer_;
 };

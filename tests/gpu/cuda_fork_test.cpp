@@ -108,6 +108,33 @@ TEST(CudaFork, CopyLogsOfEarlierPoolsAreDropped) {
   }
 }
 
+TEST(CudaFork, CopyLogsOfDestroyedCachesAreDropped) {
+  FDL_SKIP_WITHOUT_GPU();
+  // Many caches over one pool, one after another (the pool, and so the arena, stays): the
+  // model keeps the bookkeeping of live caches only.
+  Model& m = fork_model();
+  auto& cm = dynamic_cast<cuda::CudaModel&>(m);
+  auto pool = make_pool(m, 64);
+  StepBatch batch;
+  std::vector<float> logits;
+  KvCache keep(*pool);
+  const SeqId k = keep.create_sequence();
+  batch.add(3, int32_t(keep.append_slots(k, 1)), k, true);
+  m.forward(batch, keep, logits);
+  for (int i = 0; i < 4; ++i) {
+    KvCache kv(*pool);
+    const SeqId a = kv.create_sequence();
+    batch.clear();
+    batch.add(int32_t(5 + i), int32_t(kv.append_slots(a, 1)), a, true);
+    m.forward(batch, kv, logits);
+    EXPECT_EQ(cm.tracked_caches(), 2u) << "cache " << i << " and the kept one";
+  }
+  batch.clear();
+  batch.add(4, int32_t(keep.append_slots(k, 1)), k, true);
+  m.forward(batch, keep, logits);
+  EXPECT_EQ(cm.tracked_caches(), 1u) << "only the kept cache is alive";
+}
+
 TEST(CudaFork, ReplacedObserverIsDetectedInsteadOfReadingStaleBlocks) {
   FDL_SKIP_WITHOUT_GPU();
   Model& m = fork_model();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -61,6 +62,20 @@ TEST(KvCache, AppendReturnsFirstNewPositionAndAllocatesBlocksLazily) {
   EXPECT_EQ(kv.length(s), 5u);
   EXPECT_EQ(pool.meta(kv.block_table(s)[0]).n_filled, 4u);
   EXPECT_EQ(pool.meta(kv.block_table(s)[1]).n_filled, 1u);
+}
+
+TEST(KvCache, LifetimeExpiresWithTheCacheOnly) {
+  BlockPool pool(shape(), 8);
+  std::weak_ptr<const void> gone;
+  {
+    KvCache kv(pool);
+    gone = kv.lifetime();
+    KvCache other(pool);
+    EXPECT_FALSE(gone.expired());
+    EXPECT_FALSE(other.lifetime().expired());
+    EXPECT_NE(gone.lock(), other.lifetime().lock()) << "one token per cache";
+  }
+  EXPECT_TRUE(gone.expired());
 }
 
 TEST(KvCache, AppendingNeverMovesOrChangesEarlierSlots) {

@@ -238,8 +238,10 @@ void CudaModel::replay_pool_log() {
 // every copy and move any cache of the pool made runs on the device, in host order.
 void CudaModel::sync_block_copies(KvCache& kv) {
   replay_pool_log();
+  std::erase_if(cache_copies_, [](const auto& e) { return e.second.cache_alive.expired(); });  // destroyed caches
   CacheCopies& cc = cache_copies_[kv.uid()];
   cc.pool_uid = kv.pool().uid();
+  cc.cache_alive = kv.lifetime();
   cc.seen = kv.blocks_copied();
   cc.moves_seen = kv.slots_moved();
   *cc.reported = Reported{pool_log_, 0, 0};

@@ -109,8 +109,8 @@ class CudaModel final : public Model {
   /// arena is pinned at the first tier copy (false before it, after the pool closed, or
   /// where the system refused to pin it).
   bool kv_host_pinned() const;
-  /// How many KV caches' copy-on-write logs the model keeps: only those of the pool its device
-  /// arena holds (test hook: it must not grow with every cache ever used).
+  /// How many KV caches' copy-on-write logs the model keeps: only those of live caches of the
+  /// pool its device arena holds (test hook: it must not grow with every cache ever used).
   size_t tracked_caches() const { return cache_copies_.size(); }
   /// With FLASHDLLM_CUDA_PROFILE=1 (which also turns graphs off): device milliseconds per
   /// op class (embed, norm, qkv, rope, attention, wo, gate_up, silu, down, output, upload),
@@ -232,6 +232,7 @@ class CudaModel final : public Model {
     uint64_t seen = 0;        // blocks_copied()
     uint64_t moves_seen = 0;  // slots_moved()
     uint64_t pool_uid = 0;
+    std::weak_ptr<const void> cache_alive;  // KvCache::lifetime(): expired entries are dropped
   };
   std::map<uint64_t, CacheCopies> cache_copies_;
   std::shared_ptr<ArenaMirror> mirror_;  // registered (weakly) with the pool the arena serves
