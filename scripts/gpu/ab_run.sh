@@ -13,19 +13,30 @@ export LD_LIBRARY_PATH=$PWD/.device/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:
 AB=.device/ab
 MODEL=${MODEL:-/tmp/l3-8b-bf16.gguf}
 [ -f "$MODEL" ] || timeout 240 "$AB/flashdllm" tools make-model --preset llama3-8b --dtype bf16 -o "$MODEL" | tail -1
-cat "$AB/REFS"
-if [ -f "$AB/VARIANTS" ]; then
-  cat "$AB/VARIANTS"
-  mapfile -t variants < <(grep -v '^ *$' "$AB/VARIANTS")
-else
+[ -f "$AB/REFS" ] && cat "$AB/REFS"
+if [ -f "$AB/VARIANTS" ]; then  # comments (#...), blank lines and CRLF endings allowed
+  mapfile -t variants < <(sed -e 's/\r$//' -e 's/[[:space:]]*#.*//' "$AB/VARIANTS" | grep -v '^[[:space:]]*$')
+elif [ -f "$AB/REFS" ]; then
   mapfile -t variants < <(cut -d: -f1 "$AB/REFS" | awk '{ print $1, $1 }')
+else
+  variants=()
 fi
+[ ${#variants[@]} -gt 0 ] || { echo "ab_run.sh: nothing to run (no $AB/VARIANTS or $AB/REFS)" >&2; exit 2; }
+for v in "${variants[@]}"; do  # every line checked before the first run: a typo fails now, not as a blank result
+  read -r -a f <<<"$v"
+  [ ${#f[@]} -ge 2 ] || { echo "ab_run.sh: '$v': want LABEL BINARY [VAR=VALUE ...]" >&2; exit 2; }
+  [ -x "$AB/${f[1]}" ] || { echo "ab_run.sh: '$v': $AB/${f[1]} is not an executable" >&2; exit 2; }
+  for e in "${f[@]:2}"; do
+    [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "ab_run.sh: '$v': '$e' is not VAR=VALUE" >&2; exit 2; }
+  done
+  echo "variant: $v"
+done
 bench() {  # bench LABEL BINARY [VAR=VALUE ...] -- bench_gpu flags
-  local label=$1 bin=$2; shift 2
+  local bin=$2; shift 2
   local envs=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  timeout 90 env "${envs[@]}" "$AB/$bin" -m "$MODEL" "$@" 2>&1
+  timeout 90 env ${envs[@]+"${envs[@]}"} "$AB/$bin" -m "$MODEL" "$@" 2>&1
 }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in "${variants[@]}"; do

@@ -133,6 +133,13 @@ TEST(CudaFork, CopyLogsOfDestroyedCachesAreDropped) {
   batch.add(4, int32_t(keep.append_slots(k, 1)), k, true);
   m.forward(batch, keep, logits);
   EXPECT_EQ(cm.tracked_caches(), 1u) << "only the kept cache is alive";
+  // The kept cache's bookkeeping survived the pruning: a copy the model never heard of is
+  // still caught.
+  keep.set_block_copy_observer({});
+  const SeqId f = keep.fork_sequence(k);
+  batch.clear();
+  batch.add(6, int32_t(keep.append_slots(f, 1)), f, true);
+  EXPECT_THROW(m.forward(batch, keep, logits), std::logic_error);
 }
 
 TEST(CudaFork, ReplacedObserverIsDetectedInsteadOfReadingStaleBlocks) {

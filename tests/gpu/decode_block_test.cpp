@@ -7,7 +7,8 @@
 //  - decode_ffn_block vs gemv_norm_swiglu, gemv(down): Llama-3-8B's shape, odd sizes, more
 //    blocks than gate/up pairs, and y written over its own residual input (as the model does).
 // Each kernel runs four times, every output and hand-off buffer reset to garbage (or the
-// initial cache) before each run.
+// initial cache) before each run; the fourth run is the traced kernel (bench_gpu --trace),
+// which must give the same bits and stamp every phase edge of every block in order.
 #include <algorithm>
 #include <numeric>
 
@@ -27,6 +28,18 @@ struct Shape {
 };
 
 class AttentionBlock : public ::testing::TestWithParam<WType> {};
+
+/// Every block stamped every event (non-zero), in program order ([events][blocks] globaltimer ns).
+void expect_stamps_in_order(const std::vector<uint64_t>& t, int events, int blocks, const std::string& where) {
+  for (int b = 0; b < blocks; ++b)
+    for (int e = 0; e < events; ++e) {
+      const uint64_t v = t[size_t(e) * size_t(blocks) + size_t(b)];
+      EXPECT_NE(v, 0u) << where << ": block " << b << " did not stamp event " << e;
+      if (e > 0) {
+        EXPECT_LE(t[size_t(e - 1) * size_t(blocks) + size_t(b)], v) << where << ": block " << b << " event " << e;
+      }
+    }
+}
 
 /// Runs both paths for one shape and context on fresh random inputs and compares every output.
 void check(WType type, const Shape& s, int ctx, int n_sm) {
@@ -113,7 +126,15 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
   b.y = y.get();
   b.sync = sync.get();
   b.blocks_per_group = bpg;
+  // The last run launches the traced kernel (a separately compiled instantiation): its outputs
+  // must equal the untraced run before it bit for bit, and every block must stamp every phase
+  // edge in order.
+  const int blocks = bpg * s.n_kv;
+  DeviceBuffer<uint64_t> trace{size_t(cuda::kAttnTraceEvents) * size_t(blocks)};
+  FDL_CUDA_CHECK(cudaMemset(trace.get(), 0, trace.bytes()));
+  std::vector<std::vector<float>> untraced;
   for (int run = 0; run < 4; ++run) {
+    b.trace = run == 3 ? trace.get() : nullptr;
     // Every output and every hand-off buffer starts from garbage or the initial cache, so a
     // phase that reads before its producer finished shows in any run.
     FDL_CUDA_CHECK(cudaMemcpy(arena.get(), arena_init.data(), arena_init.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -138,6 +159,15 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
     // by up to ~10^-4 relative: a bound of 1e-5 failed once (2.3e-5, BF16, context 2, run 51).
     EXPECT_LT(rel_error(to_host(attn, size_t(q_dim)), widen(to_host(attn_ref, size_t(q_dim)))), 1e-4) << where;
     EXPECT_LT(rel_error(to_host(y, size_t(s.wo_rows)), widen(to_host(y_ref, size_t(s.wo_rows)))), 1e-4) << where;
+    std::vector<std::vector<float>> outs = {to_host(x_out, size_t(s.cols)), to_host(q, size_t(q_dim)),
+                                            to_host(attn, size_t(q_dim)), to_host(y, size_t(s.wo_rows))};
+    if (run == 2) untraced = std::move(outs);
+    if (run == 3) {
+      for (size_t o = 0; o < outs.size(); ++o)
+        EXPECT_EQ(0, std::memcmp(outs[o].data(), untraced[o].data(), outs[o].size() * sizeof(float)))
+            << where << ": output " << o << " of the traced kernel differs from the untraced one";
+      expect_stamps_in_order(to_host(trace, trace.size()), cuda::kAttnTraceEvents, blocks, where);
+    }
   }
 }
 
@@ -204,6 +234,9 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
   ASSERT_GT(blocks, 0) << "shape not supported";
   DeviceBuffer<float> x_out{size_t(cols)}, h{size_t(n_ff)};
   DeviceBuffer<unsigned> sync{1};
+  DeviceBuffer<uint64_t> trace{size_t(cuda::kFfnTraceEvents) * size_t(blocks)};  // the last run is traced
+  FDL_CUDA_CHECK(cudaMemset(trace.get(), 0, trace.bytes()));
+  std::vector<std::vector<float>> untraced;
   for (int run = 0; run < 4; ++run) {
     // y overwrites the residual input it adds, as in the model (the wo output buffer).
     std::vector<float> io(size_t(std::max(cols, down_rows)), 0.f);
@@ -224,6 +257,7 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
     f.y = io_buf.get();
     f.sync = sync.get();
     f.blocks = blocks;
+    f.trace = run == 3 ? trace.get() : nullptr;
     cuda::decode_ffn_block(f, nullptr);
     FDL_CUDA_CHECK(cudaDeviceSynchronize());
     const std::string where = std::string(cuda::wtype_name(type)) + " cols " + std::to_string(cols) + " n_ff " +
@@ -231,6 +265,15 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
     EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(x_ref, size_t(cols))) << where;
     EXPECT_LT(rel_error(to_host(h, size_t(n_ff)), widen(to_host(h_ref, size_t(n_ff)))), 1e-6) << where;
     EXPECT_LT(rel_error(to_host(io_buf, size_t(down_rows)), widen(to_host(y_ref, size_t(down_rows)))), 1e-5) << where;
+    std::vector<std::vector<float>> outs = {to_host(x_out, size_t(cols)), to_host(h, size_t(n_ff)),
+                                            to_host(io_buf, size_t(down_rows))};
+    if (run == 2) untraced = std::move(outs);
+    if (run == 3) {
+      for (size_t o = 0; o < outs.size(); ++o)
+        EXPECT_EQ(0, std::memcmp(outs[o].data(), untraced[o].data(), outs[o].size() * sizeof(float)))
+            << where << ": output " << o << " of the traced kernel differs from the untraced one";
+      expect_stamps_in_order(to_host(trace, trace.size()), cuda::kFfnTraceEvents, blocks, where);
+    }
   }
 }
 

@@ -109,8 +109,9 @@ class CudaModel final : public Model {
   /// arena is pinned at the first tier copy (false before it, after the pool closed, or
   /// where the system refused to pin it).
   bool kv_host_pinned() const;
-  /// How many KV caches' copy-on-write logs the model keeps: only those of live caches of the
-  /// pool its device arena holds (test hook: it must not grow with every cache ever used).
+  /// How many KV caches' copy-on-write logs the model keeps: those of the pool its device arena
+  /// holds, less those of destroyed caches (dropped at the next forward with tokens) (test
+  /// hook: it must not grow with every cache ever used).
   size_t tracked_caches() const { return cache_copies_.size(); }
   /// With FLASHDLLM_CUDA_PROFILE=1 (which also turns graphs off): device milliseconds per
   /// op class (embed, norm, qkv, rope, attention, wo, gate_up, silu, down, output, upload),

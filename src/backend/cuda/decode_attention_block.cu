@@ -356,6 +356,8 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
   }
 }
 
+// Planning (attention_block_groups) sizes the grid for the untraced kernel; a launch checks
+// the instantiation it runs.
 template <typename WT>
 int64_t capacity(int gm, size_t smem) {
   switch (gm) {

@@ -97,11 +97,11 @@ size_t ffn_smem_bytes(int cols, int n_ff) {
   return (size_t((std::max(cols, n_ff) + 3) & ~3) + size_t(cols)) * sizeof(float);
 }
 
+// Planning (ffn_block_blocks) sizes the grid for the untraced kernel; a launch checks the
+// instantiation it runs.
 template <typename WT>
-int64_t capacity(size_t smem, bool traced = false) {
-  return resident_blocks(traced ? reinterpret_cast<const void*>(ffn_block_kernel<WT, true>)
-                                : reinterpret_cast<const void*>(ffn_block_kernel<WT, false>),
-                         smem);
+int64_t capacity(size_t smem) {
+  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT, false>), smem);
 }
 
 bool rows_ok(const DeviceMatrix& W) {
@@ -112,11 +112,12 @@ bool rows_ok(const DeviceMatrix& W) {
 template <typename WT>
 void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
   const size_t smem = ffn_smem_bytes(a.cols, a.n_ff);
-  const bool traced = a.trace != nullptr;
-  if (a.blocks > capacity<WT>(smem, traced))  // the hand-off would wait forever
+  auto* typed = a.trace ? ffn_block_kernel<WT, true> : ffn_block_kernel<WT, false>;
+  const void* kernel = reinterpret_cast<const void*>(typed);
+  if (a.blocks > resident_blocks(kernel, smem))  // the hand-off would wait forever
     throw CudaError("decode_ffn_block: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +
-                    std::to_string(capacity<WT>(smem, traced)) + " fit)");
-  launch_pdl(traced ? ffn_block_kernel<WT, true> : ffn_block_kernel<WT, false>, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
+                    std::to_string(resident_blocks(kernel, smem)) + " fit)");
+  launch_pdl(typed, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace

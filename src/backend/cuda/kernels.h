@@ -226,6 +226,9 @@ struct AttentionBlockArgs {
   int blocks_per_group = 0;
   /// Profiling (FLASHDLLM_DECODE_TRACE=1), else null: [kAttnTraceEvents][gridDim.x] globaltimer
   /// stamps (ns) taken by thread 0 of each block at the phase edges named in AttnTraceEvent.
+  /// Set, it launches a separately compiled kernel with the stamps (the untraced one carries
+  /// none): the same results, but the registers (and spills) of another binary, so traced
+  /// timings can differ slightly from untraced ones.
   uint64_t* trace = nullptr;
 };
 /// Phase edges stamped into AttentionBlockArgs::trace, in order.
@@ -264,7 +267,7 @@ struct FfnBlockArgs {
   unsigned* sync = nullptr;        ///< one counter, zero at launch
   int blocks = 0;
   /// Profiling, else null: [kFfnTraceEvents][blocks] globaltimer stamps (ns), as
-  /// AttentionBlockArgs::trace.
+  /// AttentionBlockArgs::trace (also a separately compiled kernel).
   uint64_t* trace = nullptr;
 };
 /// Phase edges stamped into FfnBlockArgs::trace, in order.
