@@ -1,6 +1,7 @@
 // Speculation circuit breaker (see spec_breaker.h).
 #include "decode/spec_breaker.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace fdl::spec {
@@ -30,9 +31,21 @@ void SpecBreaker::record_step(double tokens, double ms, double plain_tokens, dou
   if (steps_.size() > window_) steps_.pop_front();
   // Judge full windows only: a handful of steps is dominated by timer noise.
   if (steps_.size() < window_) return;
+  // Each step's time relative to a plain step, capped at kOutlierFactor x the window's median
+  // (spec_breaker.h: a preempted step must not read as a slowdown).
+  slowness_.clear();
+  for (const Step& s : steps_)
+    if (s.plain_ms > 0.0) slowness_.push_back(s.ms / s.plain_ms);
+  double cap = 0.0;
+  if (!slowness_.empty()) {
+    const auto mid = slowness_.begin() + std::ptrdiff_t(slowness_.size() / 2);
+    std::nth_element(slowness_.begin(), mid, slowness_.end());
+    cap = kOutlierFactor * *mid;
+  }
   Step sum{0, 0, 0, 0};
   for (const Step& s : steps_) {
-    sum.tokens += s.tokens; sum.ms += s.ms; sum.plain_tokens += s.plain_tokens; sum.plain_ms += s.plain_ms;
+    const double ms = cap > 0.0 && s.plain_ms > 0.0 ? std::min(s.ms, cap * s.plain_ms) : s.ms;
+    sum.tokens += s.tokens; sum.ms += ms; sum.plain_tokens += s.plain_tokens; sum.plain_ms += s.plain_ms;
   }
   if (sum.ms <= 0.0 || sum.plain_ms <= 0.0 || sum.plain_tokens <= 0.0) return;
   const double ratio = (sum.tokens / sum.ms) / (sum.plain_tokens / sum.plain_ms);

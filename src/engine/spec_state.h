@@ -37,19 +37,23 @@ struct SpecState {
   }
   /// What a plain step of `n_live` sequences costs when pricing shadow drafts (their time
   /// budget): the lower of plain_ms() and the cost model's lower envelope. plain_ms() is a
-  /// mean, right for the breaker's reference, but one preempted step (4-8 ms against ~0.05 ms
-  /// on stories260K under load) inflated it tenfold for ~20 steps, and the shadow budget
-  /// with it: a shadow draft every step.
+  /// mean, right for the breaker's reference; preempted steps are capped when they enter it
+  /// (observe_plain), but even a capped one raises it by 30%, and the shadow budget with it.
   double shadow_step_ms(size_t n_live) const {
     const double mean = plain_ms(n_live);
     return cost.has_data() ? std::min(mean, cost.predict(double(n_live))) : mean;
   }
   /// Wall time of one draft (policy proposal, pool update included), decayed mean.
   void observe_draft(double ms) { draft_ms = draft_ms > 0 ? 0.9 * draft_ms + 0.1 * ms : ms; }
+  /// A sample above kPlainOutlierFactor x the current mean enters capped there: one preempted
+  /// plain step (4-8 ms against ~0.05 ms on stories260K) inflated the mean tenfold for ~20
+  /// steps, and the breaker's reference with it (speculation then looked faster than it was).
+  /// A real change in step time still moves the mean (by up to 30% per step).
+  static constexpr double kPlainOutlierFactor = 4.0;
   void observe_plain(size_t n_live, double ms) {
     if (plain_ms_by_live.size() <= n_live) plain_ms_by_live.resize(n_live + 1, 0.0);
     double& m = plain_ms_by_live[n_live];
-    m = m > 0 ? 0.9 * m + 0.1 * ms : ms;
+    m = m > 0 ? 0.9 * m + 0.1 * std::min(ms, kPlainOutlierFactor * m) : ms;
   }
 
   SpecOptions options;

@@ -251,5 +251,39 @@ TEST(SpecBreaker, SlowdownOverAFullWindowOpensIt) {
   EXPECT_FALSE(fine.open());
 }
 
+// One step the OS preempted (100x its usual time) among 63 at 1.2x plain throughput: the sum
+// over the window would read 0.47x plain; capped at 4x the window's median it reads ~1.14x.
+TEST(SpecBreaker, OnePreemptedStepDoesNotOpenIt) {
+  SpecBreaker b(0.05, 64);
+  for (int i = 0; i < 63; ++i) b.record_step(1.2, 1.0, 1.0, 1.0);
+  b.record_step(1.2, 100.0, 1.0, 1.0);
+  EXPECT_FALSE(b.open()) << b.reason();
+  for (int i = 0; i < 200; ++i) b.record_step(1.2, i % 50 == 7 ? 100.0 : 1.0, 1.0, 1.0);  // now and then
+  EXPECT_FALSE(b.open()) << b.reason();
+}
+
+// Most steps slower is a real slowdown, however the times spread: the cap only trims a
+// minority of outliers.
+TEST(SpecBreaker, SlowdownOfMostStepsStillOpensIt) {
+  SpecBreaker b(0.05, 64);
+  for (int i = 0; i < 64; ++i) b.record_step(1.0, i % 2 ? 1.3 : 1.1, 1.0, 1.0);  // 0.83x plain
+  EXPECT_TRUE(b.open());
+  SpecBreaker spiky(0.05, 64);  // every step slow, some very slow: still a slowdown
+  for (int i = 0; i < 64; ++i) spiky.record_step(1.0, i % 4 == 0 ? 20.0 : 2.0, 1.0, 1.0);
+  EXPECT_TRUE(spiky.open());
+}
+
+// Speculation pays by its total: many steps whose drafts were all rejected (slower than a
+// plain step) and fewer that accepted several tokens; judged by the window's sums, not by a
+// typical step.
+TEST(SpecBreaker, BurstyAcceptanceIsJudgedByItsTotal) {
+  SpecBreaker b(0.05, 64);
+  for (int i = 0; i < 640; ++i) {
+    if (i % 5 < 3) b.record_step(1.0, 1.2, 1.0, 1.0);  // rejected: 0.83x plain
+    else b.record_step(4.0, 1.3, 1.0, 1.0);            // 4 accepted: 3.1x plain
+  }
+  EXPECT_FALSE(b.open()) << b.reason();  // in total ~1.77x plain
+}
+
 }  // namespace
 }  // namespace fdl::spec
