@@ -29,8 +29,18 @@ struct Shape {
 
 class AttentionBlock : public ::testing::TestWithParam<WType> {};
 
-/// Every block stamped every event (non-zero), in program order ([events][blocks] globaltimer ns).
-void expect_stamps_in_order(const std::vector<uint64_t>& t, int events, int blocks, const std::string& where) {
+/// The runs of a persistent kernel's check: run 2 is untraced (its outputs are kept in
+/// `untraced`), run 3 traced. The traced run's outputs must equal run 2's bit for bit, and
+/// every block must have stamped every event (non-zero) in program order (`trace`:
+/// [events][blocks] globaltimer ns).
+void compare_traced_run(int run, std::vector<std::vector<float>> outs, std::vector<std::vector<float>>& untraced,
+                        const DeviceBuffer<uint64_t>& trace, int events, int blocks, const std::string& where) {
+  if (run == 2) untraced = std::move(outs);
+  if (run != 3) return;
+  for (size_t o = 0; o < outs.size(); ++o)
+    EXPECT_EQ(0, std::memcmp(outs[o].data(), untraced[o].data(), outs[o].size() * sizeof(float)))
+        << where << ": output " << o << " of the traced kernel differs from the untraced one";
+  const std::vector<uint64_t> t = to_host(trace, trace.size());
   for (int b = 0; b < blocks; ++b)
     for (int e = 0; e < events; ++e) {
       const uint64_t v = t[size_t(e) * size_t(blocks) + size_t(b)];
@@ -159,15 +169,9 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
     // by up to ~10^-4 relative: a bound of 1e-5 failed once (2.3e-5, BF16, context 2, run 51).
     EXPECT_LT(rel_error(to_host(attn, size_t(q_dim)), widen(to_host(attn_ref, size_t(q_dim)))), 1e-4) << where;
     EXPECT_LT(rel_error(to_host(y, size_t(s.wo_rows)), widen(to_host(y_ref, size_t(s.wo_rows)))), 1e-4) << where;
-    std::vector<std::vector<float>> outs = {to_host(x_out, size_t(s.cols)), to_host(q, size_t(q_dim)),
-                                            to_host(attn, size_t(q_dim)), to_host(y, size_t(s.wo_rows))};
-    if (run == 2) untraced = std::move(outs);
-    if (run == 3) {
-      for (size_t o = 0; o < outs.size(); ++o)
-        EXPECT_EQ(0, std::memcmp(outs[o].data(), untraced[o].data(), outs[o].size() * sizeof(float)))
-            << where << ": output " << o << " of the traced kernel differs from the untraced one";
-      expect_stamps_in_order(to_host(trace, trace.size()), cuda::kAttnTraceEvents, blocks, where);
-    }
+    compare_traced_run(run, {to_host(x_out, size_t(s.cols)), to_host(q, size_t(q_dim)), to_host(attn, size_t(q_dim)),
+                             to_host(y, size_t(s.wo_rows))},
+                       untraced, trace, cuda::kAttnTraceEvents, blocks, where);
   }
 }
 
@@ -265,15 +269,8 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
     EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(x_ref, size_t(cols))) << where;
     EXPECT_LT(rel_error(to_host(h, size_t(n_ff)), widen(to_host(h_ref, size_t(n_ff)))), 1e-6) << where;
     EXPECT_LT(rel_error(to_host(io_buf, size_t(down_rows)), widen(to_host(y_ref, size_t(down_rows)))), 1e-5) << where;
-    std::vector<std::vector<float>> outs = {to_host(x_out, size_t(cols)), to_host(h, size_t(n_ff)),
-                                            to_host(io_buf, size_t(down_rows))};
-    if (run == 2) untraced = std::move(outs);
-    if (run == 3) {
-      for (size_t o = 0; o < outs.size(); ++o)
-        EXPECT_EQ(0, std::memcmp(outs[o].data(), untraced[o].data(), outs[o].size() * sizeof(float)))
-            << where << ": output " << o << " of the traced kernel differs from the untraced one";
-      expect_stamps_in_order(to_host(trace, trace.size()), cuda::kFfnTraceEvents, blocks, where);
-    }
+    compare_traced_run(run, {to_host(x_out, size_t(cols)), to_host(h, size_t(n_ff)), to_host(io_buf, size_t(down_rows))},
+                       untraced, trace, cuda::kFfnTraceEvents, blocks, where);
   }
 }
 
