@@ -12,6 +12,7 @@
 # (~7 MB per bench_gpu).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/gpu/device_libs.sh
 [ $# -ge 1 ] || { echo "usage: $0 REF [REF ...]" >&2; exit 2; }
 WORK=${AB_WORK:-/tmp/fdl-ab}
 launcher=()
@@ -33,9 +34,5 @@ for ref in "$@"; do
   echo "$name: $(git rev-parse --short "$ref")" | tee -a .device/ab/REFS
   git worktree remove --force "$tree"  # the same path next time: ccache still hits
 done
-for lib in liburing.so.2 libspdlog.so.1.10 libfmt.so.9 libhiredis.so.0.14 libcpp-httplib.so.0.11 \
-           libpcre2-8.so.0 libxxhash.so.0 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found { print $NF; found = 1 }')
-  [ -n "$path" ] && cp -L "$path" .device/lib/
-done
+copy_device_libs .device/lib
 du -sh .device/ab .device/lib

@@ -8,6 +8,7 @@
 #   scripts/gpu/stage.sh            # then run scripts/gpu/run_on_device.sh there
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/gpu/device_libs.sh
 SHARED=${FLASHDLLM_SHARED:-../shared}
 BUILD=${BUILD:-build-cuda}
 rm -rf .device
@@ -17,12 +18,7 @@ for b in test_gpu flashdllm bench_gpu; do
   cp "$BUILD/bin/$b" .device/bin/
   strip .device/bin/$b
 done
-# Libraries not on the GPU image (Ubuntu 24.04): Debian 12 builds of these, resolved via ldd.
-for lib in liburing.so.2 libspdlog.so.1.10 libfmt.so.9 libhiredis.so.0.14 libcpp-httplib.so.0.11 \
-           libpcre2-8.so.0 libxxhash.so.0 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found { print $NF; found = 1 }')  # no early exit: SIGPIPE + pipefail
-  [ -n "$path" ] && cp -L "$path" .device/lib/
-done
+copy_device_libs .device/lib
 cp "$SHARED/models/stories260K.gguf" "$SHARED/models/codelm-16m-f16.gguf" .device/shared/models/
 cp "$SHARED"/reference/*.json .device/shared/reference/
 cp bench/gpu/hf_peer.py .device/bench/
