@@ -11,11 +11,19 @@
 //    inter-token σ = standard deviation of the step times;
 //  - HBM bandwidth per decode step = (weight bytes streamed + KV bytes read) / median step
 //    time, against the measured 4.26 TB/s of the H200 (docs/GPU.md);
+//  - pipelined: the same greedy decode through Model::submit_sample / collect_ids: step k+1
+//    is queued (its tokens previous_step_id, drawn on the device) before step k's ids come
+//    back, so the GPU never waits for the host between steps; step time = one submit plus
+//    the previous step's collect;
 //  - for B = 1 also the decode rate with full logits copied to the host (Model::forward);
 //  - with --sampling, for every B also decode with llama.cpp's default sampler settings
 //    (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05): sampled on the GPU
 //    (CudaModel::forward_sample, ids only cross PCIe) and sampled on the host (forward, then
 //    one fdl::Sampler per sequence over the copied rows).
+// The same call measures the device's copy bandwidth first (cudaMemcpy device to device of
+// 4 GiB, counted as read + write, median of 9), the measurement the 4.26 TB/s comes
+// from: the roofline of batch-1 decode is that bandwidth over the weight bytes, and each
+// decode line also gives its share of it, since machines of one kind differ by ~1-2%.
 // One untimed warm-up run per B (fills the KV arena, scratch, CUDA graphs). Reports the
 // median over --reps repetitions. --trace (batch 1) also prints where the time of a layer goes:
 // the persistent decode kernels' phase stamps (CudaModel::decode_trace).
@@ -75,13 +83,16 @@ void print_profile(fdl::cuda::CudaModel& m, const char* what, int B, double per)
 }
 
 // How a decode step turns its rows into the next tokens.
-enum class Mode { Argmax, FullLogits, DeviceSampling, HostSampling, DeviceGreedy };
+enum class Mode { Argmax, FullLogits, DeviceSampling, HostSampling, DeviceGreedy, Pipelined, PipelinedSampling };
+bool pipelined(Mode m) { return m == Mode::Pipelined || m == Mode::PipelinedSampling; }
 const char* mode_label(Mode mode) {
   switch (mode) {
     case Mode::FullLogits: return " (full logits to host)";
     case Mode::DeviceSampling: return " (sampled on the GPU)";
     case Mode::HostSampling: return " (sampled on the host)";
     case Mode::DeviceGreedy: return " (greedy through forward_sample)";
+    case Mode::Pipelined: return " (pipelined: greedy, next step queued before the ids return)";
+    case Mode::PipelinedSampling: return " (pipelined, sampled on the GPU)";
     default: return "";
   }
 }
@@ -91,6 +102,8 @@ const char* mode_name(Mode mode) {
     case Mode::DeviceSampling: return "device_sampling";
     case Mode::HostSampling: return "host_sampling";
     case Mode::DeviceGreedy: return "device_greedy";
+    case Mode::Pipelined: return "pipelined";
+    case Mode::PipelinedSampling: return "pipelined_sampling";
     default: return "argmax";
   }
 }
@@ -103,6 +116,36 @@ fdl::SamplingParams bench_sampling(uint64_t seed) {
   p.min_p = 0.05f;
   p.seed = seed;
   return p;
+}
+
+// Device-to-device copy bandwidth in TB/s (bytes read + bytes written per second).
+double measure_copy_bandwidth() {
+  const size_t bytes = size_t(4) << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess) return 0;
+  if (cudaMalloc(&b, bytes) != cudaSuccess) {
+    cudaFree(a);
+    return 0;
+  }
+  cudaMemset(a, 1, bytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> tb_s;
+  for (int i = 0; i < 10; ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms_copy = 0;
+    cudaEventElapsedTime(&ms_copy, e0, e1);
+    if (i > 0) tb_s.push_back(2.0 * double(bytes) / (double(ms_copy) / 1e3) / 1e12);  // the first warms up
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return median(tb_s);
 }
 
 RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<std::vector<int32_t>>& prompts,
@@ -140,10 +183,23 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
     batch.clear();
     for (int s = 0; s < B; ++s) {
       const int32_t pos = int32_t(kv.append_slots(seqs[size_t(s)], 1));
-      batch.add(next[size_t(s)], pos, seqs[size_t(s)], true);
+      // Pipelined: sequence s sits in row s of every step, so its token is the id row s of
+      // the step still in flight draws.
+      const int32_t token = pipelined(mode) && step > 0 ? fdl::previous_step_id(s) : next[size_t(s)];
+      batch.add(token, pos, seqs[size_t(s)], true);
       r.kv_bytes_read += double(pos + 1) * kv_token_bytes;
     }
-    if (mode == Mode::FullLogits || mode == Mode::HostSampling) {
+    if (pipelined(mode)) {
+      for (int s = 0; s < B; ++s)
+        rows[size_t(s)] = mode == Mode::Pipelined ? fdl::RowSampling{}
+                                                  : fdl::Sampler::row_sampling(samplers[size_t(s)].params(),
+                                                                               samplers[size_t(s)].next_uniform());
+      m.submit_sample(batch, kv, rows, {});
+      if (step > 0) {  // the previous step's ids, while this one runs
+        m.collect_ids(ids);
+        std::copy(ids.begin(), ids.end(), next.begin());
+      }
+    } else if (mode == Mode::FullLogits || mode == Mode::HostSampling) {
       m.forward(batch, kv, logits);
       for (int s = 0; s < B; ++s) {
         const float* row = logits.data() + size_t(s) * size_t(c.n_vocab);
@@ -163,6 +219,10 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
       std::copy(ids.begin(), ids.end(), next.begin());
     }
     r.steps.push_back(ms(s0, Clock::now()));
+  }
+  if (pipelined(mode)) {
+    m.collect_ids(ids);
+    std::copy(ids.begin(), ids.end(), next.begin());
   }
   r.decode_ms = ms(d0, Clock::now());
   if (show_profile) print_profile(m, "decode", B, gen);
@@ -275,6 +335,13 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"model", model_path}, {"prompt", prompt}, {"gen", gen}, {"reps", reps},
                           {"weight_bytes", m.weight_bytes()}, {"weight_bytes_per_step", m.weight_bytes_per_step()},
                           {"results", nlohmann::json::array()}};
+    const double copy_bw = measure_copy_bandwidth();
+    const double roofline = copy_bw * 1e12 / double(m.weight_bytes());
+    std::printf("copy bandwidth %.3f TB/s (cudaMemcpy device to device, 4 GiB, read + write, median of 9): "
+                "batch-1 roofline %.1f tok/s (%.2f GB of weights), 90%% of it %.1f tok/s\n",
+                copy_bw, roofline, double(m.weight_bytes()) / 1e9, 0.9 * roofline);
+    out["copy_bandwidth_tb_s"] = copy_bw;
+    out["roofline_tok_s"] = roofline;
     std::mt19937_64 rng(42);
     std::uniform_int_distribution<int32_t> tok(1, c.n_vocab - 1);
     for (int B : parse_list(batches_s)) {
@@ -284,9 +351,10 @@ int main(int argc, char** argv) {
       const int per_seq = (prompt + gen + block_size) / block_size;
       fdl::BlockPool pool(m.kv_shape(block_size), size_t(B) * size_t(per_seq));
       fdl::KvCache kv(pool);
-      std::vector<Mode> modes{Mode::Argmax};
+      std::vector<Mode> modes{Mode::Argmax, Mode::Pipelined};
       if (B == 1) modes.push_back(Mode::FullLogits);
-      if (sampling) modes.insert(modes.end(), {Mode::DeviceSampling, Mode::HostSampling, Mode::DeviceGreedy});
+      if (sampling)
+        modes.insert(modes.end(), {Mode::DeviceSampling, Mode::HostSampling, Mode::DeviceGreedy, Mode::PipelinedSampling});
       for (const Mode mode : modes) {
         run_once(m, kv, prompts, std::min(gen, 4), mode);  // warm-up
         std::vector<double> tps, ttft, prefill, sigma, step_med, bw;
@@ -304,9 +372,12 @@ int main(int argc, char** argv) {
         }
         const double bw_med = median(bw);
         std::printf("batch %2d%s: decode %.1f tok/s (step median %.3f ms, sigma %.3f ms), TTFT %.2f ms, "
-                    "prefill of %d x %d tokens %.1f ms, HBM %.2f TB/s = %.0f%% of 4.26\n",
+                    "prefill of %d x %d tokens %.1f ms, HBM %.2f TB/s = %.0f%% of 4.26, %.1f%% of the measured %.3f",
                     B, mode_label(mode), median(tps), median(step_med), median(sigma),
-                    median(ttft), B, prompt, median(prefill), bw_med, 100 * bw_med / 4.26);
+                    median(ttft), B, prompt, median(prefill), bw_med, 100 * bw_med / 4.26, 100 * bw_med / copy_bw,
+                    copy_bw);
+        if (B == 1) std::printf("; %.1f%% of the roofline", 100 * median(tps) / roofline);
+        std::printf("\n");
         if (trace && B == 1 && mode == Mode::Argmax) print_trace(m);
         out["results"].push_back({{"batch", B}, {"full_logits", mode == Mode::FullLogits}, {"mode", mode_name(mode)},
                                   {"decode_tok_s", median(tps)},

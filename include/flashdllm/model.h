@@ -205,6 +205,31 @@ class Model {
   /// cross PCIe instead of n_wanted * n_vocab floats. Otherwise throws as forward.
   virtual void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
                               std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids);
+  /// Pipelined decode: queues the step of forward_sample and returns before its ids exist,
+  /// so the host can prepare and queue the next step while the device runs this one (the
+  /// overlap vLLM's async scheduling and SGLang's overlap scheduler make). The ids come from
+  /// collect_ids(), in submission order. A token of `batch` may be previous_step_id(r): the
+  /// id that row r of the previous submit_sample step draws, resolved on the device, so a
+  /// decode step can be queued before the host knows its input token.
+  /// Rules (std::logic_error when broken, before anything runs): at most kMaxSubmitted steps
+  /// uncollected; no forward / forward_argmax / forward_sample while any is. A
+  /// previous_step_id needs a previous submit_sample step with no other forward since and
+  /// r < its n_wanted (std::invalid_argument / std::out_of_range otherwise, before anything
+  /// runs). Otherwise throws as forward_sample: what it checks before running, at submit;
+  /// what the results show (NaN / +Inf rows), at the collect_ids of that step — and the
+  /// collect_ids of a later step whose previous_step_id tokens came from a failed row throws
+  /// std::invalid_argument too. The default runs the whole step inside submit_sample (so
+  /// every error is thrown there) and keeps the ids for collect_ids; the CUDA model queues
+  /// it on its stream and copies the ids into page-locked memory.
+  /// Greedy is RowSampling{} (temperature 0), as for forward_sample.
+  virtual void submit_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                             std::span<const PenaltyToken> penalties);
+  /// Waits for the oldest uncollected submit_sample step and writes its ids (resized to its
+  /// n_wanted). std::logic_error when none is uncollected.
+  virtual void collect_ids(std::vector<int32_t>& ids);
+  /// Submitted steps whose ids were not collected yet.
+  virtual size_t submitted_steps() const { return default_pipeline_.queued.size(); }
+  static constexpr size_t kMaxSubmitted = 2;
   /// Whether forward_argmax / forward_sample save work over forward plus host sampling (the
   /// CUDA model): the engine then asks for ids in every step that needs no logits on the host.
   virtual bool prefers_device_sampling() const { return false; }
@@ -212,6 +237,30 @@ class Model {
   /// the engine verifies several candidate drafts per sequence only where it is.
   virtual bool supports_tree_verification() const { return false; }
   virtual int n_threads() const = 0;
+
+ protected:
+  /// For models that keep the default submit_sample: call at the start of forward (and of
+  /// any forward_* they override). Throws std::logic_error while submitted steps are
+  /// uncollected, and forgets the previous step (previous_step_id refers to nothing after
+  /// another forward). A no-op inside the default submit_sample's own forward.
+  void note_plain_forward(const char* what);
+
+ private:
+  // The default submit_sample / collect_ids: ids of steps run at submit, oldest first, and
+  // the n_wanted of the last one (-1: none to refer to).
+  struct DefaultPipeline {
+    std::vector<std::vector<int32_t>> queued;
+    std::vector<int32_t> last_ids;
+    long chain_rows = -1;
+    bool in_submit = false;
+  };
+  DefaultPipeline default_pipeline_;
 };
+
+/// A token id for StepBatch::tokens in Model::submit_sample: the id that row `row` of the
+/// previous submit_sample step draws (negative, so it never collides with a real id).
+constexpr int32_t previous_step_id(int32_t row) { return -1 - row; }
+/// The row a previous_step_id token refers to (token < 0).
+constexpr int32_t previous_step_row(int32_t token) { return -1 - token; }
 
 }  // namespace fdl

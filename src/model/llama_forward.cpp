@@ -112,6 +112,7 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
 }
 
 void LlamaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {
+  note_plain_forward("forward");
   validate(batch, kv);
   const ModelConfig& c = config_;
   const int64_t n = int64_t(batch.size());

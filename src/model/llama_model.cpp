@@ -2,6 +2,7 @@
 #include "model/llama_model.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "backend/cuda/cuda_model_factory.h"
@@ -75,6 +76,59 @@ void Model::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const 
     Sampler sampler(sp, V);
     ids[r] = sampler.sample_with_uniform({logits.data() + r * size_t(V), size_t(V)}, rows[r].uniform);
   }
+}
+
+void Model::note_plain_forward(const char* what) {
+  DefaultPipeline& p = default_pipeline_;
+  if (p.in_submit) return;
+  if (!p.queued.empty())
+    throw std::logic_error(std::string(what) + ": " + std::to_string(p.queued.size()) +
+                           " submitted step(s) not collected yet (collect_ids first)");
+  p.chain_rows = -1;
+}
+
+void Model::submit_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                          std::span<const PenaltyToken> penalties) {
+  DefaultPipeline& p = default_pipeline_;
+  if (p.queued.size() >= kMaxSubmitted)
+    throw std::logic_error("submit_sample: " + std::to_string(p.queued.size()) +
+                           " steps already submitted and not collected (at most " + std::to_string(kMaxSubmitted) + ")");
+  check_sampling_rows(batch, rows, penalties, config().n_vocab);  // a refused step leaves the chain as it was
+  // The previous step's ids are known here (it ran inside its submit): substitute them.
+  StepBatch resolved = batch;
+  for (size_t i = 0; i < resolved.tokens.size(); ++i) {
+    int32_t& t = resolved.tokens[i];
+    if (t >= 0) continue;
+    if (p.chain_rows < 0)
+      throw std::invalid_argument("submit_sample: token " + std::to_string(i) +
+                                  " refers to the previous step's ids, but no submit_sample step ran since the "
+                                  "last other forward");
+    const int32_t row = previous_step_row(t);
+    if (row >= p.chain_rows)
+      throw std::out_of_range("submit_sample: token " + std::to_string(i) + " refers to row " + std::to_string(row) +
+                              " of a previous step with " + std::to_string(p.chain_rows) + " rows");
+    t = p.last_ids[size_t(row)];
+  }
+  std::vector<int32_t> ids;
+  p.in_submit = true;
+  try {
+    forward_sample(resolved, kv, rows, penalties, ids);
+  } catch (...) {
+    p.in_submit = false;
+    p.chain_rows = -1;
+    throw;
+  }
+  p.in_submit = false;
+  p.last_ids = ids;
+  p.chain_rows = long(ids.size());
+  p.queued.push_back(std::move(ids));
+}
+
+void Model::collect_ids(std::vector<int32_t>& ids) {
+  DefaultPipeline& p = default_pipeline_;
+  if (p.queued.empty()) throw std::logic_error("collect_ids: no submitted step to collect");
+  ids = std::move(p.queued.front());
+  p.queued.erase(p.queued.begin());
 }
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& opt) {

@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_util.h"
+#include "model/pipelined_decode_checks.h"
 
 namespace fdl::test {
 namespace {
@@ -395,6 +396,42 @@ TEST(CudaModel, WithoutGpuLoadFailsWithOneLineError) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
 }
+
+}  // namespace
+}  // namespace fdl::test
+
+namespace fdl::test {
+namespace {
+
+// Pipelined decode (submit_sample / collect_ids): the ids of a step in flight feed the next
+// step on the device; the tokens equal the synchronous loop's, greedy and sampled, for
+// batches of three sequences (rows reordered every step) and for one sequence (the persistent
+// batch-1 kernels and their graphs).
+class CudaPipelined : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaPipelined, DrawsTheTokensOfTheSynchronousLoop) {
+  FDL_SKIP_WITHOUT_GPU();
+  Model& m = cuda_model(GetParam());
+  expect_pipelined_equals_synchronous(m);
+  auto pool = make_pool(m, 128);
+  KvCache kv(*pool);
+  const std::vector<std::vector<int32_t>> one = {{1, 29, 31, 400}};
+  EXPECT_EQ(decode_prompts(m, kv, one, 40, true), decode_prompts(m, kv, one, 40, false));
+}
+
+TEST_P(CudaPipelined, RulesAreEnforced) {
+  FDL_SKIP_WITHOUT_GPU();
+  expect_pipeline_rules_enforced(cuda_model(GetParam()));
+}
+
+TEST_P(CudaPipelined, ChainSurvivesScratchGrowth) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto m = Model::load(model_path(GetParam()), ModelOptions{.device = Device::Cuda});
+  expect_chain_survives_scratch_growth(*m);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaPipelined, ::testing::Values("stories260K.gguf", "codelm-16m-f16.gguf"),
+                         [](const auto& info) { return std::string(info.param[0] == 's' ? "stories" : "codelm"); });
 
 }  // namespace
 }  // namespace fdl::test

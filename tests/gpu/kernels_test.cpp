@@ -6,6 +6,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
 #include "flashdllm/dtype.h"
+#include "flashdllm/model.h"
 #include "gpu/gpu_test_util.h"
 
 namespace fdl::test {
@@ -168,12 +169,35 @@ TEST(GpuKernels, EmbeddingGatherWidensEveryType) {
     auto dids = to_device(ids);
     DeviceBuffer<float> out(ids.size() * cols);
     poison(out);
-    cuda::embed_rows(cuda::DeviceMatrix{type, dE.get(), rows, cols}, dids.get(), int(ids.size()), out.get(), nullptr);
+    cuda::embed_rows(cuda::DeviceMatrix{type, dE.get(), rows, cols}, dids.get(), nullptr, int(ids.size()), out.get(),
+                     nullptr);
     const auto got = to_host(out, ids.size() * cols);
     for (size_t t = 0; t < ids.size(); ++t)
       for (int c = 0; c < cols; ++c)
         ASSERT_EQ(got[t * cols + size_t(c)], E.values[size_t(ids[t]) * cols + size_t(c)]) << cuda::wtype_name(type);
   }
+}
+
+// Negative ids (previous_step_id) read the id from prev_ids; a drawn id outside the table (a
+// failed row's -1, or garbage) reads row 0 instead of memory past the table.
+TEST(GpuKernels, EmbeddingGatherResolvesPreviousStepIds) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int rows = 301, cols = 77;
+  const HostMatrix E = random_matrix(WType::BF16, size_t(rows) * cols);
+  auto dE = to_device(E.bits);
+  const std::vector<int32_t> prev = {42, 299, -1, 301};
+  const std::vector<int32_t> ids = {previous_step_id(1), 5, previous_step_id(0), previous_step_id(2), previous_step_id(3)};
+  const std::vector<int32_t> want = {299, 5, 42, 0, 0};
+  auto dprev = to_device(prev);
+  auto dids = to_device(ids);
+  DeviceBuffer<float> out(ids.size() * cols);
+  poison(out);
+  cuda::embed_rows(cuda::DeviceMatrix{WType::BF16, dE.get(), rows, cols}, dids.get(), dprev.get(), int(ids.size()),
+                   out.get(), nullptr);
+  const auto got = to_host(out, ids.size() * cols);
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int c = 0; c < cols; ++c)
+      ASSERT_EQ(got[t * cols + size_t(c)], E.values[size_t(want[t]) * cols + size_t(c)]) << t;
 }
 
 TEST(GpuKernels, CastRoundsLikeTheHostConversions) {
@@ -207,6 +231,75 @@ TEST(GpuKernels, ArgmaxTakesTheLowestIdOnTies) {
     EXPECT_EQ(got[size_t(r)], int32_t(std::max_element(row, row + cols) - row)) << "row " << r;
   }
   EXPECT_EQ(got[1], 123);
+}
+
+}  // namespace
+}  // namespace fdl::test
+
+namespace fdl::test {
+namespace {
+
+// The host's answer for one row: lowest index of the maximum (NaN never wins); checked rows
+// with NaN / +Inf or nothing above -Inf give -1, unchecked ones 0 when nothing is finite.
+int32_t host_argmax(const float* row, int n, bool checked) {
+  int32_t best = -1;
+  bool bad = false;
+  for (int i = 0; i < n; ++i) {
+    if (std::isnan(row[i]) || row[i] == INFINITY) bad = true;
+    if (std::isnan(row[i]) || row[i] == -INFINITY) continue;
+    if (best < 0 || row[i] > row[best]) best = i;
+  }
+  if (checked) return bad || best < 0 || row[best] == INFINITY ? -1 : best;
+  return best < 0 ? 0 : best;
+}
+
+// argmax_rows split over several blocks per row (scratch) gives the ids of one block per row
+// and of the host, checked and unchecked, for small and large batches and odd row lengths;
+// ties go to the lowest index even when they sit in different blocks' slices; the counters
+// are left at zero (every size runs twice on the same scratch, smallest batch last).
+TEST(GpuKernels, ArgmaxSplitOverBlocksEqualsOneBlockPerRow) {
+  FDL_SKIP_WITHOUT_GPU();
+  int n_sm = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  DeviceBuffer<unsigned> counters(64);
+  ASSERT_EQ(cudaMemset(counters.get(), 0, counters.bytes()), cudaSuccess);
+  DeviceBuffer<unsigned char> partials(size_t(1) << 20);
+  int split_rows = 0;
+  for (const int n : {5, 4097, 100003, 128256})
+    for (const int m : {64, 3, 1}) {
+      std::vector<float> x = random_floats(size_t(n) * size_t(m), -4.f, 4.f);
+      for (int r = 0; r < m; ++r) {
+        float* row = x.data() + size_t(r) * size_t(n);
+        switch (r % 6) {
+          case 1:  // a tie between the row's ends (different slices when split)
+            row[n - 1] = row[0] = 9.f;
+            break;
+          case 2: row[size_t(r * 7919) % size_t(n)] = NAN; break;
+          case 3: row[n / 2] = INFINITY; break;
+          case 4: std::fill(row, row + n, -INFINITY); break;
+          case 5: row[n - 1] = 8.f, row[n / 3] = -INFINITY; break;
+          default: break;
+        }
+      }
+      auto dx = to_device(x);
+      ASSERT_LE(cuda::argmax_partial_bytes(m, n, n_sm), partials.size());
+      if (cuda::argmax_blocks_per_row(m, n, n_sm) > 1) ++split_rows;
+      for (const bool checked : {false, true})
+        for (int rep = 0; rep < 2; ++rep) {
+          DeviceBuffer<int32_t> one{size_t(m)}, split{size_t(m)};
+          cuda::argmax_rows(dx.get(), m, n, one.get(), nullptr, checked);
+          cuda::argmax_rows(dx.get(), m, n, split.get(), nullptr, checked,
+                            cuda::ArgmaxScratch{counters.get(), partials.get(), n_sm});
+          const auto a = to_host(one, size_t(m)), b = to_host(split, size_t(m));
+          for (int r = 0; r < m; ++r) {
+            const int32_t want = host_argmax(x.data() + size_t(r) * size_t(n), n, checked);
+            ASSERT_EQ(a[size_t(r)], want) << "n " << n << " m " << m << " row " << r << " checked " << checked;
+            ASSERT_EQ(b[size_t(r)], want) << "n " << n << " m " << m << " row " << r << " checked " << checked;
+          }
+        }
+      EXPECT_EQ(to_host(counters, 64), std::vector<unsigned>(64, 0u));
+    }
+  EXPECT_GT(split_rows, 2);  // the split path ran (H200: up to 8 blocks per row)
 }
 
 }  // namespace

@@ -56,6 +56,11 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
   weights_ = upload_weights(host_weights_, c);
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  for (UploadTurn& u : upload_turn_) {
+    FDL_CUDA_CHECK(cudaEventCreateWithFlags(&u.uploaded, cudaEventDisableTiming));
+    FDL_CUDA_CHECK(cudaEventCreateWithFlags(&u.consumed, cudaEventDisableTiming));
+  }
   FDL_CUBLAS_CHECK(cublasCreate(&cublas_));
   FDL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   // A workspace of our own, so cuBLAS never allocates while a step is captured in a graph.
@@ -145,6 +150,15 @@ void CudaModel::reset_profile() { prof_ms_.assign(prof_ms_.size(), 0.0); }
 
 CudaModel::~CudaModel() {
   for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
+  if (stream_) cudaStreamSynchronize(stream_);  // uncollected submitted steps still write into our buffers
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+  for (SubmittedStep& s : submitted_)
+    if (s.copied) cudaEventDestroy(s.copied);
+  for (UploadTurn& u : upload_turn_) {
+    if (u.uploaded) cudaEventDestroy(u.uploaded);
+    if (u.consumed) cudaEventDestroy(u.consumed);
+  }
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -159,7 +173,7 @@ KvShape CudaModel::kv_shape(int block_size) const {
 
 // The same checks, messages and exception types as the CPU model's validate (trees through
 // the same TokenTreeLayout), plus the size limit of the ancestor masks.
-void CudaModel::validate(const StepBatch& b, const KvCache& kv) {
+void CudaModel::validate(const StepBatch& b, const KvCache& kv, long chain_rows) {
   const size_t n = b.tokens.size();
   if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
     throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " + std::to_string(n) +
@@ -173,7 +187,16 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv) {
                                 ") does not match the model");
   tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
   for (size_t i = 0; i < n; ++i) {
-    if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
+    if (b.tokens[i] < 0 && chain_rows != kNoChain) {  // submit_sample's previous_step_id
+      if (chain_rows < 0)
+        throw std::invalid_argument("submit_sample: token " + std::to_string(i) +
+                                    " refers to the previous step's ids, but no submit_sample step ran since the "
+                                    "last other forward");
+      if (previous_step_row(b.tokens[i]) >= chain_rows)
+        throw std::out_of_range("submit_sample: token " + std::to_string(i) + " refers to row " +
+                                std::to_string(previous_step_row(b.tokens[i])) + " of a previous step with " +
+                                std::to_string(chain_rows) + " rows");
+    } else if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
       throw std::out_of_range("forward: token " + std::to_string(i) + " has id " + std::to_string(b.tokens[i]) +
                               " outside [0, " + std::to_string(config_.n_vocab) + ")");
     const size_t len = kv.length(b.seqs[i]);  // throws std::out_of_range for a dead sequence
@@ -328,6 +351,7 @@ size_t CudaModel::arena_block_floats() const { return arena_shape_.block_bytes()
 
 void CudaModel::ensure_arena(BlockPool& pool) {
   if (arena_uid_ == pool.uid() && arena_blocks_ == pool.capacity()) return;
+  if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps use the old arena
   // Nothing refers to the old arena from here on, also if the allocation below fails.
   arena_uid_ = 0;
   arena_blocks_ = 0;
@@ -358,21 +382,38 @@ void CudaModel::ensure_scratch(int n, int m, int splits) {
   const ModelConfig& c = config_;
   const size_t d = size_t(c.n_embd), q = size_t(c.n_head) * c.head_dim, kvd = size_t(c.n_head_kv) * c.head_dim,
                ff = size_t(c.n_ff), nn = size_t(n), mm = size_t(std::max(m, 1));
+  // Visits every scratch buffer with the room this step needs: first to ask whether any must
+  // grow (submitted steps still running use them: wait for those first), then to grow them.
+  auto each = [&](auto&& f) {
+    f(x_, nn * d);
+    f(x2_, d);  // the fused single-token path's second residual buffer
+    f(xn_, nn * d);
+    f(proj_, nn * d);
+    f(qkv_, nn * (q + 2 * kvd));
+    f(q_, nn * q);
+    f(attn_, nn * q);
+    f(gu_, nn * 2 * ff);
+    f(h_, nn * ff);
+    f(out_rows_, mm * d);
+    f(logits_, mm * size_t(c.n_vocab));
+    f(partial_, attention_partial_floats(n, c.n_head, c.head_dim, splits));
+    if (n > kGemvMaxTokens) f(xh_, std::max(nn, mm) * std::max({d, q, ff}));
+  };
+  bool grows = ids_.size() < mm;
+  each([&](auto& buf, size_t count) { grows |= buf.size() < count; });
+  if (!grows) return;
+  if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   bool moved = false;
-  moved |= x_.grow(nn * d);
-  moved |= x2_.grow(d);  // the fused single-token path's second residual buffer
-  moved |= xn_.grow(nn * d);
-  moved |= proj_.grow(nn * d);
-  moved |= qkv_.grow(nn * (q + 2 * kvd));
-  moved |= q_.grow(nn * q);
-  moved |= attn_.grow(nn * q);
-  moved |= gu_.grow(nn * 2 * ff);
-  moved |= h_.grow(nn * ff);
-  moved |= out_rows_.grow(mm * d);
-  moved |= logits_.grow(mm * size_t(c.n_vocab));
-  moved |= ids_.grow(mm);
-  moved |= partial_.grow(attention_partial_floats(n, c.n_head, c.head_dim, splits));
-  if (n > kGemvMaxTokens) moved |= xh_.grow(std::max(nn, mm) * std::max({d, q, ff}));
+  each([&](auto& buf, size_t count) { moved |= buf.grow(count); });
+  if (ids_.size() < mm) {
+    // The last step's ids move along: a previous_step_id of the next step reads them.
+    DeviceBuffer<int32_t> ids(mm);
+    if (ids_.size() > 0)
+      FDL_CUDA_CHECK(cudaMemcpyAsync(ids.get(), ids_.get(), ids_.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before the old buffer is freed
+    ids_ = std::move(ids);
+    moved = true;
+  }
   if (moved) ++generation_;
 }
 
@@ -403,7 +444,7 @@ void CudaModel::run_kernels(int n, int m) {
   const ModelConfig& c = config_;
   const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
   const int block_size = arena_shape_.block_size;
-  embed_rows(weights_.token_embd.view, d_tokens_, n, x_.get(), stream_);
+  embed_rows(weights_.token_embd.view, d_tokens_, ids_.get(), n, x_.get(), stream_);
   prof(kEmbed);
   KvLayerView kv{arena_.get(), 0, int64_t(arena_block_floats()), block_size, c.n_head_kv, c.head_dim};
   AttentionArgs att;
@@ -590,23 +631,36 @@ CudaModel::DecodeTrace CudaModel::decode_trace() const {
   return t;
 }
 
+void CudaModel::begin_plain_forward(const char* what) {
+  if (pending_count_ > 0)
+    throw std::logic_error(std::string(what) + ": " + std::to_string(pending_count_) +
+                           " submitted step(s) not collected yet (collect_ids first)");
+  chain_rows_ = -1;  // ids_ will hold this forward's ids (or nothing): no chain to continue
+}
+
 void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {
-  const int m = launch_step(batch, kv);
+  begin_plain_forward("forward");
+  const int turn = acquire_upload_turn();
+  const int m = launch_step(batch, kv, turn, kNoChain);
   logits.resize(size_t(m) * size_t(config_.n_vocab));
   if (m > 0)
     FDL_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
                                    cudaMemcpyDeviceToHost, stream_));
+  end_step(turn);
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_profile();
 }
 
 void CudaModel::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) {
-  const int m = launch_step(batch, kv);
+  begin_plain_forward("forward_argmax");
+  const int turn = acquire_upload_turn();
+  const int m = launch_step(batch, kv, turn, kNoChain);
   ids.resize(size_t(m));
   if (m > 0) {
-    argmax_rows(logits_.get(), m, config_.n_vocab, ids_.get(), stream_);
+    argmax_rows(logits_.get(), m, config_.n_vocab, ids_.get(), stream_, false, argmax_scratch(m));
     FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   }
+  end_step(turn);
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_profile();
 }
@@ -624,46 +678,119 @@ static_assert(sizeof(PenaltyToken) == sizeof(PenaltyTokenDev) && offsetof(Penalt
               offsetof(PenaltyToken, token) == offsetof(PenaltyTokenDev, token) &&
               offsetof(PenaltyToken, count) == offsetof(PenaltyTokenDev, count));
 
-void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                               std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) {
-  check_sampling_rows(batch, rows, penalties, config_.n_vocab);
-  // One upload, queued before the forward (it depends on nothing the forward computes, and
-  // the previous step's kernels are done: every forward synchronizes): the rows' parameters,
-  // then the penalty tokens (8-byte aligned after the 40-byte rows).
-  const size_t bytes = rows.size_bytes() + penalties.size_bytes();
-  if (bytes > 0) {
-    sampling_host_.grow(bytes);
-    sampling_dev_.grow(bytes);
-    std::memcpy(sampling_host_.get(), rows.data(), rows.size_bytes());
-    if (!penalties.empty()) std::memcpy(sampling_host_.get() + rows.size_bytes(), penalties.data(), penalties.size_bytes());
-    FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_.get(), sampling_host_.get(), bytes, cudaMemcpyHostToDevice, stream_));
+int CudaModel::acquire_upload_turn() {
+  UploadTurn& u = upload_turn_[turn_];
+  if (u.pending) {  // the last upload from this turn's page-locked buffers may not have run yet
+    FDL_CUDA_CHECK(cudaEventSynchronize(u.uploaded));
+    u.pending = false;
   }
-  int m = 0;
-  try {
-    m = launch_step(batch, kv);
-  } catch (...) {
-    cudaStreamSynchronize(stream_);  // the upload above must not outlive the call into the next one
-    throw;
-  }
-  ids.resize(size_t(m));
-  if (m > 0) {
-    const auto* d_rows = reinterpret_cast<const RowSamplingDev*>(sampling_dev_.get());
-    apply_penalties(logits_.get(), config_.n_vocab,
-                    reinterpret_cast<const PenaltyTokenDev*>(sampling_dev_.get() + rows.size_bytes()),
-                    int(penalties.size()), d_rows, stream_);
-    sample_rows(logits_.get(), m, config_.n_vocab, d_rows, ids_.get(), stream_);
-    FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  }
-  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  collect_profile();
-  for (size_t r = 0; r < ids.size(); ++r)
-    if (ids[r] < 0)
-      throw std::invalid_argument("forward_sample: logits row " + std::to_string(r) +
-                                  " holds NaN or +Inf, or only -Inf: nothing to sample");
+  const int turn = turn_;
+  turn_ ^= 1;
+  return turn;
 }
 
-int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
-  validate(batch, kv);
+void CudaModel::end_step(int turn) {
+  FDL_CUDA_CHECK(cudaEventRecord(upload_turn_[turn].consumed, stream_));
+  upload_turn_[turn].in_use = true;
+}
+
+ArgmaxScratch CudaModel::argmax_scratch(int m) {
+  const size_t partials = argmax_partial_bytes(m, config_.n_vocab, n_sm_);
+  if (partials == 0) return {};
+  if (argmax_counters_.size() < size_t(m) || argmax_partials_.size() < partials) {
+    if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps use them
+    if (argmax_counters_.grow(size_t(m)))
+      FDL_CUDA_CHECK(cudaMemsetAsync(argmax_counters_.get(), 0, argmax_counters_.bytes(), stream_));
+    argmax_partials_.grow(partials);
+  }
+  return ArgmaxScratch{argmax_counters_.get(), argmax_partials_.get(), n_sm_};
+}
+
+void CudaModel::enqueue_sampling(int m, int turn, const SamplingInput& in, int32_t* ids_copy) {
+  const unsigned char* dev = sampling_dev_[turn].get();
+  const auto* d_rows = reinterpret_cast<const RowSamplingDev*>(dev);
+  apply_penalties(logits_.get(), config_.n_vocab, reinterpret_cast<const PenaltyTokenDev*>(dev + in.rows.size_bytes()),
+                  int(in.penalties.size()), d_rows, stream_);
+  // Greedy rows need only pass 1 of sample_rows (maximum and the NaN / +Inf check): the
+  // argmax kernel does that with the row split over several SMs at small batches, and without
+  // sample_rows' shared-memory footprint.
+  const bool all_greedy =
+      std::all_of(in.rows.begin(), in.rows.end(), [](const RowSampling& r) { return r.temperature == 0.0f; });
+  if (all_greedy)
+    argmax_rows(logits_.get(), m, config_.n_vocab, ids_.get(), stream_, true, argmax_scratch(m), ids_copy);
+  else
+    sample_rows(logits_.get(), m, config_.n_vocab, d_rows, ids_.get(), stream_, ids_copy);
+}
+
+namespace {
+void throw_failed_row(const std::vector<int32_t>& ids, const char* what) {
+  for (size_t r = 0; r < ids.size(); ++r)
+    if (ids[r] < 0)
+      throw std::invalid_argument(std::string(what) + ": logits row " + std::to_string(r) +
+                                  " holds NaN or +Inf, or only -Inf: nothing to sample");
+}
+}  // namespace
+
+void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                               std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) {
+  begin_plain_forward("forward_sample");
+  check_sampling_rows(batch, rows, penalties, config_.n_vocab);
+  const SamplingInput in{rows, penalties};
+  const int turn = acquire_upload_turn();
+  const int m = launch_step(batch, kv, turn, kNoChain, &in);
+  ids.resize(size_t(m));
+  if (m > 0) {
+    enqueue_sampling(m, turn, in);
+    FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  }
+  end_step(turn);
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  collect_profile();
+  throw_failed_row(ids, "forward_sample");
+}
+
+void CudaModel::submit_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                              std::span<const PenaltyToken> penalties) {
+  if (pending_count_ >= kMaxSubmitted)
+    throw std::logic_error("submit_sample: " + std::to_string(pending_count_) +
+                           " steps already submitted and not collected (at most " + std::to_string(kMaxSubmitted) + ")");
+  check_sampling_rows(batch, rows, penalties, config_.n_vocab);
+  const SamplingInput in{rows, penalties};
+  const int turn = acquire_upload_turn();
+  const int m = launch_step(batch, kv, turn, chain_rows_, &in);
+  SubmittedStep& st = submitted_[(pending_first_ + pending_count_) % kMaxSubmitted];
+  if (st.ids.grow(size_t(std::max(m, 1))))  // the kernel writes the ids straight into it
+    FDL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.ids_dev), st.ids.get(), 0));
+  if (st.copied == nullptr) FDL_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
+  if (m > 0) enqueue_sampling(m, turn, in, st.ids_dev);
+  FDL_CUDA_CHECK(cudaEventRecord(st.copied, stream_));
+  end_step(turn);
+  st.rows = m;
+  st.chained = std::any_of(batch.tokens.begin(), batch.tokens.end(), [](int32_t t) { return t < 0; });
+  ++pending_count_;
+  chain_rows_ = m;
+}
+
+void CudaModel::collect_ids(std::vector<int32_t>& ids) {
+  if (pending_count_ == 0) throw std::logic_error("collect_ids: no submitted step to collect");
+  SubmittedStep& st = submitted_[pending_first_];
+  FDL_CUDA_CHECK(cudaEventSynchronize(st.copied));
+  pending_first_ = (pending_first_ + 1) % kMaxSubmitted;
+  --pending_count_;
+  ids.assign(st.ids.get(), st.ids.get() + st.rows);
+  if (pending_count_ == 0) collect_profile();
+  const bool inherited = st.chained && chain_failed_;
+  chain_failed_ = std::any_of(ids.begin(), ids.end(), [](int32_t t) { return t < 0; });
+  if (inherited) {
+    chain_failed_ = true;  // and so on down the chain
+    throw std::invalid_argument(
+        "collect_ids: this step's previous_step_id tokens came from a step whose sampling failed");
+  }
+  throw_failed_row(ids, "collect_ids");
+}
+
+int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling) {
+  validate(batch, kv, chain_rows);
   const int n = int(batch.size());
   if (n == 0) return 0;
   const ModelConfig& c = config_;
@@ -718,12 +845,18 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   const size_t tree_at = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);  // [n] base, then [2n] mask words
   const size_t tables_at = tree_at + (tree_step_ ? 3 * size_t(n) : 0);
   const size_t total = tables_at + tables_len;
-  if (total > staging_cap_) {  // grown by half again: the tables grow a little most steps,
-    staging_cap_ = total + total / 2;  // and every move of the buffer drops the CUDA graphs
-    staging_host_.grow(staging_cap_);
-    if (staging_dev_.grow(staging_cap_)) ++generation_;
+  const size_t sampling_bytes = sampling ? sampling->rows.size_bytes() + sampling->penalties.size_bytes() : 0;
+  if (total > staging_cap_ || sampling_dev_[turn].size() < sampling_bytes) {
+    if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps read them
   }
-  int32_t* h = staging_host_.get();
+  if (total > staging_cap_) {  // grown by half again: the tables grow a little most steps,
+    staging_cap_ = total + total / 2;  // and every move of the buffers drops the CUDA graphs
+    for (DeviceBuffer<int32_t>& d : staging_dev_)
+      if (d.grow(staging_cap_)) ++generation_;
+  }
+  sampling_dev_[turn].grow(sampling_bytes);
+  staging_host_[turn].grow(staging_cap_);
+  int32_t* h = staging_host_[turn].get();
   int row = 0;
   for (int t = 0; t < n; ++t) {
     const SeqId s = batch.seqs[size_t(t)];
@@ -753,9 +886,26 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
   }
   if (use_tiles_) std::memcpy(h + tiles_at, tile_starts_.data(), (size_t(n_tiles_) + 1) * sizeof(int32_t));
   prof(kUpload);  // start mark
-  FDL_CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), h, total * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  // The uploads run on the copy stream, beside the previous step's kernels, once the kernels
+  // that read this turn's device buffers two steps ago are done; the kernels wait for them.
+  UploadTurn& u = upload_turn_[turn];
+  const cudaStream_t up = upload_stream();
+  if (u.in_use) FDL_CUDA_CHECK(cudaStreamWaitEvent(up, u.consumed, 0));
+  FDL_CUDA_CHECK(cudaMemcpyAsync(staging_dev_[turn].get(), h, total * sizeof(int32_t), cudaMemcpyHostToDevice, up));
+  if (sampling_bytes > 0) {
+    // The rows' parameters, then the penalty tokens (8-byte aligned after the 40-byte rows).
+    PinnedBuffer<unsigned char>& host = sampling_host_[turn];
+    host.grow(sampling_bytes);
+    std::memcpy(host.get(), sampling->rows.data(), sampling->rows.size_bytes());
+    if (!sampling->penalties.empty())
+      std::memcpy(host.get() + sampling->rows.size_bytes(), sampling->penalties.data(), sampling->penalties.size_bytes());
+    FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_[turn].get(), host.get(), sampling_bytes, cudaMemcpyHostToDevice, up));
+  }
+  FDL_CUDA_CHECK(cudaEventRecord(u.uploaded, up));
+  u.pending = true;
+  if (up != stream_) FDL_CUDA_CHECK(cudaStreamWaitEvent(stream_, u.uploaded, 0));
   prof(kUpload);
-  const int32_t* d = staging_dev_.get();
+  const int32_t* d = staging_dev_[turn].get();
   d_tokens_ = d + lay.tokens;
   d_positions_ = d + lay.positions;
   d_dst_block_ = d + lay.dst_block;
@@ -778,12 +928,12 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv) {
     graph_shapes_seen_.clear();
     graphs_generation_ = generation_;
   }
-  const auto key =
-      std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16, tree_step_);
+  auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16, tree_step_, 0);
   if (graph && n > kGemvMaxTokens && !graphs_.count(key)) {
     if (graph_shapes_seen_.size() >= 64 * kMaxGraphs) graph_shapes_seen_.clear();  // bounded memory
-    graph = graph_shapes_seen_.insert(key).second == false;
+    graph = graph_shapes_seen_.insert(key).second == false;  // seen in either turn
   }
+  std::get<6>(key) = turn;  // each turn's graph reads its own input buffers
   if (graph) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {

@@ -98,6 +98,16 @@ class CudaModel final : public Model {
   /// up to rounding at the edges of the cumulative distribution.
   void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
                       std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override;
+  /// Pipelined decode (Model::submit_sample): the step is queued on the model's stream
+  /// with its sampling, and its ids are copied into page-locked memory that collect_ids reads
+  /// after waiting for that copy; previous_step_id tokens are read by the embedding kernel
+  /// from the ids the previous step left in device memory. Host-side inputs sit in two
+  /// alternating page-locked buffers, so packing step N+1 never overwrites step N's inputs
+  /// before they are uploaded.
+  void submit_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
+                     std::span<const PenaltyToken> penalties) override;
+  void collect_ids(std::vector<int32_t>& ids) override;
+  size_t submitted_steps() const override { return pending_count_; }
   bool prefers_device_sampling() const override { return true; }
   /// Trees of up to TokenTreeLayout::kMaskWindow nodes below their root (see above).
   bool supports_tree_verification() const override { return true; }
@@ -139,10 +149,38 @@ class CudaModel final : public Model {
  private:
   struct Staging;  // host-side offsets of the packed per-step inputs
   /// Checks the batch (throws as Model::forward documents) and resolves its trees into tree_.
-  void validate(const StepBatch& b, const KvCache& kv);
+  /// chain_rows: kNoChain for plain forwards (negative tokens are out of range), else the
+  /// rows of the previous submit_sample step that previous_step_id tokens may refer to (-1:
+  /// none).
+  void validate(const StepBatch& b, const KvCache& kv, long chain_rows);
+  static constexpr long kNoChain = -2;
   /// Validates, uploads the step's inputs and enqueues the kernels (or the graph); returns
   /// the number of rows with logits. The caller copies results out and synchronizes.
-  int launch_step(const StepBatch& batch, KvCache& kv);
+  /// Rows and penalty tokens of a sampled step, uploaded with its inputs.
+  struct SamplingInput {
+    std::span<const RowSampling> rows;
+    std::span<const PenaltyToken> penalties;
+  };
+  /// Validates, uploads the step's inputs (and `sampling`'s) and enqueues the kernels (or the
+  /// graph); returns the number of rows with logits. `turn` (acquire_upload_turn) picks the
+  /// host and device input buffers; chain_rows as for validate. The caller enqueues the tail
+  /// (copies, sampling), then end_step(turn), and synchronizes (or collect_ids does).
+  int launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling = nullptr);
+  /// The next turn's input buffers, once the host may overwrite its page-locked ones (their
+  /// upload has run).
+  int acquire_upload_turn();
+  /// Marks the turn's device input buffers free for reuse once the kernels queued so far
+  /// have run (the next upload into them waits for that).
+  void end_step(int turn);
+  /// Enqueues penalties + sampling of the step's m rows into ids_ (and ids_copy, if given:
+  /// mapped page-locked memory) from turn's uploaded SamplingInput; rows that are all greedy
+  /// (temperature 0) take the checked argmax instead of sample_rows.
+  void enqueue_sampling(int m, int turn, const SamplingInput& in, int32_t* ids_copy = nullptr);
+  /// argmax_rows' scratch for m rows (grown and zeroed here).
+  ArgmaxScratch argmax_scratch(int m);
+  /// Throws std::logic_error when submitted steps are uncollected (a plain forward now would
+  /// be ordered between them), and forgets the chain: previous_step_id refers to nothing.
+  void begin_plain_forward(const char* what);
   void ensure_arena(BlockPool& pool);
   class ArenaMirror;
   friend class ArenaMirror;
@@ -242,17 +280,47 @@ class CudaModel final : public Model {
   // invalidates the captured graphs.
   int cap_tokens_ = 0, cap_rows_ = 0;
   DeviceBuffer<float> x_, x2_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
-  DeviceBuffer<int32_t> ids_;
-  PinnedBuffer<unsigned char> sampling_host_;  // forward_sample's rows + penalty tokens, staged
-  DeviceBuffer<unsigned char> sampling_dev_;
+  DeviceBuffer<unsigned> argmax_counters_;        // argmax_rows' per-row counters (kept zero)
+  DeviceBuffer<unsigned char> argmax_partials_;
+  DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
+  // forward_sample's rows + penalty tokens, staged; per turn
+  PinnedBuffer<unsigned char> sampling_host_[2];
+  DeviceBuffer<unsigned char> sampling_dev_[2];
+  // Pipelined steps (submit_sample): per uncollected step, its ids' page-locked landing
+  // place and the event after their copy, in a ring of kMaxSubmitted.
+  struct SubmittedStep {
+    PinnedBuffer<int32_t> ids;  // written by the sampling kernel through its device mapping
+    int32_t* ids_dev = nullptr;
+    cudaEvent_t copied = nullptr;
+    int rows = 0;
+    bool chained = false;  // has previous_step_id tokens
+  };
+  SubmittedStep submitted_[kMaxSubmitted];
+  size_t pending_first_ = 0, pending_count_ = 0;
+  long chain_rows_ = -1;        // rows of the last submit_sample step's ids in ids_; -1: none
+  bool chain_failed_ = false;   // a collected step had a failed row: the next chained step fails too
+  // A step's inputs go up on copy_stream_ while the previous step's kernels run, so each
+  // step uses one of two turns of input buffers (page-locked host and device staging,
+  // sampling rows), alternating; graphs are captured per turn. `uploaded` (copy stream) says
+  // the host buffers are free again and the device ones filled; `consumed` (compute stream)
+  // that the kernels reading the device ones are done.
+  struct UploadTurn {
+    cudaEvent_t uploaded = nullptr, consumed = nullptr;
+    bool pending = false;   // uploaded recorded, not waited for by the host yet
+    bool in_use = false;    // consumed recorded
+  };
+  UploadTurn upload_turn_[2];
+  int turn_ = 0;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaStream_t upload_stream() const { return profile_ ? stream_ : copy_stream_; }
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
-  DeviceBuffer<int32_t> staging_dev_;
-  PinnedBuffer<int32_t> staging_host_;
+  DeviceBuffer<int32_t> staging_dev_[2];
+  PinnedBuffer<int32_t> staging_host_[2];
   size_t staging_cap_ = 0;  // elements both staging buffers hold
   std::vector<int32_t> seq_table_off_;
   uint64_t generation_ = 0;
-  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them, trees)
-  using GraphShape = std::tuple<int, int, int, int, bool, bool>;
+  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them, trees, turn)
+  using GraphShape = std::tuple<int, int, int, int, bool, bool, int>;
   struct CapturedStep {
     cudaGraphExec_t exec = nullptr;
     uint64_t last_use = 0;  // graph_clock_ at the last launch (the least recent is evicted)
@@ -261,7 +329,7 @@ class CudaModel final : public Model {
   uint64_t graph_clock_ = 0;
   std::set<GraphShape> graph_shapes_seen_;  // larger shapes run once ungraphed
   static constexpr int kMaxGraphTokens = 512;
-  static constexpr size_t kMaxGraphs = 64;
+  static constexpr size_t kMaxGraphs = 128;  // 64 shapes in both turns
   // 16-bit GEMMs of up to this many tokens (memory bound) go through the autotuned cuBLASLt
   // path (gemm_lt.h; FLASHDLLM_GEMM_TUNE=0: cublasGemmEx's default for all).
   static constexpr int kTunedGemmMaxTokens = 256;

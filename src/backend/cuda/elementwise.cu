@@ -24,11 +24,16 @@ __device__ __forceinline__ float load_as_float(const void* p, int64_t i, WType t
   }
 }
 
-__global__ void embed_kernel(WType type, const void* E, int64_t cols, const int32_t* ids, float* out) {
+__global__ void embed_kernel(WType type, const void* E, int64_t rows, int64_t cols, const int32_t* ids,
+                             const int32_t* prev_ids, float* out) {
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.x;
-  const int64_t row = ids[t];
+  int64_t row = ids[t];
+  if (row < 0) {
+    row = prev_ids[-1 - row];
+    if (row < 0 || row >= rows) row = 0;  // a failed row's id: the host fails this step
+  }
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     out[t * cols + c] = load_as_float(E, row * cols + c, type);
 }
@@ -159,33 +164,72 @@ __global__ void cast_kernel(const float* x, size_t count, WType type, void* dst)
   }
 }
 
-// One block per row with one SM's worth of loads in flight (row_loads.cuh): 1024 threads,
-// four 16-byte loads each (a kernel with one 4-byte load in flight per thread of 512 was
-// 0.05 ms slower per batch-64 step: docs/GPU.md, run 60).
+// Each row is scanned by one or more blocks, each with one SM's worth of loads in flight
+// (row_loads.cuh): 1024 threads, four 16-byte loads each (a kernel with one 4-byte load in
+// flight per thread of 512 was 0.05 ms slower per batch-64 step: docs/GPU.md, run 60). A row
+// of 128k floats read by one block takes ~8 L2 round trips; split over several blocks (rows
+// of a small batch; argmax_rows) it takes one, and the row's last block to finish reduces the
+// blocks' results (a counter per row, left at zero for the next launch).
 constexpr int kArgmaxThreads = 1024;
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int n_cols, int32_t* ids) {
+constexpr int kArgmaxNone = 0x7fffffff;  // no finite maximum yet
+
+struct ArgmaxPartial {
+  float best;
+  int index;  // kArgmaxNone: nothing but -Inf / NaN in the slice
+  int bad;    // NaN or +Inf seen
+};
+
+__device__ __forceinline__ bool argmax_better(float v, int i, float best, int best_i) {
+  return v > best || (v == best && i < best_i);
+}
+
+template <bool kChecked>
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* logits, int n_cols, int slice, int32_t* ids, ArgmaxPartial* partial, unsigned* counters,
+                  int32_t* ids_copy) {
   launch_dependents();
   grid_dependency_wait();
-  const float* row = logits + int64_t(blockIdx.x) * n_cols;
+  const int r = blockIdx.y, begin = blockIdx.x * slice;
+  const float* row = logits + int64_t(r) * n_cols;
   float best = -INFINITY;
-  int best_i = 0x7fffffff;
-  for_each_in_row<kArgmaxThreads>(row, n_cols, [&](int i, float v) {
-    if (v > best) best = v, best_i = i;  // increasing i within a thread: its first maximum
+  int best_i = kArgmaxNone, bad = 0;
+  for_each_in_row<kArgmaxThreads>(row + begin, min(slice, n_cols - begin), [&](int i, float v) {
+    if (kChecked && (v != v || v > FLT_MAX)) bad = 1;
+    if (v > best) best = v, best_i = begin + i;  // increasing i within a thread: its first maximum
   });
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (ov > best || (ov == best && oi < best_i)) best = ov, best_i = oi;
+    if (argmax_better(ov, oi, best, best_i)) best = ov, best_i = oi;
   }
+  if (kChecked) bad = __any_sync(0xffffffffu, bad);
   __shared__ float sv[kArgmaxThreads / 32];
-  __shared__ int si[kArgmaxThreads / 32];
-  if ((threadIdx.x & 31) == 0) sv[threadIdx.x / 32] = best, si[threadIdx.x / 32] = best_i;
+  __shared__ int si[kArgmaxThreads / 32], sb[kArgmaxThreads / 32];
+  if ((threadIdx.x & 31) == 0) sv[threadIdx.x / 32] = best, si[threadIdx.x / 32] = best_i, sb[threadIdx.x / 32] = bad;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kArgmaxThreads / 32; ++w)
-      if (sv[w] > best || (sv[w] == best && si[w] < best_i)) best = sv[w], best_i = si[w];
-    ids[blockIdx.x] = best_i == 0x7fffffff ? 0 : best_i;
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kArgmaxThreads / 32; ++w) {
+    if (argmax_better(sv[w], si[w], best, best_i)) best = sv[w], best_i = si[w];
+    bad |= sb[w];
   }
+  if (gridDim.x > 1) {
+    partial[r * gridDim.x + blockIdx.x] = ArgmaxPartial{best, best_i, bad};
+    __threadfence();  // the partial is visible before the count says so
+    if (atomicAdd(&counters[r], 1u) != gridDim.x - 1) return;
+    __threadfence();
+    counters[r] = 0;  // the last block of the row: every partial is written
+    best = -INFINITY, best_i = kArgmaxNone, bad = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      const ArgmaxPartial* p = partial + r * gridDim.x + b;  // written by other blocks: read through L2
+      const float pv = __ldcg(&p->best);
+      const int pi = __ldcg(&p->index);
+      if (argmax_better(pv, pi, best, best_i)) best = pv, best_i = pi;
+      bad |= __ldcg(&p->bad);
+    }
+  }
+  const int32_t id = kChecked ? (bad || best_i == kArgmaxNone ? -1 : best_i) : (best_i == kArgmaxNone ? 0 : best_i);
+  ids[r] = id;
+  if (ids_copy) ids_copy[r] = id;
 }
 
 int grid_for(int64_t total, int threads) {
@@ -203,9 +247,10 @@ const char* wtype_name(WType t) {
   }
 }
 
-void embed_rows(const DeviceMatrix& E, const int32_t* ids, int n, float* out, cudaStream_t stream) {
+void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
+                cudaStream_t stream) {
   if (n <= 0) return;
-  launch_pdl(embed_kernel, dim3(n), dim3(256), 0, stream, E.type, E.data, E.cols, ids, out);
+  launch_pdl(embed_kernel, dim3(n), dim3(256), 0, stream, E.type, E.data, E.rows, E.cols, ids, prev_ids, out);
 }
 
 void add_rms_norm(float* x, const float* add, const float* w, void* y, const int32_t* row_idx,
@@ -239,9 +284,33 @@ void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t 
   launch_pdl(cast_kernel, dim3(grid_for(int64_t(count), 256)), dim3(256), 0, stream, X, count, type, dst);
 }
 
-void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream) {
+int argmax_blocks_per_row(int n_rows, int n_cols, int n_sm) {
+  // Enough blocks that each issues about one round of its four loads per thread, at most
+  // what fills the SMs once.
+  const int rounds = (n_cols + 16 * kArgmaxThreads - 1) / (16 * kArgmaxThreads);
+  return std::clamp(std::min(n_sm / std::max(n_rows, 1), rounds), 1, 32);
+}
+
+size_t argmax_partial_bytes(int n_rows, int n_cols, int n_sm) {
+  const int g = argmax_blocks_per_row(n_rows, n_cols, n_sm);
+  return g == 1 ? 0 : size_t(n_rows) * size_t(g) * sizeof(ArgmaxPartial);
+}
+
+void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream, bool checked,
+                 const ArgmaxScratch& scratch, int32_t* ids_copy) {
   if (n_rows <= 0) return;
-  launch_pdl(argmax_kernel, dim3(n_rows), dim3(kArgmaxThreads), 0, stream, logits, n_cols, ids);
+  const int g = scratch.counters && scratch.partials ? argmax_blocks_per_row(n_rows, n_cols, scratch.n_sm) : 1;
+  // Slices of whole 16-byte vectors, so every block's loads stay aligned like the row's.
+  const int slice = g == 1 ? n_cols : ((n_cols + g - 1) / g + 3) / 4 * 4;
+  auto* partial = static_cast<ArgmaxPartial*>(scratch.partials);
+  unsigned* counters = scratch.counters;
+  const dim3 grid{unsigned(g), unsigned(n_rows)};
+  if (checked)
+    launch_pdl(argmax_kernel<true>, grid, dim3(kArgmaxThreads), 0, stream, logits, n_cols, slice, ids, partial, counters,
+               ids_copy);
+  else
+    launch_pdl(argmax_kernel<false>, grid, dim3(kArgmaxThreads), 0, stream, logits, n_cols, slice, ids, partial, counters,
+               ids_copy);
 }
 
 }  // namespace fdl::cuda

@@ -27,9 +27,13 @@ struct DeviceMatrix {
   int64_t cols = 0;
 };
 
-/// out[t][c] = float(E[ids[t]][c]) for t < n. Ids must be in [0, E.rows) (checked on the host
-/// by the caller; the kernel clamps nothing).
-void embed_rows(const DeviceMatrix& E, const int32_t* ids, int n, float* out, cudaStream_t stream);
+/// out[t][c] = float(E[id][c]) for t < n, where id = ids[t] when ids[t] >= 0, else
+/// prev_ids[-1 - ids[t]] (Model::submit_sample's previous_step_id: an id the previous step
+/// drew on the device; prev_ids may be null when no id is negative). Ids >= 0 must be in
+/// [0, E.rows) (checked on the host by the caller); a drawn id outside it (a failed row's -1)
+/// reads row 0, and the host fails that step (CudaModel::collect_ids).
+void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
+                cudaStream_t stream);
 
 /// Residual add fused with RMSNorm, for r < n_rows (row width `width`):
 ///   src = row_idx ? row_idx[r] : r;   v = x[src] + (add ? add[src] : 0)
@@ -283,8 +287,26 @@ void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
 /// dst[i] = X[i] rounded to `type` (F16 or BF16, round to nearest even) for i < count.
 void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream);
 
-/// ids[r] = argmax_c logits[r][c] (lowest index on ties) for r < n_rows.
-void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream);
+/// Device scratch that lets argmax_rows split the rows of a small batch over several blocks
+/// (at most n_sm in all): `counters` holds one unsigned per row, zero before the first launch
+/// (every launch leaves the counters it used at zero); `partials` argmax_partial_bytes(n_rows,
+/// n_cols, n_sm) bytes.
+struct ArgmaxScratch {
+  unsigned* counters = nullptr;
+  void* partials = nullptr;
+  int n_sm = 0;
+};
+/// ids[r] = argmax_c logits[r][c] (lowest index on ties; NaN never wins) for r < n_rows; 0
+/// for a row without a finite or +Inf entry. `checked` (the greedy rows of forward_sample):
+/// -1 instead for a row holding NaN or +Inf, or only -Inf, as sample_rows does. With scratch,
+/// each row's slices go to argmax_blocks_per_row blocks and the row's last block to finish
+/// reduces their results; without, one block per row. The same ids either way.
+/// `ids_copy` (optional) receives the ids too, as for sample_rows.
+void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cudaStream_t stream, bool checked = false,
+                 const ArgmaxScratch& scratch = {}, int32_t* ids_copy = nullptr);
+/// Blocks argmax_rows gives each row with scratch (1: no scratch needed).
+int argmax_blocks_per_row(int n_rows, int n_cols, int n_sm);
+size_t argmax_partial_bytes(int n_rows, int n_cols, int n_sm);
 
 /// One row's sampling parameters: the layout of fdl::RowSampling (flashdllm/model.h), which
 /// cuda_model.cpp checks with static_asserts, so the host array is copied as is.
@@ -318,7 +340,9 @@ void apply_penalties(float* logits, int n_cols, const PenaltyTokenDev* penalties
 /// cut keep the lowest ids, as on the host; temperature 0 gives the argmax (lowest id on
 /// ties). -Inf logits are never drawn; a row with NaN or +Inf, or only -Inf, gives -1 (the
 /// caller reports it). One block of 1024 threads per row (sampling.cu); deterministic.
+/// `ids_copy` (optional) receives the ids too: page-locked host memory (mapped into the
+/// device's address space under unified addressing) spares a device-to-host copy.
 void sample_rows(const float* logits, int n_rows, int n_cols, const RowSamplingDev* params, int32_t* ids,
-                 cudaStream_t stream);
+                 cudaStream_t stream, int32_t* ids_copy = nullptr);
 
 }  // namespace fdl::cuda

@@ -376,8 +376,14 @@ __device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSampling
   return pos >= 0 ? view.id(pos) : -1;
 }
 
+// The row's id, into ids and (optionally) the caller's second place for it.
+__device__ __forceinline__ void put_id(int32_t* ids, int32_t* ids_copy, int32_t id) {
+  ids[blockIdx.x] = id;
+  if (ids_copy) ids_copy[blockIdx.x] = id;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int n, const RowSamplingDev* params,
-                                                          int32_t* ids) {
+                                                          int32_t* ids, int32_t* ids_copy) {
   launch_dependents();
   grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -417,11 +423,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   for (int w = 0; w < kWarps; ++w) n_bad += s.warp_j[w];
   __syncthreads();
   if (n_bad > 0 || n_finite == 0) {
-    if (threadIdx.x == 0) ids[blockIdx.x] = -1;
+    if (threadIdx.x == 0) put_id(ids, ids_copy, -1);
     return;
   }
   if (p.temperature == 0.0f) {
-    if (threadIdx.x == 0) ids[blockIdx.x] = best_i;
+    if (threadIdx.x == 0) put_id(ids, ids_copy, best_i);
     return;
   }
   const float top = best;
@@ -547,7 +553,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
         id = cut_and_draw(whole, p, top, n_finite, kNoTotal, s);
     }
   }
-  if (threadIdx.x == 0) ids[blockIdx.x] = id >= 0 ? id : best_i;
+  if (threadIdx.x == 0) put_id(ids, ids_copy, id >= 0 ? id : best_i);
 }
 
 __global__ void penalty_kernel(float* logits, int n_cols, const PenaltyTokenDev* penalties, int n,
@@ -579,7 +585,7 @@ void apply_penalties(float* logits, int n_cols, const PenaltyTokenDev* penalties
 }
 
 void sample_rows(const float* logits, int n_rows, int n_cols, const RowSamplingDev* params, int32_t* ids,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, int32_t* ids_copy) {
   if (n_rows <= 0) return;
   static const bool configured = [] {
     FDL_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Shared))));
@@ -587,7 +593,7 @@ void sample_rows(const float* logits, int n_rows, int n_cols, const RowSamplingD
   }();
   (void)configured;
   launch_pdl(sample_kernel, dim3(unsigned(n_rows)), dim3(kThreads), sizeof(Shared), stream, logits, n_cols, params,
-             ids);
+             ids, ids_copy);
 }
 
 }  // namespace fdl::cuda
