@@ -64,6 +64,14 @@ struct SchedulerOptions {
   int long_prefill_chunk = 256;     ///< prompt tokens per step for a long prompt (buckets on)
   int max_wait_steps = 64;          ///< a request waiting this many steps is admitted first
   bool prefix_cache = true;         ///< share full KV blocks of common prompt prefixes
+  /// Async scheduling (vLLM's --async-scheduling, SGLang's overlap scheduler): with a model
+  /// that samples on its device (the CUDA model), a step of decodes only is queued with
+  /// Model::submit_sample before the previous step's ids are back, its tokens drawn on the
+  /// device, so the GPU does not wait for the host's output handling between steps. Only
+  /// while nothing needs the host first: no waiting or prefilling requests, no speculation,
+  /// logprobs, penalties or KV tiers, and free blocks for every next slot. Outputs are the
+  /// same either way (a sequence that ends meanwhile drops its extra row). `--no-async-scheduling`.
+  bool async_scheduling = true;
 };
 
 struct EngineOptions {

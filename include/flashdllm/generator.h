@@ -164,6 +164,8 @@ struct GeneratorOptions {
   size_t kv_blocks = 0;
   /// Lower KV tiers (host DRAM, disk) under the prefix cache; off unless configured.
   KvTierOptions kv_tiers{};
+  /// Async scheduling: SchedulerOptions::async_scheduling (flashdllm/engine.h); `--no-async-scheduling`.
+  bool async_scheduling = true;
   /// When set, a Chrome trace-event JSON (Perfetto opens it) of the last generate() call is
   /// written here: per-step forward spans and demote/promote spans with byte counts.
   std::filesystem::path trace_file{};

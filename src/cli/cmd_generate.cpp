@@ -35,6 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct GenerateOptions {
+  bool no_async_scheduling = false;
   std::string model;
   std::string prompt;
   std::string prompt_file;
@@ -215,6 +216,7 @@ void run_generate(const GenerateOptions& opt) {
                         .spec = spec};
   gopt.kv_tiers = kv_tier_options(opt.kv);
   gopt.trace_file = opt.trace;
+  gopt.async_scheduling = !opt.no_async_scheduling;
   std::optional<Generator> made;
   try {
     // Checked against the context the Generator will use (the default when --ctx-size is 0),
@@ -292,6 +294,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--no-bos", opt->no_bos, "Do not add BOS (or EOS) to the prompt");
   cmd->add_flag("--parse-special", opt->parse_special, "Turn text such as <s> into special tokens");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--no-async-scheduling", opt->no_async_scheduling,
+                "Wait for each decode step's tokens before queuing the next (GPU: async by default)");
   cmd->add_option("--stop", opt->stop, "Stop before this string (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

@@ -51,6 +51,7 @@ struct ServeOptions {
   int short_prompt_tokens = 128;
   int long_prompt_tokens = 512;
   bool no_prefix_cache = false;
+  bool no_async_scheduling = false;
   std::string chat_template;  // "" = detect from the GGUF
   std::string spec = "off";
   int spec_window = 5;
@@ -114,6 +115,7 @@ EngineOptions engine_options(const ServeOptions& o) {
   e.scheduler.short_prompt_tokens = o.short_prompt_tokens;
   e.scheduler.long_prompt_tokens = o.long_prompt_tokens;
   e.scheduler.prefix_cache = !o.no_prefix_cache;
+  e.scheduler.async_scheduling = !o.no_async_scheduling;
   return e;
 }
 
@@ -250,6 +252,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--long-prompt-tokens", o->long_prompt_tokens, "Prompts longer than this are long")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks of common prompt prefixes");
+  cmd->add_flag("--no-async-scheduling", o->no_async_scheduling,
+                "Wait for each decode step's tokens before queuing the next (GPU: async by default)");
   cmd->add_option("--chat-template", o->chat_template,
                   "llama2, llama3 or chatml (default: detected from the GGUF's tokenizer.chat_template)");
   add_spec_flag(cmd, o->spec, "Speculative decoding: off, lookup, lookahead or auto");

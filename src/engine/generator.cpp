@@ -27,6 +27,7 @@ SchedulerOptions scheduler_options(const GeneratorOptions& o) {
   s.max_prefill_tokens = o.prefill_chunk;
   s.length_buckets = false;
   s.prefix_cache = true;
+  s.async_scheduling = o.async_scheduling;
   return s;
 }
 

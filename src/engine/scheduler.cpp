@@ -24,6 +24,7 @@ Scheduler::Scheduler(EngineContext& ctx, const SchedulerOptions& options)
 }
 
 Scheduler::~Scheduler() {
+  drain_pipeline(false);
   for (auto& s : running_) release_kv(*s);
 }
 
@@ -46,6 +47,7 @@ void Scheduler::add(RequestId id, GenerationRequest request, OutputSink sink) {
 }
 
 bool Scheduler::abort(RequestId id) {
+  drain_pipeline(true);  // the step in flight may hold the sequence's row
   for (auto& s : running_)
     if (s->id == id && !s->finished) {
       finish(*s, "abort");
@@ -65,6 +67,7 @@ bool Scheduler::abort(RequestId id) {
 }
 
 void Scheduler::fail_all(const std::string& reason, const std::string& error) {
+  drain_pipeline(false);
   for (auto& s : running_)
     if (!s->finished) {
       finish(*s, reason.c_str(), error);
@@ -100,6 +103,7 @@ void Scheduler::finish_trivial() {
 }
 
 void Scheduler::step() {
+  if (inflight_) return step_pipelined();
   finish_trivial();
   if (!has_work()) return;
   ++counters_.steps;
@@ -128,6 +132,7 @@ void Scheduler::step() {
     ctx_.stats.n_decode_tokens += static_cast<int64_t>(decode_tokens);
     ctx_.stats.n_prefill_tokens += static_cast<int64_t>(ctx_.batch.size() - decode_tokens);
     forward(rows);
+    if (inflight_) return;  // submitted: the next step() emits its tokens
     const auto t1 = Clock::now();
     finish_decode();
     // Speculation's cost model and breaker see the whole decode side of the step: drafting,
@@ -195,6 +200,13 @@ void Scheduler::forward(size_t logit_rows) {
   step_logit_rows_ = logit_rows;
   if (ids_step_) {
     build_row_sampling(logit_rows);
+    if (may_pipeline()) {
+      ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
+      ctx_.logits.clear();
+      ++ctx_.stats.n_forwards;
+      inflight_ = true;
+      return;
+    }
     ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, step_ids_);
     ctx_.logits.clear();
   } else {

@@ -56,7 +56,8 @@ class Scheduler {
   /// Finishes every request with `reason` ("abort" or "error", with `error` as message).
   void fail_all(const std::string& reason, const std::string& error);
 
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  /// Requests waiting or running, or a submitted step still to be collected.
+  bool has_work() const { return inflight_ || !waiting_.empty() || !running_.empty(); }
   /// One scheduling iteration: at most one forward. Model errors propagate (the caller
   /// decides: Generator rethrows, Engine fails the running requests).
   void step();
@@ -70,6 +71,9 @@ class Scheduler {
 
  private:
   using SeqPtr = std::unique_ptr<LiveSequence>;
+  /// A decode token of the step: its sequence (null in a submitted step once the sequence
+  /// ended while the step ran: its row is dropped), logits row and KV slot.
+  struct DecodeSlot { LiveSequence* s; size_t row; size_t pos; size_t shadow_row; };
 
   // --- admission and memory (scheduler.cpp) ---
   /// Requests with max_new_tokens == 0 finish at once.
@@ -121,6 +125,23 @@ class Scheduler {
   /// and its penalty window's tokens.
   void build_row_sampling(size_t logit_rows);
 
+  // --- async scheduling (pipelined_step.cpp) ---
+  /// Whether the step just planned may be submitted (Model::submit_sample) and processed by
+  /// the next step(): decodes only, ids only, nothing that needs the host between steps.
+  bool may_pipeline() const;
+  /// With a step in flight: plans and submits the next one from it (its sequences that
+  /// cannot end by length, their tokens previous_step_id), then collects and processes the
+  /// one in flight.
+  void step_pipelined();
+  /// The next step's decode slots from the in-flight ones, submitted; false when the
+  /// pipeline must drain (new requests, too few free blocks, nothing to continue).
+  bool submit_next(std::vector<DecodeSlot>& next);
+  /// Collects the in-flight step's ids and emits its tokens.
+  void finish_inflight(Clock::time_point t0);
+  /// Ends the pipeline before abort / fail_all / destruction: collects what is submitted;
+  /// `process`: emit the in-flight step's tokens (else they are dropped, with any error).
+  void drain_pipeline(bool process);
+
   // --- audit (shadow_audit.cpp) ---
   void start_shadow(LiveSequence& s);
   void add_shadow_token(LiveSequence& s);
@@ -146,7 +167,6 @@ class Scheduler {
   std::vector<SeqPtr> running_;  ///< admission order (oldest first)
 
   // step scratch, reused
-  struct DecodeSlot { LiveSequence* s; size_t row; size_t pos; size_t shadow_row; };
   std::vector<DecodeSlot> decode_;
   std::vector<spec::DraftTree> drafts_;
   std::vector<spec::Draft> candidates_;  ///< tree verification: the drafters' candidates
@@ -161,6 +181,9 @@ class Scheduler {
   std::vector<RowSampling> row_sampling_;  ///< per logits row, in an ids-only step
   std::vector<PenaltyToken> penalty_tokens_;  ///< the rows' penalty windows, in an ids-only step
   size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
+  /// A step was submitted (Model::submit_sample) and not collected: decode_ describes it.
+  bool inflight_ = false;
+  std::vector<DecodeSlot> next_decode_;
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;
   std::vector<int32_t> emitted_;

@@ -10,6 +10,10 @@
 // must take the logits path.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
+#include "engine_api_support.h"
 #include "engine_test_support.h"
 
 namespace fdl::test {
@@ -34,8 +38,14 @@ class ArgmaxPreferringModel final : public Model {
     penalty_tokens += int(penalties.size());
     inner_.forward_sample(b, kv, rows, penalties, ids);  // Model's default: forward + host sampling
   }
+  void submit_sample(const StepBatch& b, KvCache& kv, std::span<const RowSampling> rows,
+                     std::span<const PenaltyToken> penalties) override {
+    ++submits;
+    for (const int32_t t : b.tokens) chained_tokens += t < 0 ? 1 : 0;
+    Model::submit_sample(b, kv, rows, penalties);  // runs forward_sample above at once
+  }
   bool prefers_device_sampling() const override { return true; }
-  int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0;
+  int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0, submits = 0, chained_tokens = 0;
 
  private:
   Model& inner_;
@@ -215,6 +225,80 @@ TEST(GeneratorArgmax, PenaltyWindowsOfEveryKindMatchTheLogitsPath) {
   extreme.sampling.repeat_penalty = 1e-38f;
   reqs.insert(reqs.end(), {whole, off, sliding, extreme});
   EXPECT_GT(expect_two_at_a_time_like_the_logits_path(m, reqs).penalty_tokens, 0);
+}
+
+// Async scheduling (SchedulerOptions::async_scheduling): with a model that samples on its
+// device, steps of decodes only are submitted before the previous step's ids are processed
+// (their tokens previous_step_id). The results must be those of the synchronous loop —
+// greedy and seeded sampling, requests ending by length at different steps, by a stop
+// string (so a sequence ends while its next row is in flight) and with more requests than
+// sequences (so the pipeline drains for admissions) — and the pipeline must actually run.
+TEST(AsyncScheduling, SameResultsAsTheSynchronousLoop) {
+  const LoadedModel& m = stories_model();
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p{1};
+    for (int j = 0; j < 3 + 5 * i; ++j) p.push_back(int32_t(3 + (j * 41 + i * 13) % 250));
+    reqs.push_back(i % 2 ? sampled_request(p, 18 + 5 * i, uint64_t(7 + i)) : greedy_request(p, 18 + 5 * i));
+  }
+  GeneratorOptions sync_opt;
+  sync_opt.max_sequences = 4;
+  sync_opt.async_scheduling = false;
+  ArgmaxPreferringModel wrapped(*m.model);
+  Generator sync(wrapped, *m.tokenizer, sync_opt);
+  // A stop string that ends request 0 mid-way: a piece of its own text.
+  const auto first = sync.generate({reqs[0]}).at(0);
+  ASSERT_GT(first.text.size(), 20u);
+  reqs[0].stop = {first.text.substr(first.text.size() / 2, 6)};
+  wrapped.submits = 0;
+  const auto want = sync.generate(reqs);
+  EXPECT_EQ(wrapped.submits, 0);
+  EXPECT_EQ(want[0].finish_reason, "stop");
+  GeneratorOptions async_opt = sync_opt;
+  async_opt.async_scheduling = true;
+  Generator async(wrapped, *m.tokenizer, async_opt);
+  const auto got = async.generate(reqs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].generated_ids, want[i].generated_ids) << i;
+    EXPECT_EQ(got[i].text, want[i].text) << i;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << i;
+  }
+  EXPECT_GT(wrapped.submits, 0);
+  EXPECT_GT(wrapped.chained_tokens, 0) << "no step was queued before the previous one's ids were back";
+}
+
+// Aborting requests while a step is in flight: the pipeline drains first, the aborted
+// requests end with "abort", the others with their synchronous tokens, and the pool gets
+// every block back.
+TEST(AsyncScheduling, AbortWhileAStepIsInFlight) {
+  using namespace std::chrono_literals;
+  const LoadedModel& m = stories_model();
+  const GenerationRequest req = greedy_request({1, 403, 407, 261}, 200);
+  GeneratorOptions sync_opt;
+  sync_opt.async_scheduling = false;
+  Generator plain(*m.model, *m.tokenizer, sync_opt);
+  const auto want = plain.generate({req}).at(0).generated_ids;
+  ArgmaxPreferringModel wrapped(*m.model);
+  EngineOptions opt;
+  opt.generator.max_sequences = 4;
+  Engine engine(wrapped, *m.tokenizer, opt);
+  Collector col;
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < 4; ++i) ids.push_back(engine.submit(req, col.sink(i)));
+  for (int i = 0; i < 4000 && col.get(0).ids.size() < 20; ++i) std::this_thread::sleep_for(1ms);
+  engine.abort(ids[1]);
+  engine.abort(ids[3]);
+  ASSERT_TRUE(col.wait(4));
+  EXPECT_EQ(col.get(1).last.finish_reason, "abort");
+  EXPECT_EQ(col.get(3).last.finish_reason, "abort");
+  for (size_t i : {size_t(0), size_t(2)}) {
+    EXPECT_EQ(col.get(i).last.finish_reason, "length") << i;
+    EXPECT_EQ(col.get(i).ids, want) << i;
+  }
+  const auto metrics = engine.metrics();
+  EXPECT_EQ(metrics.kv_blocks_free + metrics.kv_blocks_cached, metrics.kv_blocks_total);
+  EXPECT_GT(wrapped.chained_tokens, 0);
 }
 
 }  // namespace

@@ -1,0 +1,145 @@
+// Async scheduling (SchedulerOptions::async_scheduling): a step of decodes is submitted with
+// Model::submit_sample and processed by the next step(), which first plans and submits its
+// successor — the same sequences, each fed the id its row of the step in flight draws
+// (previous_step_id), in a slot reserved now. The device then runs step k+1 while the host
+// emits step k's tokens (detokenizing, stop strings, sinks). The outputs are those of the
+// synchronous loop: the uniforms of sampled rows are drawn in the same order from each
+// sequence's RNG, and a sequence that ends with step k (end of generation, a stop string,
+// an abort) drops its row of step k+1, whose KV slot is freed with the sequence (the prefix
+// cache keeps only positions fed with a context token, so never that slot).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/scheduler.h"
+#include "engine/step_trace.h"
+
+namespace fdl::engine {
+namespace {
+
+constexpr size_t kNoShadowRow = static_cast<size_t>(-1);
+
+// Whether a sequence's next token can still be followed by another: otherwise it ends by
+// length with that token (on_token's conditions), and the step after must not feed it.
+bool continues_after_next(const LiveSequence& s, size_t n_ctx) {
+  const size_t generated = s.n_generated + 1;
+  if (s.request.max_new_tokens > 0 && generated >= size_t(s.request.max_new_tokens)) return false;
+  return s.request.prompt_ids.size() + generated < n_ctx;
+}
+
+}  // namespace
+
+bool Scheduler::may_pipeline() const {
+  if (!opt_.async_scheduling || !ids_step_ || !ctx_.model.prefers_device_sampling()) return false;
+  if (ctx_.spec.enabled() || ctx_.offload != nullptr || drafted_ > 0 || !prefill_.empty()) return false;
+  for (const auto& d : decode_)
+    if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
+  return !decode_.empty() && !penalty_tokens_.size();
+}
+
+bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
+  next.clear();
+  if (!waiting_.empty()) return false;  // admit them: the next step is a planned one
+  for (const auto& s : running_)
+    if (s->seq >= 0 && !s->finished && s->prefilling()) return false;
+  size_t need = 0;
+  for (const DecodeSlot& d : decode_)
+    if (d.s != nullptr && !d.s->finished && continues_after_next(*d.s, size_t(ctx_.options.n_ctx))) {
+      next.push_back({d.s, d.row, 0, kNoShadowRow});  // row: where its token comes from
+      need += ctx_.kv.blocks_needed(d.s->seq, 1);
+    }
+  if (next.empty()) return false;
+  if (need > ctx_.kv.pool().n_free()) prefix_cache_.evict(need - ctx_.kv.pool().n_free());
+  if (need > ctx_.kv.pool().n_free()) return false;  // preemption is the planned step's business
+  ctx_.batch.clear();
+  for (size_t r = 0; r < next.size(); ++r) {
+    DecodeSlot& d = next[r];
+    d.pos = ctx_.kv.append_slots(d.s->seq, 1);
+    ctx_.batch.add(previous_step_id(int32_t(d.row)), static_cast<int32_t>(d.pos), d.s->seq, true);
+    d.row = r;
+  }
+  // Uniforms now, in the order the synchronous loop draws them (each sequence's next one).
+  row_sampling_.assign(next.size(), RowSampling{});
+  for (const DecodeSlot& d : next) {
+    Sampler& sm = d.s->sampler;
+    row_sampling_[d.row] = Sampler::row_sampling(sm.params(), sm.params().is_greedy() ? 0.0 : sm.next_uniform());
+  }
+  penalty_tokens_.clear();
+  ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, {});
+  ctx_.stats.n_decode_tokens += static_cast<int64_t>(next.size());
+  ++ctx_.stats.n_forwards;
+  return true;
+}
+
+void Scheduler::finish_inflight(Clock::time_point t0) {
+  ctx_.model.collect_ids(step_ids_);
+  const auto t1 = Clock::now();
+  ctx_.stats.forward_ms += ms_between(t0, t1);
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Compute, "forward (pipelined)", t0, ms_between(t0, t1) * 1000.0,
+                     {{"step", counters_.steps}, {"decodes", decode_.size()}});
+  size_t emitted = 0;
+  for (const DecodeSlot& d : decode_) {
+    if (d.s == nullptr || d.s->finished) continue;  // ended while the step ran
+    if (d.row >= step_ids_.size())
+      throw std::logic_error("Model::collect_ids returned " + std::to_string(step_ids_.size()) + " ids, row " +
+                             std::to_string(d.row) + " expected");
+    on_token(*d.s, step_ids_[d.row], {});
+    if (!d.s->finished) d.s->n_prefilled = d.pos + 1;
+    ++emitted;
+  }
+  ++ctx_.spec.metrics.steps;
+  ctx_.spec.metrics.emitted += int64_t(emitted);
+  step_emitted_ = emitted;
+}
+
+void Scheduler::step_pipelined() {
+  ++counters_.steps;
+  const auto t0 = Clock::now();
+  // The successor first: the device runs it while the host handles the step in flight.
+  const bool next = submit_next(next_decode_);
+  try {
+    finish_inflight(t0);
+  } catch (...) {
+    if (next) decode_.swap(next_decode_);  // what is still submitted (drain_pipeline drops it)
+    throw;
+  }
+  inflight_ = next;
+  // Rows of the successor whose sequence ended with this step are dropped.
+  for (DecodeSlot& d : next_decode_)
+    if (d.s->finished) d.s = nullptr;
+  decode_.swap(next_decode_);
+  for (auto& s : running_)
+    if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
+  for (DecodeSlot& d : decode_)  // a sink may have ended its request
+    if (d.s != nullptr && d.s->finished) d.s = nullptr;
+  drop_finished();
+}
+
+void Scheduler::drain_pipeline(bool process) {
+  if (!inflight_) return;
+  inflight_ = false;
+  if (process) {
+    try {
+      finish_inflight(Clock::now());
+    } catch (...) {
+      process = false;  // the step failed: its tokens are dropped with the rest
+    }
+  }
+  // Whatever is still submitted (after a failure) is collected and dropped.
+  std::vector<int32_t> ids;
+  while (ctx_.model.submitted_steps() > 0) {
+    try {
+      ctx_.model.collect_ids(ids);
+    } catch (...) {
+    }
+  }
+  decode_.clear();
+  if (process) {
+    for (auto& s : running_)
+      if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
+    drop_finished();
+  }
+}
+
+}  // namespace fdl::engine
