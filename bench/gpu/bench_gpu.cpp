@@ -13,8 +13,8 @@
 //    time, against the measured 4.26 TB/s of the H200 (docs/GPU.md);
 //  - pipelined: the same greedy decode through Model::submit_sample / collect_ids: step k+1
 //    is queued (its tokens previous_step_id, drawn on the device) before step k's ids come
-//    back, so the GPU never waits for the host between steps; step time = one submit plus
-//    the previous step's collect;
+//    back, so the GPU never waits for the host between steps; step time = from one collect
+//    to the next (the first also holds the first submit);
 //  - for B = 1 also the decode rate with full logits copied to the host (Model::forward);
 //  - with --sampling, for every B also decode with llama.cpp's default sampler settings
 //    (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05): sampled on the GPU
@@ -178,6 +178,7 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
   if (show_profile && B > 1) print_profile(m, "prefill of the other prompts (per prompt)", B, B - 1);
   const double kv_token_bytes = double(c.n_layer) * 2 * c.n_head_kv * c.head_dim * sizeof(float);
   const auto d0 = Clock::now();
+  auto last_collect = d0;  // pipelined modes
   for (int step = 0; step < gen; ++step) {
     const auto s0 = Clock::now();
     batch.clear();
@@ -198,7 +199,11 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
       if (step > 0) {  // the previous step's ids, while this one runs
         m.collect_ids(ids);
         std::copy(ids.begin(), ids.end(), next.begin());
+        // A step's time: from one collect to the next (the first includes the first submit).
+        r.steps.push_back(ms(last_collect, Clock::now()));
+        last_collect = Clock::now();
       }
+      continue;
     } else if (mode == Mode::FullLogits || mode == Mode::HostSampling) {
       m.forward(batch, kv, logits);
       for (int s = 0; s < B; ++s) {
@@ -223,6 +228,7 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
   if (pipelined(mode)) {
     m.collect_ids(ids);
     std::copy(ids.begin(), ids.end(), next.begin());
+    r.steps.push_back(ms(last_collect, Clock::now()));
   }
   r.decode_ms = ms(d0, Clock::now());
   if (show_profile) print_profile(m, "decode", B, gen);

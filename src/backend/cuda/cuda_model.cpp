@@ -654,12 +654,10 @@ void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>&
 void CudaModel::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) {
   begin_plain_forward("forward_argmax");
   const int turn = acquire_upload_turn();
-  const int m = launch_step(batch, kv, turn, kNoChain);
+  const int m = launch_step(batch, kv, turn, kNoChain, nullptr, Tail::Argmax);
   ids.resize(size_t(m));
-  if (m > 0) {
-    argmax_rows(logits_.get(), m, config_.n_vocab, ids_.get(), stream_, false, argmax_scratch(m));
+  if (m > 0)
     FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  }
   end_step(turn);
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_profile();
@@ -699,9 +697,11 @@ ArgmaxScratch CudaModel::argmax_scratch(int m) {
   if (partials == 0) return {};
   if (argmax_counters_.size() < size_t(m) || argmax_partials_.size() < partials) {
     if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps use them
-    if (argmax_counters_.grow(size_t(m)))
+    if (argmax_counters_.grow(size_t(m))) {
       FDL_CUDA_CHECK(cudaMemsetAsync(argmax_counters_.get(), 0, argmax_counters_.bytes(), stream_));
-    argmax_partials_.grow(partials);
+      ++generation_;  // graphs with an argmax tail hold the old pointers
+    }
+    if (argmax_partials_.grow(partials)) ++generation_;
   }
   return ArgmaxScratch{argmax_counters_.get(), argmax_partials_.get(), n_sm_};
 }
@@ -756,13 +756,20 @@ void CudaModel::submit_sample(const StepBatch& batch, KvCache& kv, std::span<con
                            " steps already submitted and not collected (at most " + std::to_string(kMaxSubmitted) + ")");
   check_sampling_rows(batch, rows, penalties, config_.n_vocab);
   const SamplingInput in{rows, penalties};
+  // Greedy rows without penalties need no sampling input: the graph ends with the checked
+  // argmax, which writes the ids into the turn's landing buffer (safe to reuse: the step two
+  // submissions later, the next to use this turn, comes after this one's collect_ids).
+  const bool greedy = penalties.empty() &&
+                      std::all_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.temperature == 0.0f; });
   const int turn = acquire_upload_turn();
-  const int m = launch_step(batch, kv, turn, chain_rows_, &in);
+  const int m = greedy ? launch_step(batch, kv, turn, chain_rows_, nullptr, Tail::CheckedArgmax)
+                       : launch_step(batch, kv, turn, chain_rows_, &in);
   SubmittedStep& st = submitted_[(pending_first_ + pending_count_) % kMaxSubmitted];
   if (st.ids.grow(size_t(std::max(m, 1))))  // the kernel writes the ids straight into it
     FDL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.ids_dev), st.ids.get(), 0));
   if (st.copied == nullptr) FDL_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
-  if (m > 0) enqueue_sampling(m, turn, in, st.ids_dev);
+  st.ids_at = greedy && m > 0 ? landing_[turn].get() : st.ids.get();
+  if (m > 0 && !greedy) enqueue_sampling(m, turn, in, st.ids_dev);
   FDL_CUDA_CHECK(cudaEventRecord(st.copied, stream_));
   end_step(turn);
   st.rows = m;
@@ -777,7 +784,7 @@ void CudaModel::collect_ids(std::vector<int32_t>& ids) {
   FDL_CUDA_CHECK(cudaEventSynchronize(st.copied));
   pending_first_ = (pending_first_ + 1) % kMaxSubmitted;
   --pending_count_;
-  ids.assign(st.ids.get(), st.ids.get() + st.rows);
+  ids.assign(st.ids_at, st.ids_at + st.rows);
   if (pending_count_ == 0) collect_profile();
   const bool inherited = st.chained && chain_failed_;
   chain_failed_ = std::any_of(ids.begin(), ids.end(), [](int32_t t) { return t < 0; });
@@ -789,7 +796,8 @@ void CudaModel::collect_ids(std::vector<int32_t>& ids) {
   throw_failed_row(ids, "collect_ids");
 }
 
-int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling) {
+int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling,
+                           Tail tail) {
   validate(batch, kv, chain_rows);
   const int n = int(batch.size());
   if (n == 0) return 0;
@@ -921,6 +929,24 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   // GEMMs; decode batches) once their shape has been seen before, so one-off shapes (a
   // prompt) do not pay an instantiation. The tile starts are device data: the number of
   // tiles is part of the shape.
+  // The argmax tail's buffers are captured with the kernels: grown (and zeroed) here, not
+  // while a graph is being captured.
+  ArgmaxScratch tail_scratch;
+  if (tail != Tail::None && m > 0) {
+    tail_scratch = argmax_scratch(m);
+    if (tail == Tail::CheckedArgmax && landing_[turn].size() < size_t(m)) {
+      if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      landing_[turn].grow(size_t(std::max(m, 64)));
+      FDL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&landing_dev_[turn]), landing_[turn].get(), 0));
+      ++generation_;
+    }
+  }
+  auto kernels = [&] {
+    run_kernels(n, m);
+    if (tail != Tail::None && m > 0)
+      argmax_rows(logits_.get(), m, c.n_vocab, ids_.get(), stream_, tail == Tail::CheckedArgmax, tail_scratch,
+                  tail == Tail::CheckedArgmax ? landing_dev_[turn] : nullptr);
+  };
   bool graph = use_graphs_ && n <= kMaxGraphTokens;
   if (graph && graphs_generation_ != generation_) {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
@@ -928,7 +954,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
     graph_shapes_seen_.clear();
     graphs_generation_ = generation_;
   }
-  auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16, tree_step_, 0);
+  auto key = std::make_tuple(n, m, splits_, use_tiles_ ? n_tiles_ : 0, use_tiles_ && max_tile_rows_ <= 16, tree_step_, 0,
+                             int(tail));
   if (graph && n > kGemvMaxTokens && !graphs_.count(key)) {
     if (graph_shapes_seen_.size() >= 64 * kMaxGraphs) graph_shapes_seen_.clear();  // bounded memory
     graph = graph_shapes_seen_.insert(key).second == false;  // seen in either turn
@@ -947,7 +974,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
       cudaGraph_t captured = nullptr;
       FDL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
-        run_kernels(n, m);
+        kernels();
       } catch (...) {
         cudaStreamEndCapture(stream_, &captured);
         if (captured) cudaGraphDestroy(captured);
@@ -963,7 +990,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
     it->second.last_use = ++graph_clock_;
     FDL_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   } else {
-    run_kernels(n, m);
+    kernels();
   }
   return m;
 }

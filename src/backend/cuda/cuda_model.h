@@ -165,7 +165,13 @@ class CudaModel final : public Model {
   /// graph); returns the number of rows with logits. `turn` (acquire_upload_turn) picks the
   /// host and device input buffers; chain_rows as for validate. The caller enqueues the tail
   /// (copies, sampling), then end_step(turn), and synchronizes (or collect_ids does).
-  int launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling = nullptr);
+  /// What a step's kernels end with, inside its graph: nothing (the caller enqueues the tail),
+  /// the greedy argmax into ids_ (forward_argmax), or the checked argmax into ids_ and the
+  /// turn's mapped landing buffer (a pipelined greedy step: nothing at all runs outside the
+  /// graph between two such steps).
+  enum class Tail { None, Argmax, CheckedArgmax };
+  int launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling = nullptr,
+                  Tail tail = Tail::None);
   /// The next turn's input buffers, once the host may overwrite its page-locked ones (their
   /// upload has run).
   int acquire_upload_turn();
@@ -291,6 +297,7 @@ class CudaModel final : public Model {
   struct SubmittedStep {
     PinnedBuffer<int32_t> ids;  // written by the sampling kernel through its device mapping
     int32_t* ids_dev = nullptr;
+    const int32_t* ids_at = nullptr;  // where collect_ids reads them: `ids` or a landing buffer
     cudaEvent_t copied = nullptr;
     int rows = 0;
     bool chained = false;  // has previous_step_id tokens
@@ -311,6 +318,9 @@ class CudaModel final : public Model {
   };
   UploadTurn upload_turn_[2];
   int turn_ = 0;
+  // Per turn: where a pipelined greedy step's graph writes its ids (mapped page-locked).
+  PinnedBuffer<int32_t> landing_[2];
+  int32_t* landing_dev_[2] = {nullptr, nullptr};
   cudaStream_t copy_stream_ = nullptr;
   cudaStream_t upload_stream() const { return profile_ ? stream_ : copy_stream_; }
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
@@ -319,8 +329,8 @@ class CudaModel final : public Model {
   size_t staging_cap_ = 0;  // elements both staging buffers hold
   std::vector<int32_t> seq_table_off_;
   uint64_t generation_ = 0;
-  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them, trees, turn)
-  using GraphShape = std::tuple<int, int, int, int, bool, bool, int>;
+  // (tokens, logit rows, splits, tiles, whether the decode-tile kernel runs them, trees, turn, tail)
+  using GraphShape = std::tuple<int, int, int, int, bool, bool, int, int>;
   struct CapturedStep {
     cudaGraphExec_t exec = nullptr;
     uint64_t last_use = 0;  // graph_clock_ at the last launch (the least recent is evicted)
