@@ -165,6 +165,7 @@ struct GeneratorOptions {
   /// Lower KV tiers (host DRAM, disk) under the prefix cache; off unless configured.
   KvTierOptions kv_tiers{};
   /// Async scheduling: SchedulerOptions::async_scheduling (flashdllm/engine.h); `--no-async-scheduling`.
+  /// An Engine runs it only when both this and EngineOptions::scheduler's flag are set.
   bool async_scheduling = true;
   /// When set, a Chrome trace-event JSON (Perfetto opens it) of the last generate() call is
   /// written here: per-step forward spans and demote/promote spans with byte counts.

@@ -44,6 +44,8 @@ EngineOptions resolve(const Model& model, EngineOptions o) {
   o.kv_blocks = engine::resolve_pool_blocks(
       o.generator, o.kv_blocks != 0 ? o.kv_blocks : o.generator.kv_blocks, "Engine");
   o.generator.kv_blocks = o.kv_blocks;
+  // Either switch turns async scheduling off (the generator's, for callers that set only it).
+  o.scheduler.async_scheduling = o.scheduler.async_scheduling && o.generator.async_scheduling;
   return o;
 }
 

@@ -31,6 +31,9 @@ bool continues_after_next(const LiveSequence& s, size_t n_ctx) {
 
 bool Scheduler::may_pipeline() const {
   if (!opt_.async_scheduling || !ids_step_ || !ctx_.model.prefers_device_sampling()) return false;
+  // Waiting requests are admitted by a planned step, which needs this one's tokens first:
+  // submitting now would only put one more scheduler iteration between two tokens.
+  if (!waiting_.empty()) return false;
   if (ctx_.spec.enabled() || ctx_.offload != nullptr || drafted_ > 0 || !prefill_.empty()) return false;
   for (const auto& d : decode_)
     if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
@@ -40,8 +43,16 @@ bool Scheduler::may_pipeline() const {
 bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
   next.clear();
   if (!waiting_.empty()) return false;  // admit them: the next step is a planned one
-  for (const auto& s : running_)
-    if (s->seq >= 0 && !s->finished && s->prefilling()) return false;
+  // Every running sequence must be in the step in flight: one that is not (prefilling, or
+  // re-admitted after a preemption with its whole context found in the prefix cache) needs a
+  // planned step, or the pipeline would leave it out until the others end.
+  for (const auto& s : running_) {
+    if (s->finished) continue;
+    if (s->seq >= 0 && s->prefilling()) return false;
+    const bool in_flight =
+        std::any_of(decode_.begin(), decode_.end(), [&](const DecodeSlot& d) { return d.s == s.get(); });
+    if (!in_flight) return false;
+  }
   size_t need = 0;
   for (const DecodeSlot& d : decode_)
     if (d.s != nullptr && !d.s->finished && continues_after_next(*d.s, size_t(ctx_.options.n_ctx))) {
@@ -72,6 +83,7 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
 }
 
 void Scheduler::finish_inflight(Clock::time_point t0) {
+  emitted_.clear();  // on_token appends to it for the audit fingerprint, which these steps skip
   ctx_.model.collect_ids(step_ids_);
   const auto t1 = Clock::now();
   ctx_.stats.forward_ms += ms_between(t0, t1);
@@ -122,8 +134,12 @@ void Scheduler::drain_pipeline(bool process) {
   if (process) {
     try {
       finish_inflight(Clock::now());
-    } catch (...) {
-      process = false;  // the step failed: its tokens are dropped with the rest
+    } catch (const std::exception& e) {
+      // The step failed (a NaN row, a device error): its sequences' KV holds a slot whose
+      // token they never got, so they cannot go on. They end with the error, as a failed
+      // step ends everything it ran in the synchronous loop; the others are not touched.
+      for (const DecodeSlot& d : decode_)
+        if (d.s != nullptr && !d.s->finished) finish(*d.s, "error", e.what());
     }
   }
   // Whatever is still submitted (after a failure) is collected and dropped.

@@ -47,14 +47,19 @@ void Scheduler::add(RequestId id, GenerationRequest request, OutputSink sink) {
 }
 
 bool Scheduler::abort(RequestId id) {
-  drain_pipeline(true);  // the step in flight may hold the sequence's row
-  for (auto& s : running_)
-    if (s->id == id && !s->finished) {
-      finish(*s, "abort");
-      deliver(*s);
-      drop_finished();
-      return true;
-    }
+  const auto running = [&]() -> LiveSequence* {
+    for (auto& s : running_)
+      if (s->id == id && !s->finished) return s.get();
+    return nullptr;
+  };
+  // The step in flight may hold its row: emit that step first (the request may end with it).
+  if (inflight_ && running() != nullptr) drain_pipeline(true);
+  if (LiveSequence* s = running()) {
+    finish(*s, "abort");
+    deliver(*s);
+    drop_finished();
+    return true;
+  }
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
     if ((*it)->id == id) {
       SeqPtr s = std::move(*it);

@@ -15,7 +15,10 @@ namespace fdl::test {
 struct SchedulerFixture {
   SchedulerFixture(const LoadedModel& m, GeneratorOptions g, SchedulerOptions s,
                    size_t kv_blocks = 0)
-      : model(*m.model), tokenizer(*m.tokenizer), options(engine::resolve_options(model, g)),
+      : SchedulerFixture(*m.model, *m.tokenizer, g, s, kv_blocks) {}
+  /// Over any model (a wrapper around a loaded one, say).
+  SchedulerFixture(Model& m, const Tokenizer& t, GeneratorOptions g, SchedulerOptions s, size_t kv_blocks = 0)
+      : model(m), tokenizer(t), options(engine::resolve_options(model, g)),
         pool(model.kv_shape(options.block_size),
              kv_blocks ? kv_blocks : engine::default_pool_blocks(options)),
         kv(pool), spec(options.spec),

@@ -15,6 +15,7 @@
 
 #include "engine_api_support.h"
 #include "engine_test_support.h"
+#include "scheduler_fixture.h"
 
 namespace fdl::test {
 namespace {
@@ -44,6 +45,15 @@ class ArgmaxPreferringModel final : public Model {
     for (const int32_t t : b.tokens) chained_tokens += t < 0 ? 1 : 0;
     Model::submit_sample(b, kv, rows, penalties);  // runs forward_sample above at once
   }
+  // fail_next_collect: the next collect_ids throws as a step with a NaN row would.
+  void collect_ids(std::vector<int32_t>& ids) override {
+    Model::collect_ids(ids);
+    if (fail_next_collect) {
+      fail_next_collect = false;
+      throw std::invalid_argument("collect_ids: logits row 0 holds NaN or +Inf, or only -Inf: nothing to sample");
+    }
+  }
+  bool fail_next_collect = false;
   bool prefers_device_sampling() const override { return true; }
   int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0, submits = 0, chained_tokens = 0;
 
@@ -299,6 +309,34 @@ TEST(AsyncScheduling, AbortWhileAStepIsInFlight) {
   const auto metrics = engine.metrics();
   EXPECT_EQ(metrics.kv_blocks_free + metrics.kv_blocks_cached, metrics.kv_blocks_total);
   EXPECT_GT(wrapped.chained_tokens, 0);
+}
+
+// An abort drains the pipeline; when the step in flight fails there (a NaN row, a device
+// error), its sequences cannot go on (their KV holds a slot whose token they never got): they
+// end with "error" and the message, as a failed step ends what it ran in the synchronous
+// loop, instead of continuing from a shifted cache (found by a review).
+TEST(AsyncScheduling, AFailedStepFoundByAnAbortEndsItsSequencesWithTheError) {
+  const LoadedModel& m = codelm_model();
+  ArgmaxPreferringModel wrapped(*m.model);
+  SchedulerFixture f(wrapped, *m.tokenizer, {}, {});
+  f.add(0, greedy_request({1, 403, 407, 261, 990, 2020, 17, 5000}, 40));
+  f.add(1, greedy_request({1, 300, 301, 302, 77, 88}, 40));
+  for (int i = 0; i < 10 && wrapped.submitted_steps() == 0; ++i) f.scheduler.step();
+  for (int i = 0; i < 3; ++i) f.scheduler.step();
+  ASSERT_EQ(wrapped.submitted_steps(), 1u) << "a step is in flight";
+  wrapped.fail_next_collect = true;
+  // Both sequences ran in the failed step: both end with its error, the aborted one too (it
+  // had ended before the abort applied, so abort() finds nothing left to abort).
+  EXPECT_FALSE(f.scheduler.abort(1));
+  EXPECT_FALSE(wrapped.fail_next_collect);
+  f.run();
+  for (RequestId id : {RequestId(0), RequestId(1)}) {
+    EXPECT_EQ(f.records[id].finish_reason, "error") << id;
+    EXPECT_TRUE(f.records[id].finished) << id;
+  }
+  EXPECT_EQ(wrapped.submitted_steps(), 0u);
+  f.scheduler.clear_prefix_cache();
+  EXPECT_EQ(f.pool.n_free(), f.pool.capacity());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // separate runs, the batch-1 decode kernels equal to the chains they replace (and their
 // profiling stamps in order), and a one-line error where no GPU is present.
 #include <algorithm>
+#include <limits>
 #include <cstdlib>
 
 #include "backend/cuda/cuda_model.h"
@@ -11,6 +12,7 @@
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_util.h"
 #include "model/pipelined_decode_checks.h"
+#include "model/tiny_llama_gguf.h"
 
 namespace fdl::test {
 namespace {
@@ -428,6 +430,32 @@ TEST_P(CudaPipelined, ChainSurvivesScratchGrowth) {
   FDL_SKIP_WITHOUT_GPU();
   auto m = Model::load(model_path(GetParam()), ModelOptions{.device = Device::Cuda});
   expect_chain_survives_scratch_growth(*m);
+}
+
+// A step whose row holds NaN fails at its collect_ids, and so does the chained step after it
+// (whose embedding read the failed row's -1 as row 0); nothing stays submitted.
+TEST(CudaPipelinedFailure, FailedRowsFailTheirStepAndTheChainedOne) {
+  FDL_SKIP_WITHOUT_GPU();
+  TinyLlamaSpec spec;
+  spec.set_values["output.weight"][0] = std::numeric_limits<float>::quiet_NaN();
+  auto m = Model::load(write_tiny_llama("nan_logits_gpu.gguf", spec), ModelOptions{.device = Device::Cuda});
+  expect_failed_rows_fail_their_steps(*m);
+}
+
+// A vocabulary large enough that the greedy argmax splits each row over several blocks
+// (70000 ids: 5 at batch 1): pipelined greedy steps (the argmax at the end of the graph,
+// ids in the landing buffer) give the host's argmax of the same model's logits.
+TEST(CudaPipelinedFailure, LargeVocabularyArgmaxSplitOverBlocks) {
+  FDL_SKIP_WITHOUT_GPU();
+  TinyLlamaSpec spec;
+  spec.n_vocab = 70000;
+  auto m = Model::load(write_tiny_llama("large_vocab_gpu.gguf", spec), ModelOptions{.device = Device::Cuda});
+  auto pool = make_pool(*m, 256);
+  KvCache kv(*pool);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 60000, 22, 9}, {1, 69999}, {1, 300, 45000, 302}};
+  const auto piped = decode_prompts(*m, kv, prompts, 12, true, false);
+  const auto host = decode_prompts(*m, kv, prompts, 12, false, false, true);  // same batches, host argmax
+  for (size_t p = 0; p < prompts.size(); ++p) EXPECT_EQ(piped[p], host[p]) << "prompt " << p;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaPipelined, ::testing::Values("stories260K.gguf", "codelm-16m-f16.gguf"),

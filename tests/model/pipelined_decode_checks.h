@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -15,11 +16,12 @@
 
 namespace fdl::test {
 
-// Row r of step k: greedy for sequence 0, sampled (llama.cpp's defaults) for the others,
-// with a fixed uniform per (step, sequence) so both loops draw from the same numbers.
-inline RowSampling pipelined_row(size_t seq, int step) {
+// Row r of step k: greedy for sequence 0 (for every sequence unless `sampled`), sampled
+// (llama.cpp's defaults) for the others, with a fixed uniform per (step, sequence) so both
+// loops draw from the same numbers.
+inline RowSampling pipelined_row(size_t seq, int step, bool sampled) {
   RowSampling r;
-  if (seq == 0) return r;
+  if (seq == 0 || !sampled) return r;
   r.temperature = 0.8f;
   r.top_k = 40;
   r.top_p = 0.95f;
@@ -30,10 +32,11 @@ inline RowSampling pipelined_row(size_t seq, int step) {
 
 // Decodes `steps` tokens for each prompt. Step k puts the sequences in the batch rotated by
 // k, so a pipelined step's previous_step_id rows differ from its own rows. Returns the ids per
-// sequence.
+// sequence. host_argmax (with !pipelined): greedy from logits copied to the host instead.
 inline std::vector<std::vector<int32_t>> decode_prompts(Model& m, KvCache& kv,
                                                         const std::vector<std::vector<int32_t>>& prompts, int steps,
-                                                        bool pipelined) {
+                                                        bool pipelined, bool sampled = true,
+                                                        bool host_argmax = false) {
   const size_t S = prompts.size();
   std::vector<SeqId> seqs;
   std::vector<int32_t> next(S);
@@ -61,7 +64,14 @@ inline std::vector<std::vector<int32_t>> decode_prompts(Model& m, KvCache& kv,
       order[r] = s;
       const int32_t token = pipelined && k > 0 ? previous_step_id(int32_t(prev_row[s])) : next[s];
       b.add(token, int32_t(kv.append_slots(seqs[s], 1)), seqs[s], true);
-      rows[r] = pipelined_row(s, k);
+      rows[r] = pipelined_row(s, k, sampled);
+    }
+    if (host_argmax) {  // greedy from the full logits rows, on the host
+      std::vector<float> logits;
+      m.forward(b, kv, logits);
+      const int V = m.config().n_vocab;
+      for (size_t r = 0; r < S; ++r) out[order[r]].push_back(next[order[r]] = argmax(logits.data() + r * size_t(V), V));
+      continue;
     }
     if (!pipelined) {
       m.forward_sample(b, kv, rows, {}, ids);
@@ -88,12 +98,14 @@ inline void expect_pipelined_equals_synchronous(Model& m) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 403, 22, 9}, {1, 17}, {1, 300, 301, 302, 303, 12, 44}};
   auto pool = make_pool(m, 256);
   KvCache kv(*pool);
-  const auto sync = decode_prompts(m, kv, prompts, 24, false);
-  const auto piped = decode_prompts(m, kv, prompts, 24, true);
-  EXPECT_EQ(m.submitted_steps(), 0u);
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    ASSERT_EQ(sync[s].size(), 24u);
-    EXPECT_EQ(piped[s], sync[s]) << "sequence " << s;
+  for (const bool sampled : {true, false}) {  // mixed rows (sampling kernel), greedy rows (argmax tail)
+    const auto sync = decode_prompts(m, kv, prompts, 24, false, sampled);
+    const auto piped = decode_prompts(m, kv, prompts, 24, true, sampled);
+    EXPECT_EQ(m.submitted_steps(), 0u);
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      ASSERT_EQ(sync[s].size(), 24u);
+      EXPECT_EQ(piped[s], sync[s]) << "sequence " << s << (sampled ? " (sampled rows)" : " (greedy rows)");
+    }
   }
 }
 
@@ -135,8 +147,12 @@ inline void expect_pipeline_rules_enforced(Model& m) {
   EXPECT_EQ(m.submitted_steps(), 0u);
   ASSERT_EQ(first.size(), 1u);
   ASSERT_EQ(second.size(), 1u);
-  // The chained step saw the first step's id: the same as feeding it by hand.
-  kv.truncate(seq, 4);
+  // Each step's own ids (the refused submits in between must not have made the second step
+  // share the first one's buffers), and the chained step saw the first step's id: the same
+  // as feeding it by hand.
+  kv.truncate(seq, 3);
+  m.forward_argmax(step(7), kv, ids);
+  EXPECT_EQ(ids, first);
   StepBatch b = step(first[0]);
   m.forward_argmax(b, kv, ids);
   EXPECT_EQ(ids, second);
@@ -179,4 +195,36 @@ inline void expect_chain_survives_scratch_growth(Model& m) {
   EXPECT_EQ(piped, by_hand);
 }
 
+// A step whose logits row holds NaN fails: on the GPU at its collect_ids (and the chained
+// step after it at its own, its token being the failed row's), with the default pipeline at
+// submit_sample. Nothing is left submitted either way. `m` has NaN logits for every input.
+inline void expect_failed_rows_fail_their_steps(Model& m) {
+  auto pool = make_pool(m, 64);
+  KvCache kv(*pool);
+  const SeqId seq = prefill_sequence(m, kv, {1, 5, 9});
+  const RowSampling greedy{};
+  auto step = [&](int32_t token) {
+    StepBatch b;
+    b.add(token, int32_t(kv.append_slots(seq, 1)), seq, true);
+    return b;
+  };
+  std::vector<int32_t> ids;
+  try {
+    m.submit_sample(step(7), kv, {&greedy, 1}, {});
+  } catch (const std::invalid_argument&) {  // the default pipeline runs the step in submit
+    EXPECT_EQ(m.submitted_steps(), 0u);
+    kv.free_sequence(seq);
+    return;
+  }
+  m.submit_sample(step(previous_step_id(0)), kv, {&greedy, 1}, {});
+  EXPECT_THROW(m.collect_ids(ids), std::invalid_argument);
+  EXPECT_THROW(m.collect_ids(ids), std::invalid_argument);
+  EXPECT_EQ(m.submitted_steps(), 0u);
+  // The model goes on: a plain forward with logits works (they are NaN, as before).
+  std::vector<float> logits;
+  kv.truncate(seq, 3);
+  m.forward(step(7), kv, logits);
+  EXPECT_TRUE(std::isnan(logits.at(0)) || std::any_of(logits.begin(), logits.end(), [](float v) { return std::isnan(v); }));
+  kv.free_sequence(seq);
+}
 }  // namespace fdl::test

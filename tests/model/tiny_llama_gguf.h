@@ -33,6 +33,8 @@ struct TinyLlamaSpec {
   std::map<std::string, uint32_t> extra_u32_keys;
   std::map<std::string, std::string> extra_string_keys;
   std::optional<std::vector<float>> rope_freqs;  ///< writes rope_freqs.weight
+  /// tensor -> {element index -> value} written over the generated values (a NaN, say)
+  std::map<std::string, std::map<size_t, float>> set_values;
 };
 
 namespace tiny_detail {
@@ -100,6 +102,8 @@ inline std::filesystem::path write_tiny_llama(const std::string& name, const Tin
       std::vector<float> v = tiny_detail::matrix_values(tname, n, value_type, scale);
       if (!matrix)
         for (float& x : v) x += 1.0f;
+      if (auto it = s.set_values.find(tname); it != s.set_values.end())
+        for (const auto& [i, value] : it->second) v.at(i) = value;
       switch (file_type) {
         case GgmlType::F32: std::memcpy(out.data(), v.data(), n * 4); break;
         case GgmlType::F16:

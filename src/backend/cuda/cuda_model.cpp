@@ -640,25 +640,25 @@ void CudaModel::begin_plain_forward(const char* what) {
 
 void CudaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) {
   begin_plain_forward("forward");
-  const int turn = acquire_upload_turn();
+  const int turn = acquire_upload_turn(batch);
+  const StepEnd step_end{*this, turn};
   const int m = launch_step(batch, kv, turn, kNoChain);
   logits.resize(size_t(m) * size_t(config_.n_vocab));
   if (m > 0)
     FDL_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
                                    cudaMemcpyDeviceToHost, stream_));
-  end_step(turn);
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_profile();
 }
 
 void CudaModel::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) {
   begin_plain_forward("forward_argmax");
-  const int turn = acquire_upload_turn();
+  const int turn = acquire_upload_turn(batch);
+  const StepEnd step_end{*this, turn};
   const int m = launch_step(batch, kv, turn, kNoChain, nullptr, Tail::Argmax);
   ids.resize(size_t(m));
   if (m > 0)
     FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  end_step(turn);
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_profile();
 }
@@ -676,21 +676,25 @@ static_assert(sizeof(PenaltyToken) == sizeof(PenaltyTokenDev) && offsetof(Penalt
               offsetof(PenaltyToken, token) == offsetof(PenaltyTokenDev, token) &&
               offsetof(PenaltyToken, count) == offsetof(PenaltyTokenDev, count));
 
-int CudaModel::acquire_upload_turn() {
-  UploadTurn& u = upload_turn_[turn_];
+bool CudaModel::alternates(const StepBatch& batch) { return batch.size() <= size_t(kGemvMaxTokens); }
+
+int CudaModel::acquire_upload_turn(const StepBatch& batch) {
+  const int turn = alternates(batch) ? turn_ : 0;
+  UploadTurn& u = upload_turn_[turn];
   if (u.pending) {  // the last upload from this turn's page-locked buffers may not have run yet
     FDL_CUDA_CHECK(cudaEventSynchronize(u.uploaded));
     u.pending = false;
   }
-  const int turn = turn_;
-  turn_ ^= 1;
-  return turn;
+  return turn;  // launch_step moves on to the other turn once a small step uploads into this one
 }
 
-void CudaModel::end_step(int turn) {
-  FDL_CUDA_CHECK(cudaEventRecord(upload_turn_[turn].consumed, stream_));
-  upload_turn_[turn].in_use = true;
+void CudaModel::end_step(int turn) noexcept {
+  // No throw: this also runs while an exception unwinds (StepEnd); a failing record leaves
+  // the turn's previous event, and the error is sticky for the next CUDA call to report.
+  if (cudaEventRecord(upload_turn_[turn].consumed, stream_) == cudaSuccess) upload_turn_[turn].in_use = true;
 }
+
+
 
 ArgmaxScratch CudaModel::argmax_scratch(int m) {
   const size_t partials = argmax_partial_bytes(m, config_.n_vocab, n_sm_);
@@ -736,14 +740,14 @@ void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<co
   begin_plain_forward("forward_sample");
   check_sampling_rows(batch, rows, penalties, config_.n_vocab);
   const SamplingInput in{rows, penalties};
-  const int turn = acquire_upload_turn();
+  const int turn = acquire_upload_turn(batch);
+  const StepEnd step_end{*this, turn};
   const int m = launch_step(batch, kv, turn, kNoChain, &in);
   ids.resize(size_t(m));
   if (m > 0) {
     enqueue_sampling(m, turn, in);
     FDL_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_.get(), size_t(m) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   }
-  end_step(turn);
   FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_profile();
   throw_failed_row(ids, "forward_sample");
@@ -759,9 +763,10 @@ void CudaModel::submit_sample(const StepBatch& batch, KvCache& kv, std::span<con
   // Greedy rows without penalties need no sampling input: the graph ends with the checked
   // argmax, which writes the ids into the turn's landing buffer (safe to reuse: the step two
   // submissions later, the next to use this turn, comes after this one's collect_ids).
-  const bool greedy = penalties.empty() &&
+  const bool greedy = penalties.empty() && alternates(batch) &&
                       std::all_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.temperature == 0.0f; });
-  const int turn = acquire_upload_turn();
+  const int turn = acquire_upload_turn(batch);
+  const StepEnd step_end{*this, turn};
   const int m = greedy ? launch_step(batch, kv, turn, chain_rows_, nullptr, Tail::CheckedArgmax)
                        : launch_step(batch, kv, turn, chain_rows_, &in);
   SubmittedStep& st = submitted_[(pending_first_ + pending_count_) % kMaxSubmitted];
@@ -771,7 +776,6 @@ void CudaModel::submit_sample(const StepBatch& batch, KvCache& kv, std::span<con
   st.ids_at = greedy && m > 0 ? landing_[turn].get() : st.ids.get();
   if (m > 0 && !greedy) enqueue_sampling(m, turn, in, st.ids_dev);
   FDL_CUDA_CHECK(cudaEventRecord(st.copied, stream_));
-  end_step(turn);
   st.rows = m;
   st.chained = std::any_of(batch.tokens.begin(), batch.tokens.end(), [](int32_t t) { return t < 0; });
   ++pending_count_;
@@ -911,6 +915,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   }
   FDL_CUDA_CHECK(cudaEventRecord(u.uploaded, up));
   u.pending = true;
+  if (alternates(batch)) turn_ = turn ^ 1;  // the next small step uploads into the other turn's buffers
   if (up != stream_) FDL_CUDA_CHECK(cudaStreamWaitEvent(stream_, u.uploaded, 0));
   prof(kUpload);
   const int32_t* d = staging_dev_[turn].get();

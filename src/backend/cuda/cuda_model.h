@@ -172,12 +172,26 @@ class CudaModel final : public Model {
   enum class Tail { None, Argmax, CheckedArgmax };
   int launch_step(const StepBatch& batch, KvCache& kv, int turn, long chain_rows, const SamplingInput* sampling = nullptr,
                   Tail tail = Tail::None);
-  /// The next turn's input buffers, once the host may overwrite its page-locked ones (their
-  /// upload has run).
-  int acquire_upload_turn();
+  /// The turn whose input buffers the next step uses, once the host may overwrite its
+  /// page-locked ones (their last upload has run). Small steps (decodes, <= kGemvMaxTokens
+  /// tokens: what pipelining overlaps) alternate, and only once they upload (launch_step), so
+  /// a refused step does not make the next one share a turn with the step before it (whose
+  /// landing buffer it would overwrite). Larger steps (prompts) always use turn 0 and no
+  /// landing buffer: their graphs are captured once, not once per turn (a capture of a
+  /// 512-token step costs ~3 ms of TTFT).
+  int acquire_upload_turn(const StepBatch& batch);
+  static bool alternates(const StepBatch& batch);
   /// Marks the turn's device input buffers free for reuse once the kernels queued so far
-  /// have run (the next upload into them waits for that).
-  void end_step(int turn);
+  /// have run (the next upload into them waits for that). Called on every exit of a step
+  /// (a scope guard), so it does not throw.
+  void end_step(int turn) noexcept;
+  /// Calls end_step(turn) on every exit of a step's scope: a step that throws after its
+  /// upload must not leave its turn's buffers unguarded.
+  struct StepEnd {
+    CudaModel& model;
+    int turn;
+    ~StepEnd() { model.end_step(turn); }
+  };
   /// Enqueues penalties + sampling of the step's m rows into ids_ (and ids_copy, if given:
   /// mapped page-locked memory) from turn's uploaded SamplingInput; rows that are all greedy
   /// (temperature 0) take the checked argmax instead of sample_rows.

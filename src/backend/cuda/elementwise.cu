@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
                   int32_t* ids_copy) {
   launch_dependents();
   grid_dependency_wait();
-  const int r = blockIdx.y, begin = blockIdx.x * slice;
+  // Rows on x (up to 2^31 - 1 of them), a row's slices on y.
+  const int r = blockIdx.x, begin = blockIdx.y * slice;
   const float* row = logits + int64_t(r) * n_cols;
   float best = -INFINITY;
   int best_i = kArgmaxNone, bad = 0;
@@ -212,15 +213,15 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     if (argmax_better(sv[w], si[w], best, best_i)) best = sv[w], best_i = si[w];
     bad |= sb[w];
   }
-  if (gridDim.x > 1) {
-    partial[r * gridDim.x + blockIdx.x] = ArgmaxPartial{best, best_i, bad};
+  if (gridDim.y > 1) {
+    partial[r * gridDim.y + blockIdx.y] = ArgmaxPartial{best, best_i, bad};
     __threadfence();  // the partial is visible before the count says so
-    if (atomicAdd(&counters[r], 1u) != gridDim.x - 1) return;
+    if (atomicAdd(&counters[r], 1u) != gridDim.y - 1) return;
     __threadfence();
     counters[r] = 0;  // the last block of the row: every partial is written
     best = -INFINITY, best_i = kArgmaxNone, bad = 0;
-    for (unsigned b = 0; b < gridDim.x; ++b) {
-      const ArgmaxPartial* p = partial + r * gridDim.x + b;  // written by other blocks: read through L2
+    for (unsigned b = 0; b < gridDim.y; ++b) {
+      const ArgmaxPartial* p = partial + r * gridDim.y + b;  // written by other blocks: read through L2
       const float pv = __ldcg(&p->best);
       const int pi = __ldcg(&p->index);
       if (argmax_better(pv, pi, best, best_i)) best = pv, best_i = pi;
@@ -304,7 +305,7 @@ void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cuda
   const int slice = g == 1 ? n_cols : ((n_cols + g - 1) / g + 3) / 4 * 4;
   auto* partial = static_cast<ArgmaxPartial*>(scratch.partials);
   unsigned* counters = scratch.counters;
-  const dim3 grid{unsigned(g), unsigned(n_rows)};
+  const dim3 grid{unsigned(n_rows), unsigned(g)};
   if (checked)
     launch_pdl(argmax_kernel<true>, grid, dim3(kArgmaxThreads), 0, stream, logits, n_cols, slice, ids, partial, counters,
                ids_copy);
