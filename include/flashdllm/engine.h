@@ -68,7 +68,8 @@ struct SchedulerOptions {
   /// that samples on its device (the CUDA model), a step of decodes only is queued with
   /// Model::submit_sample before the previous step's ids are back, its tokens drawn on the
   /// device, so the GPU does not wait for the host's output handling between steps. Only
-  /// while nothing needs the host first: no waiting or prefilling requests, no speculation,
+  /// while nothing needs the host first: no prefilling requests and none waiting that a free
+  /// sequence slot could admit (at --max-num-seqs the pipeline goes on), no speculation,
   /// logprobs, penalties or KV tiers, and free blocks for every next slot. Outputs are the
   /// same either way (a sequence that ends meanwhile drops its extra row). `--no-async-scheduling`.
   bool async_scheduling = true;

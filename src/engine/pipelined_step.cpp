@@ -29,11 +29,16 @@ bool continues_after_next(const LiveSequence& s, size_t n_ctx) {
 
 }  // namespace
 
+bool Scheduler::admission_possible() const {
+  return !waiting_.empty() && running_.size() < size_t(ctx_.options.max_sequences);
+}
+
 bool Scheduler::may_pipeline() const {
   if (!opt_.async_scheduling || !ids_step_ || !ctx_.model.prefers_device_sampling()) return false;
-  // Waiting requests are admitted by a planned step, which needs this one's tokens first:
-  // submitting now would only put one more scheduler iteration between two tokens.
-  if (!waiting_.empty()) return false;
+  // Waiting requests that could be admitted need a planned step, which needs this one's
+  // tokens first: submitting now would only put one more scheduler iteration between two
+  // tokens. Those that wait for a free sequence slot do not hold the pipeline up.
+  if (admission_possible()) return false;
   if (ctx_.spec.enabled() || ctx_.offload != nullptr || drafted_ > 0 || !prefill_.empty()) return false;
   for (const auto& d : decode_)
     if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
@@ -42,7 +47,7 @@ bool Scheduler::may_pipeline() const {
 
 bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
   next.clear();
-  if (!waiting_.empty()) return false;  // admit them: the next step is a planned one
+  if (admission_possible()) return false;  // admit them: the next step is a planned one
   // Every running sequence must be in the step in flight: one that is not (prefilling, or
   // re-admitted after a preemption with its whole context found in the prefix cache) needs a
   // planned step, or the pipeline would leave it out until the others end.
@@ -106,6 +111,7 @@ void Scheduler::finish_inflight(Clock::time_point t0) {
 }
 
 void Scheduler::step_pipelined() {
+  finish_trivial();  // waiting requests with nothing to generate end now, pipeline or not
   ++counters_.steps;
   const auto t0 = Clock::now();
   // The successor first: the device runs it while the host handles the step in flight.

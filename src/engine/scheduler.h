@@ -129,6 +129,9 @@ class Scheduler {
   /// Whether the step just planned may be submitted (Model::submit_sample) and processed by
   /// the next step(): decodes only, ids only, nothing that needs the host between steps.
   bool may_pipeline() const;
+  /// Whether a waiting request could be admitted by a planned step now (a sequence slot is
+  /// free); requests that wait for one do not stop the pipeline.
+  bool admission_possible() const;
   /// With a step in flight: plans and submits the next one from it (its sequences that
   /// cannot end by length, their tokens previous_step_id), then collects and processes the
   /// one in flight.

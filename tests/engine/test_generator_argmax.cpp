@@ -278,6 +278,28 @@ TEST(AsyncScheduling, SameResultsAsTheSynchronousLoop) {
   EXPECT_GT(wrapped.chained_tokens, 0) << "no step was queued before the previous one's ids were back";
 }
 
+// Requests that wait for a free sequence slot (all --max-num-seqs running) do not stop the
+// pipeline: each of three requests run one at a time decodes mostly through chained steps,
+// and the outputs are the synchronous loop's.
+TEST(AsyncScheduling, RequestsWaitingForASlotDoNotStopThePipeline) {
+  const LoadedModel& m = stories_model();
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; ++i) reqs.push_back(greedy_request({1, int32_t(403 + i), 407, 261}, 30));
+  GeneratorOptions o;
+  o.max_sequences = 1;
+  o.async_scheduling = false;
+  ArgmaxPreferringModel wrapped(*m.model);
+  Generator sync(wrapped, *m.tokenizer, o);
+  const auto want = ids_of(sync.generate(reqs));
+  o.async_scheduling = true;
+  Generator async(wrapped, *m.tokenizer, o);
+  wrapped.chained_tokens = 0;
+  EXPECT_EQ(ids_of(async.generate(reqs)), want);
+  // 29 decode steps per request; a request's first submitted step and the steps around its
+  // end are not chained: well over two requests' worth means the waiting ones did not stop it.
+  EXPECT_GT(wrapped.chained_tokens, 2 * 29);
+}
+
 // Aborting requests while a step is in flight: the pipeline drains first, the aborted
 // requests end with "abort", the others with their synchronous tokens, and the pool gets
 // every block back.
