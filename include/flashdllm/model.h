@@ -218,9 +218,10 @@ class Model {
   /// runs). Otherwise throws as forward_sample: what it checks before running, at submit;
   /// what the results show (NaN / +Inf rows), at the collect_ids of that step — and the
   /// collect_ids of the next step, if it has previous_step_id tokens, throws
-  /// std::invalid_argument too (whichever rows they name: the CUDA model does not track rows). The default runs the whole step inside submit_sample (so
-  /// every error is thrown there) and keeps the ids for collect_ids; the CUDA model queues
-  /// it on its stream and copies the ids into page-locked memory.
+  /// std::invalid_argument too (whichever rows they name: the CUDA model does not track
+  /// rows). The default runs the whole step inside submit_sample (so every error is thrown
+  /// there) and keeps the ids for collect_ids; the CUDA model queues it on its stream and its
+  /// kernels write the ids into page-locked memory.
   /// Greedy is RowSampling{} (temperature 0), as for forward_sample.
   virtual void submit_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
                              std::span<const PenaltyToken> penalties);

@@ -42,7 +42,7 @@ bool Scheduler::may_pipeline() const {
   if (ctx_.spec.enabled() || ctx_.offload != nullptr || drafted_ > 0 || !prefill_.empty()) return false;
   for (const auto& d : decode_)
     if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
-  return !decode_.empty() && !penalty_tokens_.size();
+  return !decode_.empty();
 }
 
 bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
@@ -74,14 +74,10 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
     ctx_.batch.add(previous_step_id(int32_t(d.row)), static_cast<int32_t>(d.pos), d.s->seq, true);
     d.row = r;
   }
-  // Uniforms now, in the order the synchronous loop draws them (each sequence's next one).
-  row_sampling_.assign(next.size(), RowSampling{});
-  for (const DecodeSlot& d : next) {
-    Sampler& sm = d.s->sampler;
-    row_sampling_[d.row] = Sampler::row_sampling(sm.params(), sm.params().is_greedy() ? 0.0 : sm.next_uniform());
-  }
-  penalty_tokens_.clear();
-  ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, {});
+  // Uniforms now, in the order the synchronous loop draws them (each sequence's next one);
+  // no penalty tokens (sequences with penalties never pipeline), and prefill_ is empty.
+  build_row_sampling(next, next.size());
+  ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
   ctx_.stats.n_decode_tokens += static_cast<int64_t>(next.size());
   ++ctx_.stats.n_forwards;
   return true;

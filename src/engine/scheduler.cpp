@@ -175,7 +175,7 @@ bool Scheduler::ids_only_step() const {
   return true;
 }
 
-void Scheduler::build_row_sampling(size_t logit_rows) {
+void Scheduler::build_row_sampling(std::span<const DecodeSlot> decodes, size_t logit_rows) {
   row_sampling_.assign(logit_rows, RowSampling{});
   penalty_tokens_.clear();
   const auto set = [&](LiveSequence& s, size_t row) {
@@ -184,8 +184,8 @@ void Scheduler::build_row_sampling(size_t logit_rows) {
     sm.append_penalty_tokens(int32_t(row), penalty_tokens_);
   };
   // Rows as finish_decode / finish_prefill read them: decode rows, then completing prompts.
-  for (const auto& d : decode_) set(*d.s, d.row);
-  size_t row = decode_.size();
+  for (const auto& d : decodes) set(*d.s, d.row);
+  size_t row = decodes.size();
   for (const auto& p : prefill_)
     if (p.last) set(*p.s, row++);
   if (row != logit_rows)
@@ -204,7 +204,7 @@ void Scheduler::forward(size_t logit_rows) {
   ids_step_ = ctx_.model.prefers_device_sampling() && ids_only_step();
   step_logit_rows_ = logit_rows;
   if (ids_step_) {
-    build_row_sampling(logit_rows);
+    build_row_sampling(decode_, logit_rows);
     if (may_pipeline()) {
       ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
       ctx_.logits.clear();

@@ -123,7 +123,7 @@ class Scheduler {
   /// Per logits row of an ids-only step, its RowSampling: the sequence's parameters and,
   /// unless greedy, the uniform its sampler's RNG gives next (so the RNG stream is sample()'s);
   /// and its penalty window's tokens.
-  void build_row_sampling(size_t logit_rows);
+  void build_row_sampling(std::span<const DecodeSlot> decodes, size_t logit_rows);
 
   // --- async scheduling (pipelined_step.cpp) ---
   /// Whether the step just planned may be submitted (Model::submit_sample) and processed by

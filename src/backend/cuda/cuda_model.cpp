@@ -694,8 +694,6 @@ void CudaModel::end_step(int turn) noexcept {
   if (cudaEventRecord(upload_turn_[turn].consumed, stream_) == cudaSuccess) upload_turn_[turn].in_use = true;
 }
 
-
-
 ArgmaxScratch CudaModel::argmax_scratch(int m) {
   const size_t partials = argmax_partial_bytes(m, config_.n_vocab, n_sm_);
   if (partials == 0) return {};
