@@ -71,15 +71,21 @@ struct BlockMeta {
 /// A backend that keeps the authoritative copy of tier-0 block bytes in its own memory (the
 /// CUDA model's device KV arena). Code that reads a block's bytes on the host to move them
 /// elsewhere (tier demotion) first calls BlockPool::pull_from_mirror; code that writes a
-/// block's bytes on the host for the model to use (tier promotion) calls push_to_mirror
-/// after. Both are synchronous; they run on the thread that runs the model's forwards.
+/// block's bytes on the host for the model to use (tier promotion) takes them from
+/// BlockPool::block_bytes_for_write and calls push_to_mirror after. All run on the thread
+/// that runs the model's forwards.
 class BlockMirror {
  public:
   virtual ~BlockMirror() = default;
   /// Copy block `id` (shape().block_bytes() bytes, the pool's per-block layout) into `host`.
+  /// Synchronous: the bytes are in `host` on return (pushes before it included).
   virtual void pull(BlockId id, std::span<uint8_t> host) = 0;
-  /// Copy `host` (the same layout) into the backend's copy of block `id`.
+  /// Copy `host` (the same layout) into the backend's copy of block `id`. May return before
+  /// the copy has read `host`: the backend orders it before its next use of the block, and
+  /// `host` must not change until host_write_fence() has returned.
   virtual void push(BlockId id, std::span<const uint8_t> host) = 0;
+  /// Returns once no copy started by push() still reads host memory.
+  virtual void host_write_fence() {}
   /// Called once by a pool this mirror is registered with, from its destructor, while its
   /// host arena still exists: a mirror that page-locked the arena (for DMA) releases it here.
   virtual void pool_closing() {}
@@ -114,6 +120,9 @@ class BlockPool {
   const float* k_ptr(BlockId id, int layer, int slot) const;
   const float* v_ptr(BlockId id, int layer, int slot) const;
   std::span<uint8_t> block_bytes(BlockId id);
+  /// block_bytes(id) for writing on the host while a mirror may still be copying from the
+  /// arena (BlockMirror::push returns early): waits for the mirror's host_write_fence first.
+  std::span<uint8_t> block_bytes_for_write(BlockId id);
   /// The whole host arena (capacity() blocks, contiguous, allocated once): what a mirror may
   /// page-lock so that pull/push copies run by DMA.
   std::span<uint8_t> arena_bytes() {
@@ -127,7 +136,8 @@ class BlockPool {
   void set_mirror(std::weak_ptr<BlockMirror> mirror);
   /// Host arena <- the mirror's copy of `id` (no-op without a mirror).
   void pull_from_mirror(BlockId id);
-  /// The mirror's copy of `id` <- host arena (no-op without a mirror).
+  /// The mirror's copy of `id` <- host arena (no-op without a mirror); may return before the
+  /// copy is done (BlockMirror::push): write the arena through block_bytes_for_write.
   void push_to_mirror(BlockId id);
 
  private:

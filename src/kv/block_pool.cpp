@@ -123,6 +123,11 @@ std::span<uint8_t> BlockPool::block_bytes(BlockId id) {
   return {reinterpret_cast<uint8_t*>(k_ptr(id, 0, 0)), shape_.block_bytes()};
 }
 
+std::span<uint8_t> BlockPool::block_bytes_for_write(BlockId id) {
+  if (const auto m = mirror_.lock()) m->host_write_fence();
+  return block_bytes(id);
+}
+
 void BlockPool::set_mirror(std::weak_ptr<BlockMirror> mirror) {
   const auto old = mirror_.lock();
   if (old && old != mirror.lock()) old->pool_closing();

@@ -118,7 +118,7 @@ size_t KvCache::append_slots(SeqId seq, size_t n) {
   if (cow) {
     const BlockId shared = s.blocks.back();
     const BlockId copy = pool_.allocate();
-    std::span<uint8_t> dst = pool_.block_bytes(copy);
+    std::span<uint8_t> dst = pool_.block_bytes_for_write(copy);
     std::span<const uint8_t> src = pool_.block_bytes(shared);
     std::memcpy(dst.data(), src.data(), dst.size());
     pool_.meta(copy).n_filled = uint32_t(tail_fill);

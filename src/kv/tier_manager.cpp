@@ -272,7 +272,7 @@ struct TierManager::Impl {
         const int sb = r.staging;
         r.staging = -1;
         if (c.ok()) {
-          const auto dst = pool.block_bytes(r.block);
+          const auto dst = pool.block_bytes_for_write(r.block);  // a push may still read the arena
           std::memcpy(dst.data(), staging[size_t(sb)].data(), dst.size());
           give_staging(sb);
           finish_promotion(c.tag, r, kDisk, lat_us);
@@ -417,7 +417,7 @@ struct TierManager::Impl {
     if (from == BlockTier::Host) {
       r.block = pool.allocate();
       install_meta(r.block, r.meta);
-      const auto dst = pool.block_bytes(r.block);
+      const auto dst = pool.block_bytes_for_write(r.block);  // a push may still read the arena
       std::memcpy(dst.data(), host->bytes(r.slot).data(), dst.size());
       host->release(r.slot);
       finish_promotion(id, r, kHost, us_since(t0));

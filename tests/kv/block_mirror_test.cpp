@@ -90,6 +90,76 @@ TEST(BlockMirror, PoolWithoutMirrorLeavesHostBytesAlone) {
   pool.release(b);
 }
 
+// Stands in for the CUDA model's asynchronous push: push() only queues the copy, which reads
+// the host bytes when the "DMA" runs, at the next host_write_fence (or pull); `landed` keeps
+// every copy in the order it reached the "device".
+class DeferredDeviceArena final : public BlockMirror {
+ public:
+  explicit DeferredDeviceArena(BlockPool& pool) : pool_(pool) {}
+  void pull(BlockId id, std::span<uint8_t> host) override {
+    host_write_fence();  // a pull is ordered after the pushes before it
+    const auto& b = blocks.at(id);
+    std::copy(b.begin(), b.end(), host.begin());
+  }
+  void push(BlockId id, std::span<const uint8_t> /*host*/) override { queued.push_back(id); }
+  void host_write_fence() override {
+    ++fences;
+    for (const BlockId id : queued) {
+      const auto host = pool_.block_bytes(id);
+      blocks[id].assign(host.begin(), host.end());
+      landed.emplace_back(id, blocks[id]);
+    }
+    queued.clear();
+  }
+  std::map<BlockId, std::vector<uint8_t>> blocks;
+  std::vector<BlockId> queued;
+  std::vector<std::pair<BlockId, std::vector<uint8_t>>> landed;
+  int fences = 0;
+
+ private:
+  BlockPool& pool_;
+};
+
+// Two promotions in a row into the same tier-0 block (the first one's block freed in
+// between): the second must not overwrite the host bytes the first push has not read yet.
+// The tier manager writes the arena through block_bytes_for_write, which waits for the
+// mirror's pushes first.
+TEST(BlockMirror, PromotionsWaitForPushesThatStillReadTheHostArena) {
+  BlockPool pool(test::tier_shape(), 4);
+  const size_t bb = pool.shape().block_bytes();
+  TierConfig cfg;
+  cfg.host.bytes = 2 * bb;
+  TierManager tm(pool, cfg);
+  auto arena = std::make_shared<DeferredDeviceArena>(pool);
+  pool.set_mirror(arena);
+  const BlockId a = pool.allocate(), b = pool.allocate();
+  for (const BlockId id : {a, b}) pool.meta(id).n_filled = uint32_t(pool.shape().block_size);
+  const auto bytes_a = pattern(bb, 1), bytes_b = pattern(bb, 2);
+  arena->blocks[a] = bytes_a;
+  arena->blocks[b] = bytes_b;
+  const TierEvent out_a = tm.demote(a, BlockTier::Host), out_b = tm.demote(b, BlockTier::Host);
+  ASSERT_EQ(out_a.status, TransferStatus::Ok);
+  ASSERT_EQ(out_b.status, TransferStatus::Ok);
+
+  const TierEvent back_a = tm.wait_resident(out_a.id);
+  ASSERT_EQ(back_a.status, TransferStatus::Ok);
+  ASSERT_EQ(arena->queued.size(), 1u) << "the push of a is still in flight";
+  // Only a's block is free next, so b's promotion lands in the same tier-0 block.
+  std::vector<BlockId> fillers;
+  while (pool.n_free() > 0) fillers.push_back(pool.allocate());
+  pool.release(back_a.block);
+  const TierEvent back_b = tm.wait_resident(out_b.id);
+  ASSERT_EQ(back_b.status, TransferStatus::Ok);
+  ASSERT_EQ(back_b.block, back_a.block);
+  arena->host_write_fence();
+  ASSERT_EQ(arena->landed.size(), 2u);
+  EXPECT_EQ(arena->landed[0].second, bytes_a) << "a's push read b's bytes: the host arena was rewritten under it";
+  EXPECT_EQ(arena->landed[1].second, bytes_b);
+  EXPECT_GE(arena->fences, 2);
+  pool.release(back_b.block);
+  for (const BlockId id : fillers) pool.release(id);
+}
+
 // A pool tells its live mirror before its arena is freed (a mirror that page-locked the arena
 // must release it then), exactly once; a mirror already gone is not called.
 TEST(BlockMirror, PoolClosingIsReportedToALiveMirrorOnce) {

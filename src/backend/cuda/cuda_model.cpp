@@ -57,6 +57,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   weights_ = upload_weights(host_weights_, c);
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  FDL_CUDA_CHECK(cudaEventCreateWithFlags(&push_done_, cudaEventDisableTiming));
   for (UploadTurn& u : upload_turn_) {
     FDL_CUDA_CHECK(cudaEventCreateWithFlags(&u.uploaded, cudaEventDisableTiming));
     FDL_CUDA_CHECK(cudaEventCreateWithFlags(&u.consumed, cudaEventDisableTiming));
@@ -159,6 +160,7 @@ CudaModel::~CudaModel() {
     if (u.consumed) cudaEventDestroy(u.consumed);
   }
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
+  if (push_done_) cudaEventDestroy(push_done_);
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -285,12 +287,18 @@ void CudaModel::sync_block_copies(KvCache& kv) {
 }
 
 // The tier manager's view of the device arena (BlockMirror): the arena has the pool's
-// per-block layout, so a block is one contiguous copy. Synchronous (demotions and promotions
-// are per block and rare next to forwards), but from page-locked memory: on the first copy the
-// mirror pins the pool's host arena (cudaHostRegister: ~60 ms per GiB on the H200, so a pool
-// without KV tiers, which never copies, does not pay it), and each copy is one DMA at PCIe
-// speed instead of a staged pageable copy; if the system refuses, copies stay pageable. The
-// pin is released when the pool closes or the mirror goes, whichever comes first.
+// per-block layout, so a block is one contiguous copy, on the compute stream, so it is ordered
+// with the kernels and copy-on-write replays around it. A pull (demotion) is synchronous: the
+// host needs the bytes. A push (promotion) is only queued: the host goes on (the next block's
+// checksum, the next disk completion) while the DMA runs, and the next forward's kernels
+// follow it in stream order; host writes to the arena wait for it first
+// (host_write_fence, through BlockPool::block_bytes_for_write). Copies are from page-locked
+// memory: on the first copy the mirror pins the pool's host arena (cudaHostRegister: ~60 ms
+// per GiB on the H200, so a pool without KV tiers, which never copies, does not pay it), and
+// each copy is one DMA at PCIe speed instead of a staged pageable copy (a pageable push is
+// staged before cudaMemcpyAsync returns); if the system refuses, copies stay pageable. The pin
+// is released, after the pushes in flight, when the pool closes or the mirror goes, whichever
+// comes first.
 class CudaModel::ArenaMirror final : public BlockMirror {
  public:
   ArenaMirror(CudaModel& model, BlockPool& pool) : model_(model), pool_uid_(pool.uid()), arena_(pool.arena_bytes()) {}
@@ -303,7 +311,9 @@ class CudaModel::ArenaMirror final : public BlockMirror {
     pin_once();
     model_.copy_block(pool_uid_, id, const_cast<uint8_t*>(host.data()), false);
   }
+  void host_write_fence() override { model_.settle_pushes(); }
   void pool_closing() override {
+    model_.settle_pushes();  // before the arena goes
     unpin();
     closed_ = true;  // the arena is going: never pin it again
   }
@@ -340,11 +350,21 @@ void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_ho
   replay_pool_log();  // a pending copy-on-write or slot move may target `id`
   const size_t bytes = arena_block_floats() * sizeof(float);
   float* dev = arena_.get() + size_t(id) * arena_block_floats();
-  if (to_host)
+  if (to_host) {
     FDL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_));
-  else
+    FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    pushes_in_flight_ = false;  // queued before the pull, so done too
+  } else {
     FDL_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
-  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    FDL_CUDA_CHECK(cudaEventRecord(push_done_, stream_));
+    pushes_in_flight_ = true;
+  }
+}
+
+void CudaModel::settle_pushes() {
+  if (!pushes_in_flight_) return;
+  FDL_CUDA_CHECK(cudaEventSynchronize(push_done_));
+  pushes_in_flight_ = false;
 }
 
 size_t CudaModel::arena_block_floats() const { return arena_shape_.block_bytes() / sizeof(float); }
@@ -352,6 +372,7 @@ size_t CudaModel::arena_block_floats() const { return arena_shape_.block_bytes()
 void CudaModel::ensure_arena(BlockPool& pool) {
   if (arena_uid_ == pool.uid() && arena_blocks_ == pool.capacity()) return;
   if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps use the old arena
+  settle_pushes();  // pushes in flight write the old arena and read the old pool's host arena
   // Nothing refers to the old arena from here on, also if the allocation below fails.
   arena_uid_ = 0;
   arena_blocks_ = 0;

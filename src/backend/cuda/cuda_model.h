@@ -204,8 +204,12 @@ class CudaModel final : public Model {
   void ensure_arena(BlockPool& pool);
   class ArenaMirror;
   friend class ArenaMirror;
-  /// Host <-> device copy of one block (BlockMirror, for the KV tiers); synchronous.
+  /// Host <-> device copy of one block (BlockMirror, for the KV tiers), on the compute stream
+  /// (ordered with every kernel and copy-on-write replay before and after it). A pull is
+  /// synchronous; a push returns once queued (the host does not wait for the DMA): until
+  /// settle_pushes() the host arena may still be read.
   void copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_host);
+  void settle_pushes();  // waits until every queued push has read its host bytes
   size_t arena_block_floats() const;  // floats per block (all layers), the pool's layout
   void ensure_scratch(int n, int m, int splits);
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
@@ -295,6 +299,8 @@ class CudaModel final : public Model {
   };
   std::map<uint64_t, CacheCopies> cache_copies_;
   std::shared_ptr<ArenaMirror> mirror_;  // registered (weakly) with the pool the arena serves
+  cudaEvent_t push_done_ = nullptr;      // recorded after the last push
+  bool pushes_in_flight_ = false;        // a push may still read the host arena
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.
