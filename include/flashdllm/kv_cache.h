@@ -82,10 +82,12 @@ class BlockMirror {
   virtual void pull(BlockId id, std::span<uint8_t> host) = 0;
   /// Copy `host` (the same layout) into the backend's copy of block `id`. May return before
   /// the copy has read `host`: the backend orders it before its next use of the block, and
-  /// `host` must not change until host_write_fence() has returned.
+  /// `host` must not change until host_write_fence(id) has returned.
   virtual void push(BlockId id, std::span<const uint8_t> host) = 0;
-  /// Returns once no copy started by push() still reads host memory.
-  virtual void host_write_fence() {}
+  /// Returns once no copy started by push(id) still reads block `id`'s host bytes (pushes of
+  /// other blocks may go on). Does not throw: a copy that failed is a device fault, which the
+  /// backend's next forward reports.
+  virtual void host_write_fence(BlockId /*id*/) noexcept {}
   /// Called once by a pool this mirror is registered with, from its destructor, while its
   /// host arena still exists: a mirror that page-locked the arena (for DMA) releases it here.
   virtual void pool_closing() {}
@@ -120,8 +122,11 @@ class BlockPool {
   const float* k_ptr(BlockId id, int layer, int slot) const;
   const float* v_ptr(BlockId id, int layer, int slot) const;
   std::span<uint8_t> block_bytes(BlockId id);
-  /// block_bytes(id) for writing on the host while a mirror may still be copying from the
-  /// arena (BlockMirror::push returns early): waits for the mirror's host_write_fence first.
+  /// block_bytes(id) for writing on the host while a mirror may still be copying from it
+  /// (BlockMirror::push returns early): waits for the mirror's host_write_fence(id) first.
+  /// Writes whose effect on the mirror's copy the mirror replays itself (KvCache's slot moves,
+  /// logged for the CUDA model) and writes with no mirror (the CPU model's KV) may use
+  /// block_bytes / k_ptr / v_ptr.
   std::span<uint8_t> block_bytes_for_write(BlockId id);
   /// The whole host arena (capacity() blocks, contiguous, allocated once): what a mirror may
   /// page-lock so that pull/push copies run by DMA.

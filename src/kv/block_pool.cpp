@@ -124,7 +124,7 @@ std::span<uint8_t> BlockPool::block_bytes(BlockId id) {
 }
 
 std::span<uint8_t> BlockPool::block_bytes_for_write(BlockId id) {
-  if (const auto m = mirror_.lock()) m->host_write_fence();
+  if (const auto m = mirror_.lock()) m->host_write_fence(id);
   return block_bytes(id);
 }
 

@@ -110,33 +110,50 @@ TEST(CudaTiers, BlocksRoundTripThroughHostAndDiskIntoOtherDeviceSlots) {
 }
 
 // A push only queues its copy (the host goes on); the host arena may be rewritten only through
-// block_bytes_for_write, which waits for it: the device must hold the pushed bytes, not the
-// ones written after. Many blocks, so that the copies are still running when the host writes.
+// block_bytes_for_write, which waits for that block's pushes: the device must hold the pushed
+// bytes, not the ones written after. The pushes queue behind a submitted 1000-token prefill,
+// so without the wait the host would rewrite the bytes long before the copies read them (the
+// last pushed block first).
 TEST(CudaTiers, PushesReadTheHostArenaBeforeItIsRewritten) {
   FDL_SKIP_WITHOUT_GPU();
   auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
-  auto pool = make_pool(*model, 256 * 16);  // 256 blocks
+  auto* cm = dynamic_cast<cuda::CudaModel*>(model.get());
+  ASSERT_NE(cm, nullptr);
+  auto pool = make_pool(*model, 512 * 16);  // 512 blocks
   KvCache kv(*pool);
   const SeqId s = kv.create_sequence();
   run(*model, kv, s, std::vector<int32_t>{1, 2, 3}, true);  // the device arena exists
   const size_t n = 128, bb = pool->shape().block_bytes();
   std::vector<BlockId> ids;
   for (size_t i = 0; i < n; ++i) ids.push_back(pool->allocate());
+  auto expected = [&](BlockId id, uint8_t seed, size_t i) { return uint8_t(seed + i * 13 + size_t(id)); };
   auto fill = [&](BlockId id, uint8_t seed) {
     auto bytes = pool->block_bytes_for_write(id);
-    for (size_t i = 0; i < bb; ++i) bytes[i] = uint8_t(seed + i * 13 + size_t(id));
+    for (size_t i = 0; i < bb; ++i) bytes[i] = expected(id, seed, i);
   };
   for (const BlockId id : ids) fill(id, 1);
+  const SeqId p = kv.create_sequence();
+  StepBatch prefill;
+  const int tokens = 1000;
+  const size_t first = kv.append_slots(p, size_t(tokens));
+  for (int i = 0; i < tokens; ++i) prefill.add(1 + i % 500, int32_t(first + size_t(i)), p, i + 1 == tokens);
+  const std::vector<RowSampling> greedy(1);
+  model->submit_sample(prefill, kv, greedy, {});
   for (const BlockId id : ids) pool->push_to_mirror(id);
-  for (const BlockId id : ids) fill(id, 2);  // waits for the pushes (the first call), then rewrites
+  EXPECT_TRUE(cm->kv_host_pinned()) << "pageable pushes are staged before they return: nothing to test";
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) fill(*it, 2);  // each waits for its push first
+  std::vector<int32_t> got;
+  model->collect_ids(got);
+  EXPECT_EQ(got.size(), 1u);
   size_t wrong = 0;
   for (const BlockId id : ids) {
     pool->pull_from_mirror(id);  // the device's bytes back into the host arena
     const auto bytes = pool->block_bytes(id);
-    for (size_t i = 0; i < bb; ++i) wrong += bytes[i] != uint8_t(1 + i * 13 + size_t(id));
+    for (size_t i = 0; i < bb; ++i) wrong += bytes[i] != expected(id, 1, i);
   }
   EXPECT_EQ(wrong, 0u) << "bytes on the device that were written on the host after their push";
   for (const BlockId id : ids) pool->release(id);
+  kv.free_sequence(p);
   kv.free_sequence(s);
 }
 

@@ -4,6 +4,7 @@
 // no longer exists is simply not called. Host and disk tiers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "flashdllm/kv_tiers.h"
@@ -97,13 +98,17 @@ class DeferredDeviceArena final : public BlockMirror {
  public:
   explicit DeferredDeviceArena(BlockPool& pool) : pool_(pool) {}
   void pull(BlockId id, std::span<uint8_t> host) override {
-    host_write_fence();  // a pull is ordered after the pushes before it
+    land_all();  // a pull is ordered after the pushes before it
     const auto& b = blocks.at(id);
     std::copy(b.begin(), b.end(), host.begin());
   }
   void push(BlockId id, std::span<const uint8_t> /*host*/) override { queued.push_back(id); }
-  void host_write_fence() override {
-    ++fences;
+  void host_write_fence(BlockId id) noexcept override {
+    if (std::find(queued.begin(), queued.end(), id) == queued.end()) return;  // nothing reads it
+    fenced.push_back(id);
+    land_all();
+  }
+  void land_all() {
     for (const BlockId id : queued) {
       const auto host = pool_.block_bytes(id);
       blocks[id].assign(host.begin(), host.end());
@@ -112,9 +117,8 @@ class DeferredDeviceArena final : public BlockMirror {
     queued.clear();
   }
   std::map<BlockId, std::vector<uint8_t>> blocks;
-  std::vector<BlockId> queued;
+  std::vector<BlockId> queued, fenced;
   std::vector<std::pair<BlockId, std::vector<uint8_t>>> landed;
-  int fences = 0;
 
  private:
   BlockPool& pool_;
@@ -123,12 +127,17 @@ class DeferredDeviceArena final : public BlockMirror {
 // Two promotions in a row into the same tier-0 block (the first one's block freed in
 // between): the second must not overwrite the host bytes the first push has not read yet.
 // The tier manager writes the arena through block_bytes_for_write, which waits for the
-// mirror's pushes first.
-TEST(BlockMirror, PromotionsWaitForPushesThatStillReadTheHostArena) {
+// mirror's pushes of that block first. From host memory (synchronous) and from disk (the
+// promotion's bytes are written when the read completes).
+void promote_twice_into_one_block(BlockTier tier, const std::string& name) {
   BlockPool pool(test::tier_shape(), 4);
   const size_t bb = pool.shape().block_bytes();
   TierConfig cfg;
   cfg.host.bytes = 2 * bb;
+  if (tier == BlockTier::Disk) {
+    cfg.disk.bytes = 2 * bb;
+    cfg.disk_path = test::fresh_dir(name);
+  }
   TierManager tm(pool, cfg);
   auto arena = std::make_shared<DeferredDeviceArena>(pool);
   pool.set_mirror(arena);
@@ -137,9 +146,11 @@ TEST(BlockMirror, PromotionsWaitForPushesThatStillReadTheHostArena) {
   const auto bytes_a = pattern(bb, 1), bytes_b = pattern(bb, 2);
   arena->blocks[a] = bytes_a;
   arena->blocks[b] = bytes_b;
-  const TierEvent out_a = tm.demote(a, BlockTier::Host), out_b = tm.demote(b, BlockTier::Host);
-  ASSERT_EQ(out_a.status, TransferStatus::Ok);
-  ASSERT_EQ(out_b.status, TransferStatus::Ok);
+  const TierEvent out_a = tm.demote(a, tier), out_b = tm.demote(b, tier);
+  for (const TierEvent& e : {out_a, out_b})
+    ASSERT_TRUE(e.status == TransferStatus::Ok || e.status == TransferStatus::Pending) << int(e.status);
+  tm.drain();
+  tm.poll();
 
   const TierEvent back_a = tm.wait_resident(out_a.id);
   ASSERT_EQ(back_a.status, TransferStatus::Ok);
@@ -151,13 +162,20 @@ TEST(BlockMirror, PromotionsWaitForPushesThatStillReadTheHostArena) {
   const TierEvent back_b = tm.wait_resident(out_b.id);
   ASSERT_EQ(back_b.status, TransferStatus::Ok);
   ASSERT_EQ(back_b.block, back_a.block);
-  arena->host_write_fence();
+  EXPECT_EQ(arena->fenced, std::vector<BlockId>{back_a.block}) << "b's promotion waited for a's push only";
+  arena->land_all();
   ASSERT_EQ(arena->landed.size(), 2u);
   EXPECT_EQ(arena->landed[0].second, bytes_a) << "a's push read b's bytes: the host arena was rewritten under it";
   EXPECT_EQ(arena->landed[1].second, bytes_b);
-  EXPECT_GE(arena->fences, 2);
   pool.release(back_b.block);
   for (const BlockId id : fillers) pool.release(id);
+}
+
+TEST(BlockMirror, HostPromotionsWaitForPushesThatStillReadTheHostArena) {
+  promote_twice_into_one_block(BlockTier::Host, "mirror-fence-host");
+}
+TEST(BlockMirror, DiskPromotionsWaitForPushesThatStillReadTheHostArena) {
+  promote_twice_into_one_block(BlockTier::Disk, "mirror-fence-disk");
 }
 
 // A pool tells its live mirror before its arena is freed (a mirror that page-locked the arena

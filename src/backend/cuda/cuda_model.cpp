@@ -311,7 +311,7 @@ class CudaModel::ArenaMirror final : public BlockMirror {
     pin_once();
     model_.copy_block(pool_uid_, id, const_cast<uint8_t*>(host.data()), false);
   }
-  void host_write_fence() override { model_.settle_pushes(); }
+  void host_write_fence(BlockId id) noexcept override { model_.settle_pushes(id); }
   void pool_closing() override {
     model_.settle_pushes();  // before the arena goes
     unpin();
@@ -353,18 +353,24 @@ void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_ho
   if (to_host) {
     FDL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_));
     FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    pushes_in_flight_ = false;  // queued before the pull, so done too
+    pushed_.clear();  // queued before the pull, so done too
   } else {
+    // Tracked before queueing: whatever fails after, a fence still waits for (or rules out) it.
+    pushed_.insert(id);
     FDL_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
-    FDL_CUDA_CHECK(cudaEventRecord(push_done_, stream_));
-    pushes_in_flight_ = true;
+    if (cudaEventRecord(push_done_, stream_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no event: wait for the copy here
+      pushed_.clear();
+    }
   }
 }
 
-void CudaModel::settle_pushes() {
-  if (!pushes_in_flight_) return;
-  FDL_CUDA_CHECK(cudaEventSynchronize(push_done_));
-  pushes_in_flight_ = false;
+void CudaModel::settle_pushes(BlockId id) noexcept {
+  if (pushed_.empty() || (id >= 0 && !pushed_.contains(id))) return;
+  // One event after the latest push: waiting for it waits for all of them.
+  if (cudaEventSynchronize(push_done_) != cudaSuccess) (void)cudaGetLastError();  // a device fault: see above
+  pushed_.clear();
 }
 
 size_t CudaModel::arena_block_floats() const { return arena_shape_.block_bytes() / sizeof(float); }

@@ -66,6 +66,7 @@
 #include <tuple>
 #include <memory>
 #include <utility>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -209,7 +210,10 @@ class CudaModel final : public Model {
   /// synchronous; a push returns once queued (the host does not wait for the DMA): until
   /// settle_pushes() the host arena may still be read.
   void copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_host);
-  void settle_pushes();  // waits until every queued push has read its host bytes
+  /// Waits until every queued push (or, given an id, the pushes of that block) has read its
+  /// host bytes. Never throws: a failed wait means a device fault, which the next forward
+  /// reports; the host bytes are then no longer read either.
+  void settle_pushes(BlockId id = -1) noexcept;
   size_t arena_block_floats() const;  // floats per block (all layers), the pool's layout
   void ensure_scratch(int n, int m, int splits);
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
@@ -300,7 +304,7 @@ class CudaModel final : public Model {
   std::map<uint64_t, CacheCopies> cache_copies_;
   std::shared_ptr<ArenaMirror> mirror_;  // registered (weakly) with the pool the arena serves
   cudaEvent_t push_done_ = nullptr;      // recorded after the last push
-  bool pushes_in_flight_ = false;        // a push may still read the host arena
+  std::unordered_set<BlockId> pushed_;   // blocks whose pushes may still read the host arena
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.
