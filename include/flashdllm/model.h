@@ -144,7 +144,8 @@ struct StepBatch {
 };
 
 /// Model::forward_sample's preconditions: one row per token that wants logits, valid
-/// parameters, penalties inside the rows and the vocabulary. Throws std::invalid_argument.
+/// parameters, penalties inside the rows and the vocabulary with counts >= 1, each (row,
+/// token) at most once. Throws std::invalid_argument.
 void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows,
                          std::span<const PenaltyToken> penalties, int32_t n_vocab);
 

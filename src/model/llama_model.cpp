@@ -55,6 +55,18 @@ void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> ro
                                   std::to_string(p.token) + ", count " + std::to_string(p.count) +
                                   ") outside " + std::to_string(m) + " rows, " + std::to_string(n_vocab) +
                                   " tokens or counts >= 1");
+  // One entry per distinct (row, token), its count the occurrences: a repeated entry would be
+  // penalized twice on the host and, on the GPU, by two threads updating one logit at once.
+  if (penalties.size() > 1) {
+    std::vector<uint64_t> keys;
+    keys.reserve(penalties.size());
+    for (const PenaltyToken& p : penalties) keys.push_back(uint64_t(uint32_t(p.row)) << 32 | uint32_t(p.token));
+    std::sort(keys.begin(), keys.end());
+    if (const auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end())
+      throw std::invalid_argument("forward_sample: penalty token (row " + std::to_string(*it >> 32) + ", token " +
+                                  std::to_string(uint32_t(*it)) +
+                                  ") listed twice (give each distinct token once, with its count)");
+  }
 }
 
 void Model::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,

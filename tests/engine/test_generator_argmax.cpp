@@ -176,6 +176,9 @@ TEST(GeneratorArgmax, ForwardSampleNeedsOneRowPerWantedToken) {
                                PenaltyToken{0, 5, 0}})
     EXPECT_THROW(m.model->forward_sample(b, kv, one, std::vector<PenaltyToken>{p}, ids), std::invalid_argument)
         << p.row << " " << p.token << " " << p.count;
+  // A token listed twice for one row (its count says how often it occurs).
+  EXPECT_THROW(m.model->forward_sample(b, kv, one, std::vector<PenaltyToken>{{0, 5, 1}, {0, 7, 2}, {0, 5, 3}}, ids),
+               std::invalid_argument);
   m.model->forward_sample(b, kv, one, no_pen, ids);
   std::vector<int32_t> want;
   m.model->forward_argmax(b, kv, want);  // the same step again: same slots, same logits
