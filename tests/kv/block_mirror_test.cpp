@@ -36,16 +36,21 @@ std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   return v;
 }
 
+// Two blocks of host memory, and two of disk when `to` is Disk (in a fresh directory `name`).
+TierConfig two_block_tiers(const BlockPool& pool, BlockTier to, const std::string& name) {
+  TierConfig cfg;
+  cfg.host.bytes = 2 * pool.shape().block_bytes();
+  if (to == BlockTier::Disk) {
+    cfg.disk.bytes = 2 * pool.shape().block_bytes();
+    cfg.disk_path = test::fresh_dir(name);
+  }
+  return cfg;
+}
+
 void round_trip(BlockTier to, const std::string& name) {
   BlockPool pool(test::tier_shape(), 4);
   const size_t bb = pool.shape().block_bytes();
-  TierConfig cfg;
-  cfg.host.bytes = 2 * bb;
-  if (to == BlockTier::Disk) {
-    cfg.disk.bytes = 2 * bb;
-    cfg.disk_path = test::fresh_dir(name);
-  }
-  TierManager tm(pool, cfg);
+  TierManager tm(pool, two_block_tiers(pool, to, name));
   auto arena = std::make_shared<FakeDeviceArena>();
   pool.set_mirror(arena);
 
@@ -132,13 +137,7 @@ class DeferredDeviceArena final : public BlockMirror {
 void promote_twice_into_one_block(BlockTier tier, const std::string& name) {
   BlockPool pool(test::tier_shape(), 4);
   const size_t bb = pool.shape().block_bytes();
-  TierConfig cfg;
-  cfg.host.bytes = 2 * bb;
-  if (tier == BlockTier::Disk) {
-    cfg.disk.bytes = 2 * bb;
-    cfg.disk_path = test::fresh_dir(name);
-  }
-  TierManager tm(pool, cfg);
+  TierManager tm(pool, two_block_tiers(pool, tier, name));
   auto arena = std::make_shared<DeferredDeviceArena>(pool);
   pool.set_mirror(arena);
   const BlockId a = pool.allocate(), b = pool.allocate();
