@@ -58,8 +58,8 @@ void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> ro
   // One entry per distinct (row, token), its count the occurrences: a repeated entry would be
   // penalized twice on the host and, on the GPU, by two threads updating one logit at once.
   if (penalties.size() > 1) {
-    std::vector<uint64_t> keys;
-    keys.reserve(penalties.size());
+    thread_local std::vector<uint64_t> keys;  // every penalized step checks: no allocation per step
+    keys.clear();
     for (const PenaltyToken& p : penalties) keys.push_back(uint64_t(uint32_t(p.row)) << 32 | uint32_t(p.token));
     std::sort(keys.begin(), keys.end());
     if (const auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end())

@@ -170,6 +170,17 @@ void promote_twice_into_one_block(BlockTier tier, const std::string& name) {
   for (const BlockId id : fillers) pool.release(id);
 }
 
+// A block id outside the pool gets the pool's range error, mirror or not (the fence ignores
+// ids it never pushed).
+TEST(BlockMirror, WritingAnUnknownBlockIsARangeError) {
+  BlockPool pool(test::tier_shape(), 2);
+  auto arena = std::make_shared<DeferredDeviceArena>(pool);
+  pool.set_mirror(arena);
+  EXPECT_THROW((void)pool.block_bytes_for_write(2), std::out_of_range);
+  EXPECT_THROW((void)pool.block_bytes_for_write(-1), std::out_of_range);
+  EXPECT_TRUE(arena->fenced.empty());
+}
+
 TEST(BlockMirror, HostPromotionsWaitForPushesThatStillReadTheHostArena) {
   promote_twice_into_one_block(BlockTier::Host, "mirror-fence-host");
 }
