@@ -1,7 +1,7 @@
 // bench_gpu — decode and prefill timings of the CUDA model (the issue-6 benchmark).
 //
 //   bench_gpu -m model.gguf [--prompt 512] [--gen 128] [--batches 1,64] [--reps 3] [--sampling]
-//             [--trace] [--json out.json]
+//             [--trace] [--kv-cache-dtype auto|f32|f16|bf16] [--json out.json]
 //
 // Per batch size B (B sequences, each with its own random prompt of --prompt ids, seed 42):
 //  - prefill: one forward per sequence over its whole prompt (logits for the last token
@@ -306,6 +306,7 @@ int main(int argc, char** argv) {
   std::string model_path, json_path, batches_s = "1,64";
   int prompt = 512, gen = 128, reps = 3, block_size = 16;
   bool sampling = false, trace = false;
+  std::optional<fdl::KvDtype> kv_dtype;  // auto
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -321,26 +322,29 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_path = val();
     else if (a == "--sampling") sampling = true;
     else if (a == "--trace") trace = true;
+    else if (a == "--kv-cache-dtype") kv_dtype = fdl::parse_kv_dtype(val());
     else {
       std::fprintf(stderr, "bench_gpu: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   if (model_path.empty() || prompt < 1 || gen < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--trace] [--json F]\n");
+    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--trace] [--kv-cache-dtype T] [--json F]\n");
     return 2;
   }
   if (trace) setenv("FLASHDLLM_DECODE_TRACE", "1", 1);  // read when the model loads
   try {
     const auto tl = Clock::now();
-    auto model = fdl::Model::load(model_path, fdl::ModelOptions{.device = fdl::Device::Cuda});
+    auto model = fdl::Model::load(model_path, fdl::ModelOptions{.device = fdl::Device::Cuda, .kv_dtype = kv_dtype});
     const double load_ms = ms(tl, Clock::now());
     auto& m = dynamic_cast<fdl::cuda::CudaModel&>(*model);
     const fdl::ModelConfig& c = m.config();
-    std::printf("model %s: %d layers, dim %d, vocab %d; %.2f GB on the GPU, %.2f GB streamed per step; load %.1f s\n",
+    const char* kv_name = fdl::kv_dtype_name(m.kv_shape(block_size).dtype);
+    std::printf("model %s: %d layers, dim %d, vocab %d; %.2f GB on the GPU, %.2f GB streamed per step; KV cache %s; "
+                "load %.1f s\n",
                 model_path.c_str(), c.n_layer, c.n_embd, c.n_vocab, double(m.weight_bytes()) / 1e9,
-                double(m.weight_bytes_per_step()) / 1e9, load_ms / 1e3);
-    nlohmann::json out = {{"model", model_path}, {"prompt", prompt}, {"gen", gen}, {"reps", reps},
+                double(m.weight_bytes_per_step()) / 1e9, kv_name, load_ms / 1e3);
+    nlohmann::json out = {{"model", model_path}, {"prompt", prompt}, {"gen", gen}, {"reps", reps}, {"kv_dtype", kv_name},
                           {"weight_bytes", m.weight_bytes()}, {"weight_bytes_per_step", m.weight_bytes_per_step()},
                           {"results", nlohmann::json::array()}};
     const double copy_bw = measure_copy_bandwidth();

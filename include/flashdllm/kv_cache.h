@@ -3,8 +3,11 @@
 //
 // Layout: one block holds the K and V vectors of `block_size` consecutive token positions
 // for *all* layers, contiguously, so a block moves between tiers in one transfer:
-//   block bytes = n_layer * 2 (K,V) * block_size * n_kv_head * head_dim * sizeof(float)
+//   block bytes = n_layer * 2 (K,V) * block_size * n_kv_head * head_dim * element bytes
 //   element order: [layer][k|v][slot in block][kv_head][head_dim]
+// Elements are fp32 (KvDtype::F32, the CPU model's and the default) or, for the CUDA model
+// of a 16-bit model, that 16-bit type (KvDtype::F16 / BF16: half the bytes per block, so
+// twice the tokens per byte of HBM and half the bytes per tier move; docs/GPU.md).
 // Units: positions and lengths in tokens; sizes in bytes.
 //
 // Invariants (each has a test):
@@ -29,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "flashdllm/kv_dtype.h"
+
 namespace fdl {
 
 class KvCacheFull : public std::runtime_error {
@@ -39,15 +44,17 @@ class KvCacheFull : public std::runtime_error {
 using BlockId = int32_t;
 using SeqId = int32_t;
 
-/// Shape of the per-token KV data, from the model config.
+/// Shape of the per-token KV data, from the model (Model::kv_shape).
 struct KvShape {
   int n_layer = 0;
   int n_kv_head = 0;
   int head_dim = 0;
   int block_size = 16;  ///< tokens per block (--block-size)
-  size_t floats_per_token_per_layer() const { return size_t(n_kv_head) * head_dim; }
+  KvDtype dtype = KvDtype::F32;
+  /// Elements of one token's K (or V) in one layer: n_kv_head * head_dim.
+  size_t elems_per_token_per_layer() const { return size_t(n_kv_head) * head_dim; }
   size_t block_bytes() const {
-    return size_t(n_layer) * 2 * block_size * floats_per_token_per_layer() * sizeof(float);
+    return size_t(n_layer) * 2 * block_size * elems_per_token_per_layer() * kv_dtype_bytes(dtype);
   }
 };
 
@@ -116,12 +123,16 @@ class BlockPool {
   BlockMeta& meta(BlockId id);
   const BlockMeta& meta(BlockId id) const;
 
-  /// Base of block `id`'s bytes; K of (layer, slot) at k_ptr, V at v_ptr.
+  /// K of (layer, slot) of block `id` at k_ptr, V at v_ptr, as fp32: only for an F32 pool
+  /// (std::logic_error otherwise: a 16-bit pool's bytes are a device backend's layout, reached
+  /// through block_bytes / slot_bytes). std::out_of_range for a bad id, layer or slot.
   float* k_ptr(BlockId id, int layer, int slot);
   float* v_ptr(BlockId id, int layer, int slot);
   const float* k_ptr(BlockId id, int layer, int slot) const;
   const float* v_ptr(BlockId id, int layer, int slot) const;
   std::span<uint8_t> block_bytes(BlockId id);
+  /// The bytes of one slot's K (v = false) or V (v = true) in one layer, any dtype.
+  std::span<uint8_t> slot_bytes(BlockId id, int layer, int slot, bool v);
   /// block_bytes(id) for writing on the host while a mirror may still be copying from it
   /// (BlockMirror::push returns early): waits for the mirror's host_write_fence(id) first.
   /// Writes whose effect on the mirror's copy the mirror replays itself (KvCache's slot moves,
@@ -131,7 +142,7 @@ class BlockPool {
   /// The whole host arena (capacity() blocks, contiguous, allocated once): what a mirror may
   /// page-lock so that pull/push copies run by DMA.
   std::span<uint8_t> arena_bytes() {
-    return {reinterpret_cast<uint8_t*>(arena_.data()), arena_.size() * sizeof(float)};
+    return {reinterpret_cast<uint8_t*>(arena_.data()), arena_.size() * sizeof(float)};  // 4-byte aligned storage
   }
 
   /// Registers the backend that holds the blocks' bytes (held weakly: a backend destroyed

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -162,7 +163,17 @@ struct ModelOptions {
   /// (CPU only: the CUDA model maps the file and copies the weights to the GPU once.)
   GgufBacking weights = GgufBacking::HugePageCopy;
   Device device = Device::Cpu;  ///< `--device cpu|cuda`
+  /// Element type of the KV cache (`--kv-cache-dtype auto|f32|f16|bf16`, vLLM's flag):
+  /// nullopt = auto. The CPU model keeps F32 (ModelError for another). The CUDA model's auto is
+  /// the 16-bit type its weight matrices are held in (F16, or Q8_0 dequantized to F16 -> F16;
+  /// BF16 -> BF16), the precision its tensor-core attention already rounds K and V to, where
+  /// its kernels support a 16-bit cache (head_dim 64 or 128), else F32; a 16-bit type other
+  /// than the weights' is refused (ModelError). kv_shape() reports the choice.
+  std::optional<KvDtype> kv_dtype = std::nullopt;
 };
+/// Parses a --kv-cache-dtype value: "auto" -> nullopt, "f32"/"fp32"/"float32",
+/// "f16"/"fp16"/"float16"/"half", "bf16"/"bfloat16". Throws std::invalid_argument otherwise.
+std::optional<KvDtype> parse_kv_dtype(const std::string& s);
 
 class Model {
  public:

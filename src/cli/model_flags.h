@@ -17,10 +17,15 @@ inline std::string& device_flag() {
   static std::string device = "cpu";
   return device;
 }
+/// Value of `--kv-cache-dtype` (same registration as --device).
+inline std::string& kv_dtype_flag() {
+  static std::string dtype = "auto";
+  return dtype;
+}
 }  // namespace detail
 
-/// Adds `--mmap` (zero-copy weights instead of the default huge-page copy) and
-/// `--device cpu|cuda` to `cmd`.
+/// Adds `--mmap` (zero-copy weights instead of the default huge-page copy),
+/// `--device cpu|cuda` and `--kv-cache-dtype auto|f32|f16|bf16` (vLLM's flag) to `cmd`.
 inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
   cmd->add_flag("--mmap", mmap,
                 "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
@@ -28,13 +33,19 @@ inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
                   "Where the forward runs: cpu, or cuda (an NVIDIA GPU; needs a CUDA build)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", detail::kv_dtype_flag(),
+                  "KV cache element type: auto (cpu: f32; cuda: the 16-bit type of a 16-bit model's weights, "
+                  "else f32), f32, f16 or bf16 (cuda only, and only the weights' own 16-bit type)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
+      ->capture_default_str();
 }
 
-/// ModelOptions for `-t THREADS`, `--mmap` and `--device`.
+/// ModelOptions for `-t THREADS`, `--mmap`, `--device` and `--kv-cache-dtype`.
 inline ModelOptions model_options(int threads, bool mmap) {
   return ModelOptions{.n_threads = threads,
                       .weights = mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy,
-                      .device = detail::device_flag() == "cuda" ? Device::Cuda : Device::Cpu};
+                      .device = detail::device_flag() == "cuda" ? Device::Cuda : Device::Cpu,
+                      .kv_dtype = parse_kv_dtype(detail::kv_dtype_flag())};
 }
 
 }  // namespace fdl::cli

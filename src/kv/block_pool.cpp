@@ -15,6 +15,8 @@ namespace fdl {
 namespace {
 
 void check_shape(const KvShape& s) {
+  if (s.dtype != KvDtype::F32 && s.dtype != KvDtype::F16 && s.dtype != KvDtype::BF16)
+    throw std::invalid_argument("BlockPool: unknown KV dtype " + std::to_string(int(s.dtype)));
   if (s.n_layer <= 0 || s.n_kv_head <= 0 || s.head_dim <= 0 || s.block_size <= 0)
     throw std::invalid_argument("BlockPool: KvShape needs positive n_layer, n_kv_head, head_dim "
                                 "and block_size (got " + std::to_string(s.n_layer) + ", " +
@@ -23,6 +25,7 @@ void check_shape(const KvShape& s) {
 }
 
 size_t checked_arena_floats(const KvShape& s, size_t n_blocks) {
+  // 4-byte storage for any dtype: a 16-bit block holds an even number of elements.
   const size_t per_block = s.block_bytes() / sizeof(float);
   if (n_blocks > std::numeric_limits<size_t>::max() / sizeof(float) / per_block)
     throw std::invalid_argument("BlockPool: " + std::to_string(n_blocks) + " blocks of " +
@@ -93,22 +96,33 @@ const BlockMeta& BlockPool::meta(BlockId id) const {
 }
 
 size_t BlockPool::layer_stride() const {
-  return 2 * size_t(shape_.block_size) * shape_.floats_per_token_per_layer();
+  return 2 * size_t(shape_.block_size) * shape_.elems_per_token_per_layer() * kv_dtype_bytes(shape_.dtype);
 }
 
-float* BlockPool::k_ptr(BlockId id, int layer, int slot) {
+std::span<uint8_t> BlockPool::slot_bytes(BlockId id, int layer, int slot, bool v) {
   meta(id);  // range check of the id
   if (layer < 0 || layer >= shape_.n_layer || slot < 0 || slot >= shape_.block_size)
     throw std::out_of_range("BlockPool: layer " + std::to_string(layer) + " / slot " +
                             std::to_string(slot) + " out of range");
-  const size_t block_floats = size_t(shape_.n_layer) * layer_stride();
-  return arena_.data() + size_t(id) * block_floats + size_t(layer) * layer_stride() +
-         size_t(slot) * shape_.floats_per_token_per_layer();
+  const size_t row = shape_.elems_per_token_per_layer() * kv_dtype_bytes(shape_.dtype);
+  // V follows the block_size K vectors of the same layer.
+  uint8_t* p = reinterpret_cast<uint8_t*>(arena_.data()) + size_t(id) * shape_.block_bytes() +
+               size_t(layer) * layer_stride() + (size_t(slot) + (v ? size_t(shape_.block_size) : 0)) * row;
+  return {p, row};
+}
+
+float* BlockPool::k_ptr(BlockId id, int layer, int slot) {
+  if (shape_.dtype != KvDtype::F32)
+    throw std::logic_error(std::string("BlockPool: fp32 access to a pool of ") + kv_dtype_name(shape_.dtype) +
+                           " K/V (the CPU model needs --kv-cache-dtype f32)");
+  return reinterpret_cast<float*>(slot_bytes(id, layer, slot, false).data());
 }
 
 float* BlockPool::v_ptr(BlockId id, int layer, int slot) {
-  // V follows the block_size K vectors of the same layer.
-  return k_ptr(id, layer, slot) + size_t(shape_.block_size) * shape_.floats_per_token_per_layer();
+  if (shape_.dtype != KvDtype::F32)
+    throw std::logic_error(std::string("BlockPool: fp32 access to a pool of ") + kv_dtype_name(shape_.dtype) +
+                           " K/V (the CPU model needs --kv-cache-dtype f32)");
+  return reinterpret_cast<float*>(slot_bytes(id, layer, slot, true).data());
 }
 
 const float* BlockPool::k_ptr(BlockId id, int layer, int slot) const {
@@ -120,7 +134,7 @@ const float* BlockPool::v_ptr(BlockId id, int layer, int slot) const {
 }
 
 std::span<uint8_t> BlockPool::block_bytes(BlockId id) {
-  return {reinterpret_cast<uint8_t*>(k_ptr(id, 0, 0)), shape_.block_bytes()};
+  return {slot_bytes(id, 0, 0, false).data(), shape_.block_bytes()};
 }
 
 std::span<uint8_t> BlockPool::block_bytes_for_write(BlockId id) {

@@ -189,11 +189,12 @@ void KvCache::move_slot(SeqId seq, size_t from, size_t to) {
   if (pool_.meta(s.blocks[to / bs]).ref_count != 1)
     throw std::invalid_argument("KvCache: move_slot target " + std::to_string(to) + " of sequence " +
                                 std::to_string(seq) + " lies in a shared block");
-  const size_t n = pool_.shape().floats_per_token_per_layer();
-  for (int layer = 0; layer < pool_.shape().n_layer; ++layer) {
-    std::copy_n(k_slot(seq, layer, from), n, k_slot(seq, layer, to));
-    std::copy_n(v_slot(seq, layer, from), n, v_slot(seq, layer, to));
-  }
+  const BlockId fb = s.blocks[from / bs], tb = s.blocks[to / bs];
+  for (int layer = 0; layer < pool_.shape().n_layer; ++layer)
+    for (const bool v : {false, true}) {
+      const std::span<uint8_t> src = pool_.slot_bytes(fb, layer, int(from % bs), v);
+      std::copy(src.begin(), src.end(), pool_.slot_bytes(tb, layer, int(to % bs), v).begin());
+    }
   ++slots_moved_;
   if (move_observer_)
     move_observer_(s.blocks[from / bs], int(from % bs), s.blocks[to / bs], int(to % bs));

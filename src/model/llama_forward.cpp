@@ -25,10 +25,12 @@ void LlamaModel::validate(const StepBatch& b, const KvCache& kv) {
                                 ", seqs " + std::to_string(b.seqs.size()) + ", want_logits " +
                                 std::to_string(b.want_logits.size()) + ")");
   const KvShape& s = kv.pool().shape();
-  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim)
+  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim ||
+      s.dtype != KvDtype::F32)
     throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) +
                                 ", kv heads " + std::to_string(s.n_kv_head) + ", head dim " +
-                                std::to_string(s.head_dim) + ") does not match the model");
+                                std::to_string(s.head_dim) + ", " + kv_dtype_name(s.dtype) +
+                                ") does not match the model (f32)");
   tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
   for (size_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)

@@ -155,7 +155,18 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
                      "and -DFLASHDLLM_CUDA=ON)");
 #endif
   }
+  if (opt.kv_dtype && *opt.kv_dtype != KvDtype::F32)
+    throw ModelError(std::string("--kv-cache-dtype ") + kv_dtype_name(*opt.kv_dtype) +
+                     ": the CPU backend keeps an f32 KV cache (16-bit caches are --device cuda only)");
   return std::make_unique<LlamaModel>(GgufFile::open(path, {}, opt.weights), opt);
+}
+
+std::optional<KvDtype> parse_kv_dtype(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  if (s == "f32" || s == "fp32" || s == "float32") return KvDtype::F32;
+  if (s == "f16" || s == "fp16" || s == "float16" || s == "half") return KvDtype::F16;
+  if (s == "bf16" || s == "bfloat16") return KvDtype::BF16;
+  throw std::invalid_argument("--kv-cache-dtype: expected auto, f32, f16 or bf16, got '" + s + "'");
 }
 
 }  // namespace fdl

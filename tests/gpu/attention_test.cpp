@@ -1,7 +1,8 @@
 // Paged attention against a double-precision reference: many sequences of different lengths
 // in one launch, a mix of prefill chunks and single decode tokens, scattered block tables,
 // GQA groups smaller and larger than one block's head group, and several split counts;
-// the prefill tiles on CUDA cores (fp32) and, in a test of their own, on tensor cores (fp16 mma).
+// the prefill tiles on CUDA cores (fp32) and, in a test of their own, on tensor cores (fp16 mma);
+// and every kernel over a 16-bit (fp16 / bf16) cache.
 #include <algorithm>
 #include <iostream>
 #include <numeric>
@@ -31,7 +32,9 @@ struct Problem {
   float scale = 1.f;
 };
 
-Problem make_problem(const AttnCase& c) {
+/// kv_dtype: the arena's values are rounded to it (the reference then sees what a cache of
+/// that dtype holds).
+Problem make_problem(const AttnCase& c, KvDtype kv_dtype = KvDtype::F32) {
   const int n_layer = kLayers, layer = kLayer, kv_dim = c.n_head_kv * c.head_dim;
   std::uniform_int_distribution<int> len_dist(1, 700);
   const int n_seqs = 9;
@@ -44,7 +47,8 @@ Problem make_problem(const AttnCase& c) {
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng());  // scattered physical blocks
   const int64_t block_stride = int64_t(n_layer) * 2 * c.block_size * kv_dim;
-  const std::vector<float> arena = random_floats(ids.size() * size_t(block_stride), -2.f, 2.f);
+  std::vector<float> arena = random_floats(ids.size() * size_t(block_stride), -2.f, 2.f);
+  for (float& x : arena) x = kv_round(kv_dtype, x);
 
   // Tables, concatenated; tokens: the last 1..6 positions of each sequence.
   std::vector<int32_t> tables, positions, table_off;
@@ -105,16 +109,17 @@ Problem make_problem(const AttnCase& c) {
   return pb;
 }
 
-/// The problem's inputs on the device, and AttentionArgs over them.
+/// The problem's inputs on the device (the arena as a cache of `kv_dtype`), and AttentionArgs
+/// over them.
 struct DeviceProblem {
-  explicit DeviceProblem(const Problem& pb)
-      : arena(to_device(pb.arena)), q(to_device(pb.q)), pos(to_device(pb.positions)), off(to_device(pb.table_off)),
-        tab(to_device(pb.tables)) {}
+  explicit DeviceProblem(const Problem& pb, KvDtype kv_dtype = KvDtype::F32)
+      : arena(to_device(kv_bytes(kv_dtype, pb.arena))), q(to_device(pb.q)), pos(to_device(pb.positions)),
+        off(to_device(pb.table_off)), tab(to_device(pb.tables)), dtype(kv_dtype) {}
   cuda::AttentionArgs args(const AttnCase& c, const Problem& pb, int splits, float* out, float* partial) const {
     const int kv_dim = c.n_head_kv * c.head_dim;
     cuda::AttentionArgs a;
     a.kv = cuda::KvLayerView{arena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride, c.block_size,
-                             c.n_head_kv, c.head_dim};
+                             c.n_head_kv, c.head_dim, dtype};
     a.q = q.get();
     a.out = out;
     a.positions = pos.get();
@@ -127,8 +132,10 @@ struct DeviceProblem {
     a.partial = partial;
     return a;
   }
-  cuda::DeviceBuffer<float> arena, q;
+  cuda::DeviceBuffer<uint8_t> arena;
+  cuda::DeviceBuffer<float> q;
   cuda::DeviceBuffer<int32_t> pos, off, tab;
+  KvDtype dtype;
 };
 
 TEST_P(PagedAttention, ManySequencesMatchDoubleReference) {
@@ -240,6 +247,66 @@ TEST_P(PagedAttention, TensorCoreDecodeTilesCloseToDoubleReference) {
       std::cout << "  tensor-core decode tiles (" << (bf16 ? "bf16" : "fp16") << ") of " << tile_tokens
                 << " token(s), splits " << splits << ": rel error " << err << "\n";
       EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "tile tokens " << tile_tokens << ", splits " << splits << " bf16=" << bf16;
+    }
+  }
+}
+
+// A 16-bit cache (fp16 or bf16 elements, CudaModel's choice for 16-bit models) holds values
+// that widen exactly to fp32, so every kernel must give, bit for bit, what it gives over an
+// fp32 cache holding the same rounded values: the per-token kernel (which then also matches
+// the double reference to fp32 rounding), and the tensor-core tiles, prefill and decode, whose
+// operands are then the cache's bytes (the fp32 cache's values, rounded to the operand type
+// in registers, are the same values).
+TEST_P(PagedAttention, SixteenBitCacheEqualsFp32CacheOfTheSameValues) {
+  FDL_SKIP_WITHOUT_GPU();
+  const AttnCase c = GetParam();
+  const int group = c.n_head / c.n_head_kv;
+  int sm = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+  for (const KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
+    const Problem pb = make_problem(c, t);
+    const DeviceProblem dev16(pb, t), dev32(pb, KvDtype::F32);
+    auto run = [&](const DeviceProblem& dev, int splits, const std::vector<int32_t>* starts, int max_rows) {
+      cuda::DeviceBuffer<float> out(pb.q.size()),
+          partial(cuda::attention_partial_floats(pb.n, c.n_head, c.head_dim, splits));
+      poison(out);
+      poison(partial);
+      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
+      cuda::DeviceBuffer<int32_t> dstarts(1);
+      if (starts) {
+        dstarts = to_device(*starts);
+        a.tile_starts = dstarts.get();
+        a.n_tiles = int(starts->size()) - 1;
+        a.tensor_cores = true;
+        a.tc_bf16 = t == KvDtype::BF16;  // the operand type of the fp32 run; the 16-bit run's is its dtype
+        a.max_tile_rows = max_rows;
+      }
+      cuda::paged_attention(a, nullptr);
+      return to_host(out, pb.q.size());
+    };
+    const char* name = kv_dtype_name(t);
+    for (int splits : {1, 7, cuda::attention_splits(pb.n, c.n_head, c.n_head_kv, sm, 701)}) {
+      const std::vector<float> o16 = run(dev16, splits, nullptr, 0);
+      EXPECT_EQ(o16, run(dev32, splits, nullptr, 0)) << name << " per-token kernel, splits " << splits;
+      EXPECT_LT(rel_error(o16, pb.ref), 2e-6) << name << " per-token kernel, splits " << splits;
+    }
+    if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) continue;
+    std::vector<int32_t> starts(size_t(pb.n) + 1);
+    const int n_tiles =
+        cuda::attention_tiles(pb.token_seq.data(), pb.positions.data(), pb.n, c.n_head, c.n_head_kv, starts.data());
+    starts.resize(size_t(n_tiles) + 1);
+    for (int splits : {1, 3}) {
+      const std::vector<float> o16 = run(dev16, splits, &starts, 0);
+      EXPECT_EQ(o16, run(dev32, splits, &starts, 0)) << name << " tensor-core tiles, splits " << splits;
+      EXPECT_LT(rel_error(o16, pb.ref), t == KvDtype::BF16 ? 1.5e-2 : 4e-3) << name << " tiles, splits " << splits;
+    }
+    if (group > 16) continue;
+    std::vector<int32_t> single(size_t(pb.n) + 1);  // one token per tile: the decode kernel
+    std::iota(single.begin(), single.end(), 0);
+    for (int splits : {1, 3}) {
+      const std::vector<float> o16 = run(dev16, splits, &single, group);
+      EXPECT_EQ(o16, run(dev32, splits, &single, group)) << name << " decode tiles, splits " << splits;
+      EXPECT_LT(rel_error(o16, pb.ref), t == KvDtype::BF16 ? 1.5e-2 : 4e-3) << name << " decode, splits " << splits;
     }
   }
 }

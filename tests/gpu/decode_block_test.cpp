@@ -51,8 +51,9 @@ void compare_traced_run(int run, std::vector<std::vector<float>> outs, std::vect
     }
 }
 
-/// Runs both paths for one shape and context on fresh random inputs and compares every output.
-void check(WType type, const Shape& s, int ctx, int n_sm) {
+/// Runs both paths for one shape and context on fresh random inputs and compares every output;
+/// `kv_t` is the cache's element type (both paths read and write it).
+void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype::F32) {
   const int q_dim = s.n_head * s.hd, kv_dim = s.n_kv * s.hd, rows = q_dim + 2 * kv_dim;
   const float eps = 1e-5f;
   auto dWqkv = to_device(random_weights(type, size_t(rows) * s.cols));
@@ -69,7 +70,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
   const int pos = ctx - 1;
   const std::vector<int32_t> positions = {pos}, dst = {table[size_t(pos / s.block_size)]}, off = {0};
   const int64_t stride = int64_t(n_layer) * 2 * s.block_size * kv_dim;
-  const std::vector<float> arena_init = random_floats(size_t(stride) * arena_blocks);
+  const std::vector<uint8_t> arena_init = kv_bytes(kv_t, random_floats(size_t(stride) * arena_blocks));
   cpu::RopeParams rp{.head_dim = s.hd, .rope_dim = s.rope_dim, .freq_base = 10000.f, .freq_scale = 1.f, .freq_factors = {}};
   std::vector<float> cs(size_t(s.rope_dim));
   cpu::rope_cos_sin(rp, pos, cs.data());
@@ -83,7 +84,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
   auto arena_ref = to_device(arena_init);
   DeviceBuffer<float> q_ref{size_t(q_dim)}, attn_ref{size_t(q_dim)}, y_ref{size_t(s.wo_rows)}, x_ref{size_t(s.cols)};
   cuda::KvLayerView kv_ref{arena_ref.get(), int64_t(layer) * 2 * s.block_size * kv_dim, stride, s.block_size, s.n_kv,
-                           s.hd};
+                           s.hd, kv_t};
   const cuda::NormIn in_ref{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps};
   cuda::gemv_norm_rope_qkv(Wqkv, in_ref, dcs.get(), dpos.get(), ddst.get(), s.n_head, s.rope_dim, kv_ref, q_ref.get(),
                            nullptr);
@@ -147,7 +148,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
     b.trace = run == 3 ? trace.get() : nullptr;
     // Every output and every hand-off buffer starts from garbage or the initial cache, so a
     // phase that reads before its producer finished shows in any run.
-    FDL_CUDA_CHECK(cudaMemcpy(arena.get(), arena_init.data(), arena_init.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FDL_CUDA_CHECK(cudaMemcpy(arena.get(), arena_init.data(), arena_init.size(), cudaMemcpyHostToDevice));
     poison(partial);
     poison(q);
     poison(attn);
@@ -156,13 +157,17 @@ void check(WType type, const Shape& s, int ctx, int n_sm) {
     FDL_CUDA_CHECK(cudaMemset(sync.get(), 0, sync.bytes()));
     cuda::decode_attention_block(b, nullptr);
     FDL_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::string where = std::string(cuda::wtype_name(type)) + " heads " + std::to_string(s.n_head) + "/" +
+    const std::string where = std::string(cuda::wtype_name(type)) + " KV " + kv_dtype_name(kv_t) + " heads " +
+                              std::to_string(s.n_head) + "/" +
                               std::to_string(s.n_kv) + " hd " + std::to_string(s.hd) + " ctx " + std::to_string(ctx) +
                               " blocks/group " + std::to_string(bpg) + " run " + std::to_string(run);
     EXPECT_EQ(to_host(x_out, size_t(s.cols)), to_host(x_ref, size_t(s.cols))) << where;
     EXPECT_LT(rel_error(to_host(q, size_t(q_dim)), widen(to_host(q_ref, size_t(q_dim)))), 1e-6) << where;
-    const size_t arena_floats = size_t(stride) * arena_blocks;
-    EXPECT_LT(rel_error(to_host(arena, arena_floats), widen(to_host(arena_ref, arena_floats))), 1e-6) << where;
+    // The new slot's K/V: the two paths' fp32 values agree to ~1e-7 relative, so a 16-bit
+    // cache may hold one rounding step (2^-11 / 2^-8 relative) apart in a few elements.
+    const std::vector<float> got = kv_values(kv_t, to_host(arena, arena_init.size())),
+                             want = kv_values(kv_t, to_host(arena_ref, arena_init.size()));
+    EXPECT_LT(rel_error(got, widen(want)), kv_t == KvDtype::F32 ? 1e-6 : 1e-3) << where;
     // The two paths sum each score's 128 products in different orders. With these random
     // weights (uniform in [-1, 1] over 4096 columns) q and the new k have elements of ~40, so
     // scores reach ~10^3 and their fp32 rounding (~10^-4 absolute) moves the softmax weights
@@ -188,6 +193,13 @@ TEST_P(AttentionBlock, MatchesTheKernelChainItReplaces) {
   // Llama-3-8B's attention half (GQA 4, head_dim 128), at several contexts.
   const Shape llama3{32, 8, 128, 128, 4096, 4096, 16};
   for (const int ctx : {1, 2, 17, 700}) check(type, llama3, ctx, sms);
+  // A cache in the weights' 16-bit type (CudaModel's default for 16-bit models).
+  if (type != WType::F32) {
+    const KvDtype kv16 = type == WType::F16 ? KvDtype::F16 : KvDtype::BF16;
+    for (const int ctx : {1, 17, 700}) check(type, llama3, ctx, sms, kv16);
+    check(type, Shape{8, 4, 64, 64, 520, 333, 16}, 300, 4, kv16);
+    check(type, Shape{12, 12, 32, 16, 264, 200, 5}, 129, sms, kv16);  // group 1, partial RoPE, odd block size
+  }
   // Fewer blocks per group than context positions and than the default (other split points).
   check(type, llama3, 300, 3 * 8);
   check(type, llama3, 33, 8);  // one block per KV head: no context split
@@ -214,6 +226,22 @@ TEST(AttentionBlockShapes, UnsupportedShapesAreRefused) {
   const cuda::KvLayerView kv4{nullptr, 0, 0, 16, 2, 8};
   const cuda::DeviceMatrix qkv{WType::F16, d.get(), (4 + 4) * 8, 64}, wo_f32{WType::F32, d.get(), 64, 32};
   EXPECT_EQ(cuda::attention_block_groups(qkv, wo_f32, 4, kv4, device_sms()), 0);
+  // A 16-bit cache of another type than the weights (no such instantiation).
+  cuda::KvLayerView kv4_bf16 = kv4;
+  kv4_bf16.dtype = KvDtype::BF16;
+  const cuda::DeviceMatrix wo16{WType::F16, d.get(), 64, 32};
+  EXPECT_EQ(cuda::attention_block_groups(qkv, wo16, 4, kv4_bf16, device_sms()), 0);
+  cuda::KvLayerView kv4_f16 = kv4;
+  kv4_f16.dtype = KvDtype::F16;
+  EXPECT_GT(cuda::attention_block_groups(qkv, wo16, 4, kv4_f16, device_sms()), 0);
+  // A 16-bit cache with head_dim 4 (not a multiple of 8: the K/V rows' bulk L2 prefetch needs
+  // 16-byte rows).
+  const cuda::KvLayerView kv_hd4{nullptr, 0, 0, 16, 2, 4, KvDtype::F16};
+  const cuda::DeviceMatrix qkv_hd4{WType::F16, d.get(), (4 + 4) * 4, 64}, wo_hd4{WType::F16, d.get(), 64, 16};
+  EXPECT_EQ(cuda::attention_block_groups(qkv_hd4, wo_hd4, 4, kv_hd4, device_sms()), 0);
+  cuda::KvLayerView kv_hd4_f32 = kv_hd4;
+  kv_hd4_f32.dtype = KvDtype::F32;
+  EXPECT_GT(cuda::attention_block_groups(qkv_hd4, wo_hd4, 4, kv_hd4_f32, device_sms()), 0);
   // Too few multiprocessors for one block per KV head.
   const cuda::DeviceMatrix wo{WType::F16, d.get(), 64, 32};
   EXPECT_GT(cuda::attention_block_groups(qkv, wo, 4, kv4, device_sms()), 0);

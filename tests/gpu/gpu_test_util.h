@@ -79,6 +79,43 @@ inline std::vector<uint8_t> random_weights(cuda::WType type, size_t count) {
   return bits;
 }
 
+/// v's 16-bit bits in KV dtype `t` (F16 / BF16; rounded to nearest even).
+inline uint16_t kv16_bits(KvDtype t, float v) { return t == KvDtype::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v); }
+/// v rounded to KV dtype `t` and widened back (F32: v itself).
+inline float kv_round(KvDtype t, float v) {
+  if (t == KvDtype::F32) return v;
+  const uint16_t h = kv16_bits(t, v);
+  return t == KvDtype::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+}
+/// A KV arena (fp32 values) as the bytes of a cache of dtype `t` (the values rounded).
+inline std::vector<uint8_t> kv_bytes(KvDtype t, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * kv_dtype_bytes(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == KvDtype::F32) {
+      std::memcpy(&out[4 * i], &v[i], 4);
+    } else {
+      const uint16_t h = kv16_bits(t, v[i]);
+      std::memcpy(&out[2 * i], &h, 2);
+    }
+  }
+  return out;
+}
+
+/// The values of a cache of dtype `t` from its bytes.
+inline std::vector<float> kv_values(KvDtype t, const std::vector<uint8_t>& bytes) {
+  std::vector<float> out(bytes.size() / kv_dtype_bytes(t));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t == KvDtype::F32) {
+      std::memcpy(&out[i], &bytes[4 * i], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &bytes[2 * i], 2);
+      out[i] = t == KvDtype::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+  }
+  return out;
+}
+
 /// A test-name suffix for an attention shape, e.g. "h32_kv8_d128_bs16" (built with a stream:
 /// GCC 12 warns falsely (-Wrestrict) on "literal" + std::string chains).
 inline std::string attention_shape_name(int n_head, int n_head_kv, int head_dim, int block_size) {

@@ -106,8 +106,11 @@ TEST(GpuKernels, AddRmsNormWithResidualAndRowSelection) {
   EXPECT_LT(rel_error(y2, ref), 1e-6);
 }
 
+// Every cache dtype: a 16-bit cache holds the fp32 result rounded to nearest even (the
+// host's conversion), and nothing outside the written slots changes.
 TEST(GpuKernels, RopeRotatesQAndKAndStoresKvInItsPagedSlot) {
   FDL_SKIP_WITHOUT_GPU();
+  for (const KvDtype kv_t : {KvDtype::F32, KvDtype::F16, KvDtype::BF16}) {
   const int n = 5, n_head = 6, n_kv = 2, hd = 64, rope_dim = 32, block_size = 5, n_blocks = 9;
   const int q_dim = n_head * hd, kv_dim = n_kv * hd, n_layer = 3, layer = 1;
   const std::vector<float> factors = random_floats(rope_dim / 2, 0.5f, 4.f);
@@ -119,15 +122,17 @@ TEST(GpuKernels, RopeRotatesQAndKAndStoresKvInItsPagedSlot) {
   std::vector<float> cs(size_t(n) * rope_dim);
   for (int t = 0; t < n; ++t) cpu::rope_cos_sin(rp, pos[size_t(t)], cs.data() + size_t(t) * rope_dim);
   const int64_t block_stride = int64_t(n_layer) * 2 * block_size * kv_dim;
-  DeviceBuffer<float> arena(size_t(n_blocks * block_stride)), q_out(size_t(n) * q_dim);
+  DeviceBuffer<uint8_t> arena(size_t(n_blocks * block_stride) * kv_dtype_bytes(kv_t));
+  DeviceBuffer<float> q_out(size_t(n) * q_dim);
   poison(arena);
   poison(q_out);
   auto dqkv = to_device(qkv), dcs = to_device(cs);
   auto dpos = to_device(pos), dblk = to_device(blocks);
-  cuda::KvLayerView kv{arena.get(), int64_t(layer) * 2 * block_size * kv_dim, block_stride, block_size, n_kv, hd};
+  cuda::KvLayerView kv{arena.get(), int64_t(layer) * 2 * block_size * kv_dim, block_stride, block_size, n_kv, hd, kv_t};
   cuda::rope_qkv_store(dqkv.get(), dcs.get(), dpos.get(), dblk.get(), n, n_head, rope_dim, kv, q_out.get(), nullptr);
   const auto q = to_host(q_out, size_t(n) * q_dim);
-  const auto ar = to_host(arena, size_t(n_blocks * block_stride));
+  const std::vector<uint8_t> bytes = to_host(arena, arena.size());
+  const std::vector<float> ar = kv_values(kv_t, bytes);
   for (int t = 0; t < n; ++t) {
     std::vector<float> row(qkv.begin() + size_t(t) * (q_dim + 2 * kv_dim), qkv.begin() + size_t(t + 1) * (q_dim + 2 * kv_dim));
     cpu::rope_apply(rp, cs.data() + size_t(t) * rope_dim, row.data(), n_head);
@@ -135,11 +140,23 @@ TEST(GpuKernels, RopeRotatesQAndKAndStoresKvInItsPagedSlot) {
     for (int i = 0; i < q_dim; ++i) ASSERT_EQ(q[size_t(t) * q_dim + i], row[size_t(i)]) << "t=" << t << " i=" << i;
     const size_t k_at = size_t(blocks[size_t(t)] * block_stride + kv.layer_offset + (pos[size_t(t)] % block_size) * kv_dim);
     for (int i = 0; i < kv_dim; ++i) {
-      ASSERT_EQ(ar[k_at + size_t(i)], row[size_t(q_dim + i)]) << "k t=" << t << " i=" << i;
-      ASSERT_EQ(ar[k_at + size_t(block_size * kv_dim + i)], row[size_t(q_dim + kv_dim + i)]) << "v t=" << t;
+      ASSERT_EQ(ar[k_at + size_t(i)], kv_round(kv_t, row[size_t(q_dim + i)])) << "k t=" << t << " i=" << i;
+      ASSERT_EQ(ar[k_at + size_t(block_size * kv_dim + i)], kv_round(kv_t, row[size_t(q_dim + kv_dim + i)]))
+          << "v t=" << t << " " << kv_dtype_name(kv_t);
     }
   }
+  // Untouched elements keep poison()'s 0xff bytes.
+  size_t written = 0;
+  for (size_t e = 0; e < ar.size(); ++e) {
+    bool all_ff = true;
+    for (size_t b = 0; b < kv_dtype_bytes(kv_t); ++b) all_ff = all_ff && bytes[e * kv_dtype_bytes(kv_t) + b] == 0xff;
+    written += all_ff ? 0 : 1;
+  }
+  EXPECT_EQ(written, size_t(n) * 2 * kv_dim) << kv_dtype_name(kv_t);
+  }
 }
+
+
 
 TEST(GpuKernels, SiluMulOfFusedGateUp) {
   FDL_SKIP_WITHOUT_GPU();

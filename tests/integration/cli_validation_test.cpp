@@ -128,12 +128,27 @@ TEST(CliValidation, ChoiceFlagsExitTwoAndNameTheFlag) {
   FDL_REQUIRE_FILE(stories());
   const std::string m = stories().string();
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--device", "tpu"}, {"--spec", "fast"}, {"--spec-tree", "maybe"}, {"--kv-placement", "ram"}}) {
+           {"--device", "tpu"}, {"--spec", "fast"}, {"--spec-tree", "maybe"}, {"--kv-placement", "ram"},
+           {"--kv-cache-dtype", "q8"}}) {
     const CliResult r = run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find("flashdllm: error: " + flag + ": " + value + " not in {"), std::string::npos) << r.err;
   }
+}
+
+// A 16-bit KV cache is a --device cuda choice: on the CPU it is a one-line error (exit 1),
+// and f32 / auto run.
+TEST(CliValidation, KvCacheDtypeOnTheCpu) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const std::string m = stories().string();
+  const CliResult r = run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", "--kv-cache-dtype", "f16"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--kv-cache-dtype f16: the CPU backend keeps an f32 KV cache"), std::string::npos) << r.err;
+  for (const char* t : {"f32", "auto"})
+    EXPECT_EQ(run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", "--kv-cache-dtype", t}).exit_code, 0) << t;
 }
 
 TEST(CliValidation, TokenizeEscapesPartialUtf8Bytes) {

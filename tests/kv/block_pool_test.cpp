@@ -43,7 +43,7 @@ TEST(BlockPool, RefcountReturnsBlockOnlyAtZero) {
 TEST(BlockPool, LayoutIsLayerThenKvThenSlotAndBlocksDoNotOverlap) {
   const KvShape s = small_shape();
   BlockPool pool(s, 3);
-  const size_t tok = s.floats_per_token_per_layer();
+  const size_t tok = s.elems_per_token_per_layer();
   BlockId a = pool.allocate(), b = pool.allocate();
   // Within a layer, V starts block_size token-vectors after K.
   EXPECT_EQ(pool.v_ptr(a, 0, 0) - pool.k_ptr(a, 0, 0), ptrdiff_t(s.block_size * tok));
@@ -60,6 +60,35 @@ TEST(BlockPool, LayoutIsLayerThenKvThenSlotAndBlocksDoNotOverlap) {
   std::fill(bb.begin(), bb.end(), uint8_t{0});
   std::fill(bytes.begin(), bytes.end(), uint8_t{0xAB});
   for (uint8_t x : bb) ASSERT_EQ(x, 0);
+}
+
+// A 16-bit pool (the CUDA model's cache of a 16-bit model): half the bytes per block, the
+// same element order, byte access through slot_bytes, and no fp32 view of its elements.
+TEST(BlockPool, SixteenBitPoolHalvesTheBlockAndRefusesFloatAccess) {
+  for (const KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
+    KvShape s = small_shape();
+    const size_t f32_bytes = s.block_bytes();
+    s.dtype = t;
+    EXPECT_EQ(s.block_bytes() * 2, f32_bytes);
+    BlockPool pool(s, 3);
+    const BlockId a = pool.allocate(), b = pool.allocate();
+    const size_t row = s.elems_per_token_per_layer() * 2;
+    EXPECT_EQ(pool.slot_bytes(a, 0, 0, false).size(), row);
+    EXPECT_EQ(pool.slot_bytes(a, 0, 1, false).data() - pool.slot_bytes(a, 0, 0, false).data(), ptrdiff_t(row));
+    EXPECT_EQ(pool.slot_bytes(a, 0, 0, true).data() - pool.slot_bytes(a, 0, 0, false).data(),
+              ptrdiff_t(s.block_size * row));
+    EXPECT_EQ(pool.slot_bytes(a, 1, 0, false).data() - pool.slot_bytes(a, 0, 0, false).data(),
+              ptrdiff_t(2 * s.block_size * row));
+    const std::span<uint8_t> bytes = pool.block_bytes(a);
+    EXPECT_EQ(bytes.size(), s.block_bytes());
+    EXPECT_EQ(pool.slot_bytes(a, s.n_layer - 1, s.block_size - 1, true).data() + row, bytes.data() + bytes.size());
+    EXPECT_EQ(pool.block_bytes(b).data(), bytes.data() + bytes.size());  // blocks are contiguous, no gap
+    EXPECT_THROW(pool.k_ptr(a, 0, 0), std::logic_error);
+    EXPECT_THROW(pool.v_ptr(a, 0, 0), std::logic_error);
+    EXPECT_THROW(pool.slot_bytes(a, s.n_layer, 0, false), std::out_of_range);
+    EXPECT_THROW(pool.slot_bytes(a, 0, s.block_size, true), std::out_of_range);
+    EXPECT_THROW(pool.slot_bytes(7, 0, 0, false), std::out_of_range);
+  }
 }
 
 TEST(BlockPool, BadArgumentsThrow) {

@@ -20,7 +20,7 @@ float tag_value(int tag, int layer, size_t pos, size_t e, bool v) {
 }
 
 void write_token(KvCache& kv, SeqId s, int tag, size_t pos) {
-  const size_t n = kv.pool().shape().floats_per_token_per_layer();
+  const size_t n = kv.pool().shape().elems_per_token_per_layer();
   for (int l = 0; l < kv.pool().shape().n_layer; ++l)
     for (size_t e = 0; e < n; ++e) {
       kv.k_slot(s, l, pos)[e] = tag_value(tag, l, pos, e, false);
@@ -32,7 +32,7 @@ void write_token(KvCache& kv, SeqId s, int tag, size_t pos) {
 // tag written at each position (forked sequences share a prefix written under another tag).
 template <class TagAt>
 void expect_tokens(KvCache& kv, SeqId s, size_t len, TagAt tag_at) {
-  const size_t n = kv.pool().shape().floats_per_token_per_layer();
+  const size_t n = kv.pool().shape().elems_per_token_per_layer();
   for (size_t p = 0; p < len; ++p)
     for (int l = 0; l < kv.pool().shape().n_layer; ++l)
       for (size_t e = 0; e < n; ++e) {

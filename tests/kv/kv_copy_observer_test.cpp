@@ -3,6 +3,7 @@
 // copy nothing; replaceable and removable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <tuple>
@@ -133,6 +134,34 @@ TEST(KvSlotMoveObserver, MoveSlotCopiesAndReportsPhysicalSlots) {
   EXPECT_THROW(kv.move_slot(child, 9, 8), std::invalid_argument);
   EXPECT_NO_THROW(kv.move_slot(child, 8, 8));
   EXPECT_EQ(kv.slots_moved(), 3u);
+}
+
+// A 16-bit pool: move_slot copies exactly the slot's 2-byte elements of every layer (K and V)
+// and nothing next to them.
+TEST(KvSlotMoveObserver, MoveSlotOfASixteenBitPoolCopiesItsBytes) {
+  BlockPool pool(KvShape{.n_layer = 2, .n_kv_head = 1, .head_dim = 4, .block_size = 4, .dtype = KvDtype::F16}, 4);
+  KvCache kv(pool);
+  const SeqId s = kv.create_sequence();
+  kv.append_slots(s, 6);
+  const auto table = kv.block_table(s);
+  uint8_t next = 1;
+  for (const BlockId b : table) {
+    const std::span<uint8_t> bytes = pool.block_bytes(b);
+    for (uint8_t& x : bytes) x = next++;
+  }
+  std::vector<uint8_t> before(pool.block_bytes(table[0]).begin(), pool.block_bytes(table[0]).end());
+  kv.move_slot(s, 5, 2);  // block 1 slot 1 -> block 0 slot 2
+  for (int layer = 0; layer < 2; ++layer)
+    for (const bool v : {false, true}) {
+      const auto from = pool.slot_bytes(table[1], layer, 1, v), to = pool.slot_bytes(table[0], layer, 2, v);
+      ASSERT_EQ(to.size(), 8u);  // 4 elements of 2 bytes
+      EXPECT_TRUE(std::equal(from.begin(), from.end(), to.begin())) << "layer " << layer << " v " << v;
+      // Everything else in block 0 is unchanged.
+      const size_t at = size_t(to.data() - pool.block_bytes(table[0]).data());
+      std::copy(to.begin(), to.end(), before.begin() + ptrdiff_t(at));
+    }
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), pool.block_bytes(table[0]).begin()));
+  EXPECT_THROW(kv.k_slot(s, 0, 0), std::logic_error);  // no fp32 view of 16-bit elements
 }
 
 }  // namespace

@@ -71,6 +71,31 @@ TEST(ModelConfig, TinySyntheticModelLoadsAndRuns) {
   EXPECT_EQ(ids.size(), 5u);
 }
 
+// --kv-cache-dtype: the CPU model keeps fp32 K/V; parse_kv_dtype takes the usual spellings.
+TEST(ModelConfig, CpuModelRefusesASixteenBitKvCache) {
+  const auto path = write_tiny_llama("kv16.gguf", {});
+  for (const KvDtype t : {KvDtype::F16, KvDtype::BF16})
+    expect_model_error([&] { Model::load(path, {.n_threads = 1, .kv_dtype = t}); },
+                       {"--kv-cache-dtype", kv_dtype_name(t), "f32"});
+  auto m = Model::load(path, {.n_threads = 1, .kv_dtype = KvDtype::F32});
+  EXPECT_EQ(m->kv_shape(4).dtype, KvDtype::F32);
+  // A 16-bit pool handed to the CPU model is refused before anything is written.
+  KvShape s16 = m->kv_shape(4);
+  s16.dtype = KvDtype::F16;
+  BlockPool pool(s16, 4);
+  KvCache kv(pool);
+  const SeqId seq = kv.create_sequence();
+  StepBatch b;
+  b.add(1, int32_t(kv.append_slots(seq, 1)), seq, true);
+  std::vector<float> logits;
+  EXPECT_THROW(m->forward(b, kv, logits), std::invalid_argument);
+  EXPECT_EQ(parse_kv_dtype("auto"), std::nullopt);
+  EXPECT_EQ(parse_kv_dtype("fp16"), KvDtype::F16);
+  EXPECT_EQ(parse_kv_dtype("bfloat16"), KvDtype::BF16);
+  EXPECT_EQ(parse_kv_dtype("f32"), KvDtype::F32);
+  EXPECT_THROW(parse_kv_dtype("q8_0"), std::invalid_argument);
+}
+
 TEST(ModelConfig, MissingRequiredKeysAreNamed) {
   for (const std::string k : {"llama.embedding_length", "llama.block_count", "llama.feed_forward_length",
                               "llama.attention.head_count", "llama.context_length",

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
@@ -26,11 +27,12 @@ inline Model& shared_model(const std::string& file, int n_threads = 1) {
   return *slot;
 }
 
-/// Loads (once per process) a model from the shared folder onto the GPU (--device cuda).
-inline Model& cuda_model(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<Model>> cache;
-  auto& slot = cache[file];
-  if (!slot) slot = Model::load(model_path(file), ModelOptions{.device = Device::Cuda});
+/// Loads (once per process) a model from the shared folder onto the GPU (--device cuda), with
+/// KV cache dtype `kv` (nullopt: auto, the weights' 16-bit type for a 16-bit model).
+inline Model& cuda_model(const std::string& file, std::optional<KvDtype> kv = std::nullopt) {
+  static std::map<std::pair<std::string, int>, std::unique_ptr<Model>> cache;
+  auto& slot = cache[{file, kv ? int(*kv) : -1}];
+  if (!slot) slot = Model::load(model_path(file), ModelOptions{.device = Device::Cuda, .kv_dtype = kv});
   return *slot;
 }
 

@@ -106,7 +106,7 @@ TEST(TreeBatchErrors, MalformedTreesThrowBeforeWriting) {
   const SeqId other = prefill_sequence(m, kv, {1, 359});
   const size_t pos = kv.append_slots(seq, 3);
   kv.append_slots(other, 1);
-  const size_t kv_floats = pool->shape().floats_per_token_per_layer();
+  const size_t kv_floats = pool->shape().elems_per_token_per_layer();
   std::vector<float> before(kv.k_slot(seq, 0, pos), kv.k_slot(seq, 0, pos) + kv_floats);
   StepBatch ok = expect_malformed_trees_refused(m, kv, seq, other, pos, [&](const char* what) {
     EXPECT_TRUE(bit_equal(kv.k_slot(seq, 0, pos), before.data(), kv_floats)) << what << ": K/V written";

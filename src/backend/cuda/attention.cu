@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
 
 namespace fdl::cuda {
@@ -38,7 +39,7 @@ using ArgsOf = std::conditional_t<TREE, TreeAttentionArgs, AttentionArgs>;
 // TREE: the batch holds token trees (AttentionTree): slots of other branches are skipped as
 // positions past the context are. A separate instantiation with its own parameter type, so
 // batches without trees run exactly the kernel they ran before.
-template <int CH, int GM, int U, bool TREE>
+template <typename KvT, int CH, int GM, int U, bool TREE>
 __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, int lanes) {
   extern __shared__ float smem[];
   launch_dependents();
@@ -95,14 +96,13 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, 
       valid[u] = j < end;
       if constexpr (TREE) valid[u] = valid[u] && tree.keeps(j);  // j < end <= the token's slot + 1
       if (valid[u]) {
-        const float* kp = kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
-                          int64_t(j % kv.block_size) * kv_dim + int64_t(kvh) * hd;
-        const float* vp = kp + int64_t(kv.block_size) * kv_dim;
+        const KvT* kp = kv_ptr<KvT>(kv, table[j / kv.block_size], j % kv.block_size, int64_t(kvh) * hd);
+        const KvT* vp = kp + int64_t(kv.block_size) * kv_dim;
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
           const int chunk = li + c * lanes;
-          k[u][c] = chunk < hd4 ? *reinterpret_cast<const float4*>(kp + chunk * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-          v[u][c] = chunk < hd4 ? *reinterpret_cast<const float4*>(vp + chunk * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+          k[u][c] = chunk < hd4 ? KvElem<KvT>::load4(kp + chunk * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+          v[u][c] = chunk < hd4 ? KvElem<KvT>::load4(vp + chunk * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       } else {
 #pragma unroll
@@ -235,7 +235,6 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
   const int p_last = a.positions[t0] + nt - 1;
   const int my_pos = a.positions[t0] + r / group;
   const int32_t* table = a.tables + a.table_off[t0];
-  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
   TreeMask tree{0, 0};
   if constexpr (TREE) tree = r < rows ? tree_mask_of(a, t0 + r / group) : TreeMask{my_pos + 1, 0};
 
@@ -263,9 +262,8 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
       const int j = c0 + jj;
       float4 kk = make_float4(0.f, 0.f, 0.f, 0.f);
       if (j <= p_last)
-        kk = *reinterpret_cast<const float4*>(kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride +
-                                              kv.layer_offset + int64_t(j % kv.block_size) * kv_dim +
-                                              int64_t(kvh) * HD + d4 * 4);
+        kk = KvElem<float>::load4(kv_ptr<float>(kv, table[j / kv.block_size], j % kv.block_size,
+                                                 int64_t(kvh) * HD + d4 * 4));
       float* kd = ks + (d4 * 4) * kChunk + jj;
       kd[0] = kk.x, kd[kChunk] = kk.y, kd[2 * kChunk] = kk.z, kd[3 * kChunk] = kk.w;
     }
@@ -274,9 +272,8 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
       const int j = c0 + jj;
       float4 vv = make_float4(0.f, 0.f, 0.f, 0.f);
       if (j <= p_last)
-        vv = *reinterpret_cast<const float4*>(kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride +
-                                              kv.layer_offset + int64_t(kv.block_size + j % kv.block_size) * kv_dim +
-                                              int64_t(kvh) * HD + d4 * 4);
+        vv = KvElem<float>::load4(kv_ptr<float>(kv, table[j / kv.block_size], kv.block_size + j % kv.block_size,
+                                                 int64_t(kvh) * HD + d4 * 4));
       *reinterpret_cast<float4*>(vs + jj * HD + d4 * 4) = vv;
     }
     __syncthreads();
@@ -385,16 +382,27 @@ int lanes_for(int head_dim, int gm) {
 // Launches the per-token kernel with CH float4s per lane; `lanes` lanes must cover the head
 // (a kernel with too few chunks would read a part of q, k and v and leave the merge reading
 // unwritten shared memory), which is checked here rather than trusted to the caller.
+template <typename KvT, int CH, int GM, int U>
+void launch_partial_kv(const AttentionArgs& a, const AttentionTree& tree, dim3 grid, size_t smem, int lanes,
+                       cudaStream_t stream) {
+  if (tree.base != nullptr)
+    launch_pdl(attn_partial_kernel<KvT, CH, GM, U, true>, grid, dim3(kThreads), smem, stream, with_tree(a, tree),
+               lanes);
+  else
+    launch_pdl(attn_partial_kernel<KvT, CH, GM, U, false>, grid, dim3(kThreads), smem, stream, a, lanes);
+}
+
 template <int CH, int GM, int U>
 void launch_partial(const AttentionArgs& a, const AttentionTree& tree, dim3 grid, size_t smem, int lanes,
                     cudaStream_t stream) {
   if (CH * lanes * 4 < a.kv.head_dim)
     throw CudaError("paged_attention: " + std::to_string(lanes) + " lanes x " + std::to_string(CH) +
                     " float4s do not cover head_dim " + std::to_string(a.kv.head_dim));
-  if (tree.base != nullptr)
-    launch_pdl(attn_partial_kernel<CH, GM, U, true>, grid, dim3(kThreads), smem, stream, with_tree(a, tree), lanes);
-  else
-    launch_pdl(attn_partial_kernel<CH, GM, U, false>, grid, dim3(kThreads), smem, stream, a, lanes);
+  switch (a.kv.dtype) {
+    case KvDtype::F32: return launch_partial_kv<float, CH, GM, U>(a, tree, grid, smem, lanes, stream);
+    case KvDtype::F16: return launch_partial_kv<__half, CH, GM, U>(a, tree, grid, smem, lanes, stream);
+    case KvDtype::BF16: return launch_partial_kv<__nv_bfloat16, CH, GM, U>(a, tree, grid, smem, lanes, stream);
+  }
 }
 
 }  // namespace
@@ -454,6 +462,9 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
       throw CudaError("paged_attention: tiles need head_dim 64 or 128 and at most 128 query heads per kv head");
     if (a.tensor_cores)
       attention_tiles_tc(a, stream, tree);
+    else if (a.kv.dtype != KvDtype::F32)  // the fp32 tiles read fp32 K/V only
+      throw CudaError(std::string("paged_attention: fp32 tiles over a KV cache of ") + kv_dtype_name(a.kv.dtype) +
+                      " (set tensor_cores)");
     else if (hd == 64)
       tree.base ? launch_tiles<64, true>(with_tree(a, tree), stream) : launch_tiles<64, false>(a, stream);
     else

@@ -15,10 +15,12 @@
 //     of one 16x16 operand, so P is rounded to fp16 and packed without leaving registers
 //     (the FlashAttention-2 arrangement, Dao 2023);
 //   - O: HD/8 accumulator tiles, rescaled by the online-softmax correction per chunk.
-// K and V chunks are copied as fp32 from the paged arena into shared memory with cp.async,
-// two stages deep (the next chunk lands while this one is multiplied); fragments are read
-// from there and rounded to fp16 in registers. Row strides HD + 8 (K) and HD + 4 (V) floats
-// make both fragment read patterns bank-conflict free.
+// K and V chunks are copied from the paged arena into shared memory with cp.async, two stages
+// deep (the next chunk lands while this one is multiplied), as stored (KvStage): an fp32
+// cache's fragments are rounded to the 16-bit operand type in registers (row strides HD + 8
+// (K) and HD + 4 (V) floats), a 16-bit cache's (its dtype is then the operand type) are
+// used as they are (row strides HD + 8 elements, half the bytes); both read patterns are
+// bank-conflict free.
 // The operands are fp16 (11 significant bits: ~3e-4 relative error in the output) or bf16
 // (8 bits and fp32's range: ~3e-3), matching the weights' type (AttentionArgs::tc_bf16);
 // fp32 tiles give ~1e-6. The model uses this path where its GEMMs already round activations
@@ -34,6 +36,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
 
 namespace fdl::cuda {
@@ -41,12 +44,38 @@ namespace {
 
 constexpr int kRows = 128, kWarps = kRows / 16, kThreads = 32 * kWarps, kChunk = 64;
 
-template <int HD>
+// How staged K/V reach the mma operands. KV16 = false: fp32 in the cache and in shared memory,
+// rounded to the operand type per fragment; K rows at stride HD + 8 floats (8-byte fragment
+// reads, banks 8g + 2c (+1)), V rows at HD + 4 (4-byte reads of rows 2c, 2c+1: banks 8c + g
+// (+4)). KV16 = true: the cache holds the operand type itself (F16Op: fp16, BF16Op: bf16), so
+// a K fragment register is one 4-byte read and a V one two 2-byte reads; rows at stride HD + 8
+// elements (K: banks 4g + c; V: 8c + g/2, lanes g, g+1 reading one word).
+template <typename Op, bool KV16>
+struct KvStage;
+template <typename Op>
+struct KvStage<Op, false> {
+  using E = float;
+  __device__ static uint32_t pair(const float* p) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    return Op::pack(v.x, v.y);
+  }
+  __device__ static uint32_t rows2(const float* p, int stride) { return Op::pack(p[0], p[stride]); }
+};
+template <typename Op>
+struct KvStage<Op, true> {
+  using E = uint16_t;
+  __device__ static uint32_t pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+  __device__ static uint32_t rows2(const uint16_t* p, int stride) {
+    return uint32_t(p[0]) | (uint32_t(p[stride]) << 16);  // the lower row in the low half, as pack()
+  }
+};
+
+template <int HD, bool KV16>
 struct MmaTile {
-  static constexpr int kStride = HD + 8;  // K rows: 8-byte fragment reads, banks 8g + 2c (+1)
-  static constexpr int vStride = HD + 4;  // V rows: 4-byte reads of rows 2c, 2c+1: banks 8c + g (+4)
-  static constexpr int stage_floats = kChunk * (kStride + vStride);
-  static constexpr size_t smem_bytes = 2 * size_t(stage_floats) * sizeof(float);
+  static constexpr int kStride = HD + 8;
+  static constexpr int vStride = HD + (KV16 ? 8 : 4);
+  static constexpr int stage_elems = kChunk * (kStride + vStride);
+  static constexpr size_t smem_bytes = 2 * size_t(stage_elems) * (KV16 ? 2 : 4);
 };
 
 // The 16-bit operand type of the products: fp16 (11 significant bits; |x| < 65504) for F16
@@ -83,7 +112,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
 }
@@ -126,15 +155,13 @@ __device__ __forceinline__ int2 context_share(int p_last) {
 
 // One 16x8 tile of S = Q·Kᵀ: krow points at K[n0 + g][2c] in shared memory (row stride
 // whatever the caller staged); B fragment b0 = K[n0 + g][16k + 2c, +1], b1 = 8 dims later.
-template <int HD, typename Op>
-__device__ __forceinline__ void score_tile(float (&s)[4], const uint32_t (&qa)[HD / 16][4], const float* krow) {
+template <int HD, typename Op, bool KV16>
+__device__ __forceinline__ void score_tile(float (&s)[4], const uint32_t (&qa)[HD / 16][4],
+                                           const typename KvStage<Op, KV16>::E* krow) {
+  using S = KvStage<Op, KV16>;
   s[0] = s[1] = s[2] = s[3] = 0.f;
 #pragma unroll
-  for (int k = 0; k < HD / 16; ++k) {
-    const float2 b0 = *reinterpret_cast<const float2*>(krow + 16 * k);
-    const float2 b1 = *reinterpret_cast<const float2*>(krow + 16 * k + 8);
-    mma_16816<Op>(s, qa[k], Op::pack(b0.x, b0.y), Op::pack(b1.x, b1.y));
-  }
+  for (int k = 0; k < HD / 16; ++k) mma_16816<Op>(s, qa[k], S::pair(krow + 16 * k), S::pair(krow + 16 * k + 8));
 }
 
 // Causal mask (position > the row's position: -inf) and scale (log2 units) of one tile whose
@@ -184,36 +211,39 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Issues the cp.async copies of positions c0 .. c0 + CHUNK - 1 of KV head kvh (K rows at
-// stride KS, then V rows at stride VS floats) into buf, by the block's THREADS threads;
-// positions after p_last are zero-filled (P is 0 there, and V must not be NaN).
-template <int HD, int CHUNK, int THREADS, int KS, int VS>
+// stride KS, then V rows at stride VS elements of E, 4-byte fp32 or 2-byte 16-bit: the
+// cache's dtype) into buf, by the block's THREADS threads; positions after p_last are
+// zero-filled (P is 0 there, and V must not be NaN).
+template <typename E, int HD, int CHUNK, int THREADS, int KS, int VS>
 __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int32_t* table, int kvh, int p_last,
-                                               int c0, float* buf) {
-  const int64_t kv_dim = int64_t(kv.n_head_kv) * HD;
-  float* ks = buf;
-  float* vs = buf + CHUNK * KS;
-  for (int idx = threadIdx.x; idx < 2 * CHUNK * (HD / 4); idx += THREADS) {
-    const bool is_v = idx >= CHUNK * (HD / 4);
-    const int i = is_v ? idx - CHUNK * (HD / 4) : idx;
-    const int jj = i / (HD / 4), d4 = i % (HD / 4);
+                                               int c0, E* buf) {
+  constexpr int kPer = 16 / int(sizeof(E)), kCopies = HD / kPer;  // elements per copy, copies per row
+  E* ks = buf;
+  E* vs = buf + CHUNK * KS;
+  for (int idx = threadIdx.x; idx < 2 * CHUNK * kCopies; idx += THREADS) {
+    const bool is_v = idx >= CHUNK * kCopies;
+    const int i = is_v ? idx - CHUNK * kCopies : idx;
+    const int jj = i / kCopies, dc = i % kCopies;
     const int j = c0 + jj;
     const bool valid = j <= p_last;
-    const float* src = valid ? kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
-                                   int64_t((is_v ? kv.block_size : 0) + j % kv.block_size) * kv_dim +
-                                   int64_t(kvh) * HD + d4 * 4
-                             : kv.base;
-    cp_async16(is_v ? vs + jj * VS + d4 * 4 : ks + jj * KS + d4 * 4, src, valid);
+    const E* src = valid ? kv_ptr<E>(kv, table[j / kv.block_size], (is_v ? kv.block_size : 0) + j % kv.block_size,
+                                     int64_t(kvh) * HD + dc * kPer)
+                         : static_cast<const E*>(kv.base);
+    cp_async16(is_v ? vs + jj * VS + dc * kPer : ks + jj * KS + dc * kPer, src, valid);
   }
 }
 
 // TREE: the batch holds token trees (AttentionTree); a separate instantiation with its own
 // parameter type, so steps without trees run the kernel they ran before.
-template <int HD, typename Op, bool TREE>
+template <int HD, typename Op, bool KV16, bool TREE>
 __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE> a) {
-  using T = MmaTile<HD>;
+  using T = MmaTile<HD, KV16>;
+  using S = KvStage<Op, KV16>;
+  using E = typename S::E;
   launch_dependents();
   grid_dependency_wait();
-  extern __shared__ __align__(16) float sm[];  // two stages of [K chunk | V chunk]
+  extern __shared__ __align__(16) float smf[];
+  E* sm = reinterpret_cast<E*>(smf);  // two stages of [K chunk | V chunk]
   const KvLayerView& kv = a.kv;
   const int group = a.n_head / kv.n_head_kv;
   const int kvh = blockIdx.y;
@@ -244,26 +274,26 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE>
   const int2 share = context_share<kChunk>(p_last);
   const int c_begin = share.x, c_end = share.y;
 
-  auto stage = [&](int c0, float* buf) {
-    stage_kv_chunk<HD, kChunk, kThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
+  auto stage = [&](int c0, E* buf) {
+    stage_kv_chunk<E, HD, kChunk, kThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
   };
 
   if (c_begin < c_end) stage(c_begin, sm);
   cp_async_commit();
   int buf = 0;
   for (int c0 = c_begin; c0 < c_end; c0 += kChunk, buf ^= 1) {
-    if (c0 + kChunk < c_end) stage(c0 + kChunk, sm + (buf ^ 1) * T::stage_floats);
+    if (c0 + kChunk < c_end) stage(c0 + kChunk, sm + (buf ^ 1) * T::stage_elems);
     cp_async_commit();             // possibly empty: keeps "all but the newest group" meaning this chunk
     cp_async_wait_all_but_one();
     __syncthreads();               // this chunk's copies from every thread are visible
     if (c0 <= warp_max_pos) {      // else every row of the warp precedes the chunk (or is absent)
-      const float* ks = sm + buf * T::stage_floats;
-      const float* vs = ks + kChunk * T::kStride;
+      const E* ks = sm + buf * T::stage_elems;
+      const E* vs = ks + kChunk * T::kStride;
       float s[kChunk / 8][4];
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kChunk / 8; ++n) {
-        score_tile<HD, Op>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
+        score_tile<HD, Op, KV16>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
         if constexpr (TREE)
           mask_scale_tree(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
         else
@@ -296,12 +326,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE>
 #pragma unroll
       for (int dn = 0; dn < HD / 8; ++dn) {
         o[dn][0] *= corr0, o[dn][1] *= corr0, o[dn][2] *= corr1, o[dn][3] *= corr1;
-        const float* vcol = vs + (2 * c) * T::vStride + dn * 8 + g;
+        const E* vcol = vs + (2 * c) * T::vStride + dn * 8 + g;
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
-          const float* v0 = vcol + 16 * kk * T::vStride;
-          mma_16816<Op>(o[dn], pa[kk], Op::pack(v0[0], v0[T::vStride]),
-                    Op::pack(v0[8 * T::vStride], v0[9 * T::vStride]));
+          const E* v0 = vcol + 16 * kk * T::vStride;
+          mma_16816<Op>(o[dn], pa[kk], S::rows2(v0, T::vStride), S::rows2(v0 + 8 * T::vStride, T::vStride));
         }
       }
     }
@@ -359,21 +388,24 @@ __device__ __forceinline__ void mma_1688(float (&d)[4], uint32_t a0, uint32_t a1
 // share a multiprocessor, so 12 warps compute and 3 stages stream per SM.
 constexpr int kDecWarps = 4, kDecThreads = 32 * kDecWarps, kDecChunk = 8 * kDecWarps;
 
-template <int HD>
+template <int HD, bool KV16>
 struct DecTile {
-  static constexpr int kStride = HD + 8, vStride = HD + 4;  // as MmaTile: conflict-free fragment reads
-  static constexpr int stage_floats = kDecChunk * (kStride + vStride);
-  static constexpr int merge_floats = kDecWarps * 16 * (HD + 2);
-  static constexpr size_t smem_bytes =
-      size_t(2 * stage_floats > merge_floats ? 2 * stage_floats : merge_floats) * sizeof(float);
+  static constexpr int kStride = MmaTile<HD, KV16>::kStride, vStride = MmaTile<HD, KV16>::vStride;
+  static constexpr int stage_elems = kDecChunk * (kStride + vStride);
+  static constexpr size_t stage_bytes = 2 * size_t(stage_elems) * (KV16 ? 2 : 4);
+  static constexpr size_t merge_bytes = size_t(kDecWarps) * 16 * (HD + 2) * sizeof(float);
+  static constexpr size_t smem_bytes = stage_bytes > merge_bytes ? stage_bytes : merge_bytes;
 };
 
-template <int HD, typename Op, bool TREE>
+template <int HD, typename Op, bool KV16, bool TREE>
 __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<TREE> a) {
-  using T = DecTile<HD>;
+  using T = DecTile<HD, KV16>;
+  using S = KvStage<Op, KV16>;
+  using E = typename S::E;
   launch_dependents();
   grid_dependency_wait();
-  extern __shared__ __align__(16) float sm[];
+  extern __shared__ __align__(16) float sm[];  // the stages (as E), then the merge (fp32)
+  E* st = reinterpret_cast<E*>(sm);
   const KvLayerView& kv = a.kv;
   const int group = a.n_head / kv.n_head_kv;
   const int kvh = blockIdx.y;
@@ -401,24 +433,24 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
   const int2 share = context_share<kDecChunk>(p_last);
   const int c_begin = share.x, c_end = share.y;
 
-  auto stage = [&](int c0, float* buf) {
-    stage_kv_chunk<HD, kDecChunk, kDecThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
+  auto stage = [&](int c0, E* buf) {
+    stage_kv_chunk<E, HD, kDecChunk, kDecThreads, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, buf);
   };
 
-  if (c_begin < c_end) stage(c_begin, sm);
+  if (c_begin < c_end) stage(c_begin, st);
   cp_async_commit();
   int buf = 0;
   const int n0 = warp * 8;  // this warp's positions within every chunk
   for (int c0 = c_begin; c0 < c_end; c0 += kDecChunk, buf ^= 1) {
-    if (c0 + kDecChunk < c_end) stage(c0 + kDecChunk, sm + (buf ^ 1) * T::stage_floats);
+    if (c0 + kDecChunk < c_end) stage(c0 + kDecChunk, st + (buf ^ 1) * T::stage_elems);
     cp_async_commit();
     cp_async_wait_all_but_one();
     __syncthreads();
     if (c0 + n0 <= max_pos) {  // else all 8 positions are after every row (masked)
-      const float* ks = sm + buf * T::stage_floats;
-      const float* vs = ks + kDecChunk * T::kStride;
+      const E* ks = st + buf * T::stage_elems;
+      const E* vs = ks + kDecChunk * T::kStride;
       float s[4];
-      score_tile<HD, Op>(s, qa, ks + (n0 + g) * T::kStride + 2 * c);
+      score_tile<HD, Op, KV16>(s, qa, ks + (n0 + g) * T::kStride + 2 * c);
       if constexpr (TREE)
         mask_scale_tree(s, c0 + n0 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
       else
@@ -432,11 +464,11 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
       l1 = l1 * corr1 + p10 + p11;
       // The 16x8 accumulator layout is the m16n8k8 A layout: P never leaves registers.
       const uint32_t pa0 = Op::pack(p00, p01), pa1 = Op::pack(p10, p11);
-      const float* vrow = vs + (n0 + 2 * c) * T::vStride + g;
+      const E* vrow = vs + (n0 + 2 * c) * T::vStride + g;
 #pragma unroll
       for (int dn = 0; dn < HD / 8; ++dn) {
         o[dn][0] *= corr0, o[dn][1] *= corr0, o[dn][2] *= corr1, o[dn][3] *= corr1;
-        mma_1688<Op>(o[dn], pa0, pa1, Op::pack(vrow[dn * 8], vrow[T::vStride + dn * 8]));
+        mma_1688<Op>(o[dn], pa0, pa1, S::rows2(vrow + dn * 8, T::vStride));
       }
     }
     __syncthreads();
@@ -481,55 +513,66 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
   }
 }
 
-template <int HD, typename Op, bool TREE>
+template <int HD, typename Op, bool KV16, bool TREE>
 void launch_decode(const ArgsOf<TREE>& a, cudaStream_t stream) {
-  constexpr size_t smem = DecTile<HD>::smem_bytes;
+  constexpr size_t smem = DecTile<HD, KV16>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op, TREE>,
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op, KV16, TREE>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_decode_mma_kernel<HD, Op, TREE>,
+  launch_pdl(attn_decode_mma_kernel<HD, Op, KV16, TREE>,
              dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kDecThreads), smem,
              stream, a);
 }
 
-template <int HD, typename Op, bool TREE>
+template <int HD, typename Op, bool KV16, bool TREE>
 void launch(const ArgsOf<TREE>& a, cudaStream_t stream) {
-  constexpr size_t smem = MmaTile<HD>::smem_bytes;
+  constexpr size_t smem = MmaTile<HD, KV16>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, TREE>,
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, TREE>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_mma_kernel<HD, Op, TREE>,
+  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, TREE>,
              dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kThreads), smem, stream,
              a);
 }
 
-template <typename Op, bool TREE>
+template <typename Op, bool KV16, bool TREE>
 void dispatch(const ArgsOf<TREE>& a, cudaStream_t stream) {
   if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
-    if (a.kv.head_dim == 64) return launch_decode<64, Op, TREE>(a, stream);
-    if (a.kv.head_dim == 128) return launch_decode<128, Op, TREE>(a, stream);
+    if (a.kv.head_dim == 64) return launch_decode<64, Op, KV16, TREE>(a, stream);
+    if (a.kv.head_dim == 128) return launch_decode<128, Op, KV16, TREE>(a, stream);
   }
-  if (a.kv.head_dim == 64) return launch<64, Op, TREE>(a, stream);
-  if (a.kv.head_dim == 128) return launch<128, Op, TREE>(a, stream);
+  if (a.kv.head_dim == 64) return launch<64, Op, KV16, TREE>(a, stream);
+  if (a.kv.head_dim == 128) return launch<128, Op, KV16, TREE>(a, stream);
   throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
+}
+
+// The operand type: a 16-bit cache's own (its bytes are the operands), else tc_bf16's choice.
+template <bool TREE>
+void dispatch_kv(const ArgsOf<TREE>& a, cudaStream_t stream) {
+  switch (a.kv.dtype) {
+    case KvDtype::F16: return dispatch<F16Op, true, TREE>(a, stream);
+    case KvDtype::BF16: return dispatch<BF16Op, true, TREE>(a, stream);
+    case KvDtype::F32: break;
+  }
+  if (a.tc_bf16)
+    dispatch<BF16Op, false, TREE>(a, stream);
+  else
+    dispatch<F16Op, false, TREE>(a, stream);
 }
 
 }  // namespace
 
 void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree) {
   if (tree.base != nullptr)
-    return a.tc_bf16 ? dispatch<BF16Op, true>(with_tree(a, tree), stream)
-                     : dispatch<F16Op, true>(with_tree(a, tree), stream);
-  if (a.tc_bf16)
-    dispatch<BF16Op, false>(a, stream);
+    dispatch_kv<true>(with_tree(a, tree), stream);
   else
-    dispatch<F16Op, false>(a, stream);
+    dispatch_kv<false>(a, stream);
 }
 
 }  // namespace fdl::cuda

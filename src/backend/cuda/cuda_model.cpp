@@ -36,7 +36,6 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     : file_(std::move(file)),
       config_(ModelConfig::from_gguf(file_)),
       host_weights_(bind_llama_weights(file_, config_)) {
-  (void)opt;
   const ModelConfig& c = config_;
   if (c.head_dim % 4 != 0 || c.head_dim > 256)
     throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
@@ -79,6 +78,8 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   // as close to the CPU backend as before. FLASHDLLM_ATTN_TC=0/1 overrides.
   attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
   if (const char* t = std::getenv("FLASHDLLM_ATTN_TC"); t) attn_tc_ = std::string(t) == "1";
+  kv_dtype_ = resolve_kv_dtype(opt.kv_dtype);
+  if (kv_dtype_ != KvDtype::F32) attn_tc_ = true;  // the fp32 tiles read an fp32 cache only
   if (const char* t = std::getenv("FLASHDLLM_DECODE_TILES"); t && std::string(t) == "0") decode_tiles_ = false;
   // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
   // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
@@ -96,7 +97,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
         if (blocks_for(L) != first) return 0;
       return first;
     };
-    const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim};
+    const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim, kv_dtype_};
     if (!env_off("FLASHDLLM_ATTN_BLOCK"))
       attn_block_groups_ = same_for_all_layers([&](const CudaLayer& L) {
         return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm_);
@@ -170,7 +171,29 @@ KvShape CudaModel::kv_shape(int block_size) const {
   if (block_size <= 0)
     throw std::invalid_argument("kv_shape: block size must be positive, got " + std::to_string(block_size));
   return KvShape{.n_layer = config_.n_layer, .n_kv_head = config_.n_head_kv, .head_dim = config_.head_dim,
-                 .block_size = block_size};
+                 .block_size = block_size, .dtype = kv_dtype_};
+}
+
+// ModelOptions::kv_dtype: auto is the weights' 16-bit type where every layer's matrices share
+// it and the tensor-core tiles handle the head size; a 16-bit cache must be that type (the
+// kernels read a 16-bit cache's bytes as their mma operands, and the batch-1 attention kernel
+// is instantiated for fp32 or the weights' type).
+KvDtype CudaModel::resolve_kv_dtype(std::optional<KvDtype> want) const {
+  const ModelConfig& c = config_;
+  std::optional<KvDtype> native;
+  if (!weights_.layers.empty() && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) {
+    const WType t = weights_.layers[0].qkv.view.type;
+    bool same = t != WType::F32;
+    for (const CudaLayer& L : weights_.layers)
+      same = same && L.qkv.view.type == t && L.wo.view.type == t;
+    if (same) native = t == WType::F16 ? KvDtype::F16 : KvDtype::BF16;
+  }
+  if (!want) return native.value_or(KvDtype::F32);
+  if (*want != KvDtype::F32 && want != native)
+    throw ModelError(file_.path() + ": --kv-cache-dtype " + kv_dtype_name(*want) + ": --device cuda keeps a 16-bit KV " +
+                     "cache only in the type of a model's 16-bit weights (head_dim 64 or 128); this model allows " +
+                     (native ? std::string(kv_dtype_name(*native)) + " or f32" : std::string("f32 only")));
+  return *want;
 }
 
 // The same checks, messages and exception types as the CPU model's validate (trees through
@@ -183,10 +206,12 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv, long chain_rows)
                                 std::to_string(b.seqs.size()) + ", want_logits " +
                                 std::to_string(b.want_logits.size()) + ")");
   const KvShape& s = kv.pool().shape();
-  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim)
+  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim ||
+      s.dtype != kv_dtype_)
     throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) + ", kv heads " +
-                                std::to_string(s.n_kv_head) + ", head dim " + std::to_string(s.head_dim) +
-                                ") does not match the model");
+                                std::to_string(s.n_kv_head) + ", head dim " + std::to_string(s.head_dim) + ", " +
+                                kv_dtype_name(s.dtype) + ") does not match the model (" + kv_dtype_name(kv_dtype_) +
+                                ")");
   tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
   for (size_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 && chain_rows != kNoChain) {  // submit_sample's previous_step_id
@@ -238,21 +263,22 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv, long chain_rows)
 
 void CudaModel::replay_pool_log() {
   if (arena_.get() != nullptr) {
-    const size_t block_floats = arena_block_floats();
-    const size_t slot_floats = arena_shape_.floats_per_token_per_layer();
+    const size_t block_bytes = arena_shape_.block_bytes();
+    const size_t slot_bytes = arena_shape_.elems_per_token_per_layer() * kv_dtype_bytes(arena_shape_.dtype);
+    auto* arena = reinterpret_cast<uint8_t*>(arena_.get());
     // In order: a block or slot copied to may itself be the source of a later copy.
     for (const KvCopy& op : pool_log_->ops) {
-      float* dst = arena_.get() + size_t(op.dst) * block_floats;
-      const float* src = arena_.get() + size_t(op.src) * block_floats;
+      uint8_t* dst = arena + size_t(op.dst) * block_bytes;
+      const uint8_t* src = arena + size_t(op.src) * block_bytes;
       if (op.src_slot < 0) {
-        FDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, block_floats * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+        FDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, block_bytes, cudaMemcpyDeviceToDevice, stream_));
         continue;
       }
-      // One slot's K and V in every layer: 2 * n_layer rows of slot_floats, one row per
+      // One slot's K and V in every layer: 2 * n_layer rows of slot_bytes, one row per
       // [layer][k|v] at a stride of block_size slots (the pool's layout, kv_cache.h).
-      const size_t pitch = size_t(arena_shape_.block_size) * slot_floats * sizeof(float);
-      FDL_CUDA_CHECK(cudaMemcpy2DAsync(dst + size_t(op.dst_slot) * slot_floats, pitch,
-                                       src + size_t(op.src_slot) * slot_floats, pitch, slot_floats * sizeof(float),
+      const size_t pitch = size_t(arena_shape_.block_size) * slot_bytes;
+      FDL_CUDA_CHECK(cudaMemcpy2DAsync(dst + size_t(op.dst_slot) * slot_bytes, pitch,
+                                       src + size_t(op.src_slot) * slot_bytes, pitch, slot_bytes,
                                        2 * size_t(arena_shape_.n_layer), cudaMemcpyDeviceToDevice, stream_));
     }
   }
@@ -348,8 +374,8 @@ void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_ho
     throw std::logic_error("CudaModel: block copy for block " + std::to_string(id) +
                            " of a pool the device arena does not hold");
   replay_pool_log();  // a pending copy-on-write or slot move may target `id`
-  const size_t bytes = arena_block_floats() * sizeof(float);
-  float* dev = arena_.get() + size_t(id) * arena_block_floats();
+  const size_t bytes = arena_shape_.block_bytes();
+  uint8_t* dev = reinterpret_cast<uint8_t*>(arena_.get()) + size_t(id) * bytes;
   if (to_host) {
     FDL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_));
     FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -373,7 +399,9 @@ void CudaModel::settle_pushes(BlockId id) noexcept {
   pushed_.clear();
 }
 
-size_t CudaModel::arena_block_floats() const { return arena_shape_.block_bytes() / sizeof(float); }
+size_t CudaModel::arena_block_elems() const {
+  return arena_shape_.block_bytes() / kv_dtype_bytes(arena_shape_.dtype);
+}
 
 void CudaModel::ensure_arena(BlockPool& pool) {
   if (arena_uid_ == pool.uid() && arena_blocks_ == pool.capacity()) return;
@@ -388,6 +416,7 @@ void CudaModel::ensure_arena(BlockPool& pool) {
   // not reach (theirs expires); a cache that comes back registers anew at its next forward.
   pool_log_ = std::make_shared<CopyLog>();
   std::erase_if(cache_copies_, [&](const auto& e) { return e.second.pool_uid != pool.uid(); });
+  // fp32 storage for any dtype (a 16-bit block holds an even number of elements).
   const size_t floats = pool.capacity() * (pool.shape().block_bytes() / sizeof(float));
   arena_.reset();
   try {
@@ -473,7 +502,8 @@ void CudaModel::run_kernels(int n, int m) {
   const int block_size = arena_shape_.block_size;
   embed_rows(weights_.token_embd.view, d_tokens_, ids_.get(), n, x_.get(), stream_);
   prof(kEmbed);
-  KvLayerView kv{arena_.get(), 0, int64_t(arena_block_floats()), block_size, c.n_head_kv, c.head_dim};
+  KvLayerView kv{arena_.get(), 0, int64_t(arena_block_elems()), block_size, c.n_head_kv, c.head_dim,
+                 arena_shape_.dtype};
   AttentionArgs att;
   att.q = q_.get();
   att.out = attn_.get();

@@ -214,7 +214,8 @@ class CudaModel final : public Model {
   /// host bytes. Never throws: a failed wait means a device fault, which the next forward
   /// reports; the host bytes are then no longer read either.
   void settle_pushes(BlockId id = -1) noexcept;
-  size_t arena_block_floats() const;  // floats per block (all layers), the pool's layout
+  size_t arena_block_elems() const;  // K/V elements per block (all layers), the pool's layout
+  KvDtype resolve_kv_dtype(std::optional<KvDtype> want) const;
   void ensure_scratch(int n, int m, int splits);
   void prof(int kind);      // records an event closing an op of `kind` (profiling only)
   void collect_profile();   // after a synchronize
@@ -253,6 +254,7 @@ class CudaModel final : public Model {
   size_t trace_per_layer() const;
   size_t attn_trace_blocks() const { return size_t(attn_block_groups_) * size_t(config_.n_head_kv); }
   size_t sync_per_layer() const { return size_t(config_.n_head_kv) + 2; }  // attention's n_kv + 1, the FFN's 1
+  KvDtype kv_dtype_ = KvDtype::F32;  // the KV cache's element type (ModelOptions::kv_dtype)
   bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   bool decode_tiles_ = true;  // FLASHDLLM_DECODE_TILES=0: decode batches keep the per-token kernel
   bool tiles_enabled_ = true;  // FLASHDLLM_ATTN_TILES=0 turns the tiled prefill kernel off

@@ -23,10 +23,12 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 namespace fdl::cuda {
 namespace {
@@ -46,8 +48,11 @@ __device__ __forceinline__ int64_t qkv_row(int lr, int g, int G, int hd, int q_d
 
 // kTrace: the phase stamps compiled in (a.trace set); without them the untraced kernel carries
 // no per-stamp check (those checks cost registers at the 128-register cap: spills).
-template <typename WT, int GM, bool kTrace>
+// KV16: the KV cache holds WT's 16-bit type (a 16-bit cache matches the weights: CudaModel);
+// else fp32.
+template <typename WT, int GM, bool kTrace, bool KV16>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
+  using KvT = std::conditional_t<KV16, WT, float>;
   extern __shared__ float4 smem4[];
   auto stamp = [&](int event) {
     if constexpr (kTrace) block::stamp(a.trace, event);
@@ -86,13 +91,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   const int ctx = pos + 1, per = (ctx + bpg - 1) / bpg;
   const int begin = min(ctx, r * per), end = min(ctx, begin + per);
   const int32_t* table = a.tables + a.table_off[0];
-  auto kv_at = [&](int j) {
-    return kv.base + int64_t(table[j / kv.block_size]) * kv.block_stride + kv.layer_offset +
-           int64_t(j % kv.block_size) * kv_dim + int64_t(g) * hd;
-  };
+  auto kv_at = [&](int j) { return kv_ptr<KvT>(kv, table[j / kv.block_size], j % kv.block_size, int64_t(g) * hd); };
   for (int i = threadIdx.x; i < 2 * (min(end, pos) - begin); i += kThreads) {
     const int j = begin + i / 2;
-    prefetch_l2(kv_at(j) + (i & 1) * int64_t(kv.block_size) * kv_dim, unsigned(hd * sizeof(float)));
+    prefetch_l2(kv_at(j) + (i & 1) * int64_t(kv.block_size) * kv_dim, unsigned(hd * sizeof(KvT)));
   }
   grid_dependency_wait();
   stamp(kAttnAfterPdlWait);
@@ -114,34 +116,37 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   // since the prefetch above; their table entries in L1): loaded now, so that round trip
   // overlaps RoPE and the group hand-off instead of following it (their V rows go out with q,
   // after it; the newest position's K/V are written by the group, also loaded after it).
-  float4 k[kU], v[kU];
+  // (Raw: as loaded, widened where used: a 16-bit cache's K/V take half the registers.)
+  using E = KvElem<KvT>;
+  using Raw = typename E::Raw;
+  Raw k[kU], v[kU];
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
     const int j = begin + warp + u * kWarps;
-    k[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (j < end && j < pos && has) k[u] = ldcg4(kv_at(j) + lane * 4);
+    k[u] = E::zero();
+    if (j < end && j < pos && has) k[u] = E::load_raw_cg(kv_at(j) + lane * 4);
   }
   // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
-  float* k_dst = kv.base + int64_t(a.dst_block[0]) * kv.block_stride + kv.layer_offset +
-                 int64_t(pos % kv.block_size) * kv_dim;
+  KvT* k_dst = kv_ptr_mut<KvT>(kv, a.dst_block[0], pos % kv.block_size, 0);
   for (int i = threadIdx.x; 2 * i < lr1 - lr0; i += kThreads) {
     const int lr = lr0 + 2 * i;
     const int ri = int(qkv_row(lr, g, G, hd, q_dim, kv_dim));
     const float x0 = res[2 * i], x1 = res[2 * i + 1];
     if (ri >= q_dim + kv_dim) {
-      float* v_dst = k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim);
-      v_dst[0] = x0;
-      v_dst[1] = x1;
+      KvElem<KvT>::store2(k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim), x0, x1);
     } else {
-      float* dst = ri < q_dim ? a.q_out + ri : k_dst + (ri - q_dim);
       const int e = ri % hd;
+      float y0 = x0, y1 = x1;
       if (e < a.rope_dim) {
         const float c = a.cos_sin[e], sn = a.cos_sin[e + 1];
-        dst[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-        dst[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+        y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+      }
+      if (ri < q_dim) {
+        a.q_out[ri] = y0;
+        a.q_out[ri + 1] = y1;
       } else {
-        dst[0] = x0;
-        dst[1] = x1;
+        KvElem<KvT>::store2(k_dst + (ri - q_dim), y0, y1);
       }
     }
   }
@@ -169,17 +174,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   // range reduction): the step is bound by its instruction count, 16 warps x (kU x GM) scores
   // per SM (docs/GPU.md, session 9). Every running max m of this kernel, its partials included,
   // is in that base.
-  auto attend = [&](const float4(&kk)[kU], const float4(&vv)[kU], int j0) {
+  auto attend = [&](const Raw(&kr)[kU], const Raw(&vr)[kU], int j0) {
     float s[kU][GM];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
+      const float4 kk_u = E::widen(kr[u]);
       if constexpr (GM == 4) {
         // The four heads' 32-lane sums in 10 shuffles instead of 20: halves exchanged at
         // distances 16 and 8 leave lane L one head's partial sum (head 2 bit4 + bit3), summed
         // over the rest at 4, 2, 1, then each head's score is read from its owner lane.
         float d[4];
 #pragma unroll
-        for (int gi = 0; gi < 4; ++gi) d[gi] = q[gi].x * kk[u].x + q[gi].y * kk[u].y + q[gi].z * kk[u].z + q[gi].w * kk[u].w;
+        for (int gi = 0; gi < 4; ++gi) d[gi] = q[gi].x * kk_u.x + q[gi].y * kk_u.y + q[gi].z * kk_u.z + q[gi].w * kk_u.w;
         const bool b4 = lane & 16, b3 = lane & 8;
         float k0 = b4 ? d[2] : d[0], k1 = b4 ? d[3] : d[1];
         k0 += __shfl_xor_sync(0xffffffffu, b4 ? d[0] : d[2], 16);
@@ -194,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
       } else {
 #pragma unroll
         for (int gi = 0; gi < GM; ++gi) {
-          float t = q[gi].x * kk[u].x + q[gi].y * kk[u].y + q[gi].z * kk[u].z + q[gi].w * kk[u].w;
+          float t = q[gi].x * kk_u.x + q[gi].y * kk_u.y + q[gi].z * kk_u.z + q[gi].w * kk_u.w;
           for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
           s[u][gi] = t * scale2;
         }
@@ -212,7 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
       for (int u = 0; u < kU; ++u) {
         const float p = j0 + u * kWarps < end ? exp2f(s[u][gi] - m_new) : 0.f;
         l_add += p;
-        a_add = make_float4(a_add.x + vv[u].x * p, a_add.y + vv[u].y * p, a_add.z + vv[u].z * p, a_add.w + vv[u].w * p);
+        const float4 vv_u = E::widen(vr[u]);
+        a_add = make_float4(a_add.x + vv_u.x * p, a_add.y + vv_u.y * p, a_add.z + vv_u.z * p, a_add.w + vv_u.w * p);
       }
       l[gi] = l[gi] * corr + l_add;
       acc[gi] = make_float4(acc[gi].x * corr + a_add.x, acc[gi].y * corr + a_add.y, acc[gi].z * corr + a_add.z,
@@ -221,14 +228,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     }
   };
   // K of positions before `pos` is already in kk when k_loaded.
-  auto load_kv = [&](float4(&kk)[kU], float4(&vv)[kU], int j0, bool k_loaded) {
+  auto load_kv = [&](Raw(&kk)[kU], Raw(&vv)[kU], int j0, bool k_loaded) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int j = j0 + u * kWarps;
       const bool live = j < end && has;
-      const float* kp = live ? kv_at(j) + lane * 4 : nullptr;
-      if (!k_loaded || j >= pos) kk[u] = live ? ldcg4(kp) : make_float4(0.f, 0.f, 0.f, 0.f);
-      vv[u] = live ? ldcg4(kp + int64_t(kv.block_size) * kv_dim) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const KvT* kp = live ? kv_at(j) + lane * 4 : nullptr;
+      if (!k_loaded || j >= pos) kk[u] = live ? E::load_raw_cg(kp) : E::zero();
+      vv[u] = live ? E::load_raw_cg(kp + int64_t(kv.block_size) * kv_dim) : E::zero();
     }
   };
   if (begin + warp < end) {  // the first step: K of earlier positions loaded before the hand-off
@@ -236,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     attend(k, v, begin + warp);
   }
   for (int j0 = begin + warp + kU * kWarps; j0 < end; j0 += kU * kWarps) {
-    float4 kk[kU], vv[kU];
+    Raw kk[kU], vv[kU];
     load_kv(kk, vv, j0, false);
     attend(kk, vv, j0);
   }
@@ -336,9 +343,9 @@ size_t smem_bytes(int cols, int gm, int hd, int blocks_per_group, int n_head_kv,
 
 int gm_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : 4; }
 
-template <typename WT, int GM>
+template <typename WT, int GM, bool KV16>
 void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
-  auto* typed = a.trace ? attention_block_kernel<WT, GM, true> : attention_block_kernel<WT, GM, false>;
+  auto* typed = a.trace ? attention_block_kernel<WT, GM, true, KV16> : attention_block_kernel<WT, GM, false, KV16>;
   const void* kernel = reinterpret_cast<const void*>(typed);
   const int64_t blocks = int64_t(a.kv.n_head_kv) * a.blocks_per_group;
   if (blocks > resident_blocks(kernel, smem))  // the hand-offs would wait forever
@@ -347,12 +354,12 @@ void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream)
   launch_pdl(typed, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
 }
 
-template <typename WT>
+template <typename WT, bool KV16>
 void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
   switch (gm_for(a.n_head / a.kv.n_head_kv)) {
-    case 1: return launch_typed<WT, 1>(a, smem, stream);
-    case 2: return launch_typed<WT, 2>(a, smem, stream);
-    default: return launch_typed<WT, 4>(a, smem, stream);
+    case 1: return launch_typed<WT, 1, KV16>(a, smem, stream);
+    case 2: return launch_typed<WT, 2, KV16>(a, smem, stream);
+    default: return launch_typed<WT, 4, KV16>(a, smem, stream);
   }
 }
 
@@ -361,10 +368,18 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
 template <typename WT>
 int64_t capacity(int gm, size_t smem) {
   switch (gm) {
-    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false>), smem);
-    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false>), smem);
-    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false>), smem);
+    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false>), smem);
+    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false>), smem);
+    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false>), smem);
   }
+}
+
+// The cache is fp32, or the weights' own 16-bit type (the kernel's KV16 instantiations). The
+// bulk L2 prefetch of a position's K/V row needs 16-byte rows at 16-byte offsets: head_dim a
+// multiple of 4 (fp32) or 8 (16-bit).
+bool kv_type_ok(WType w, KvDtype kv, int head_dim) {
+  if (kv == KvDtype::F32) return true;
+  return head_dim % 8 == 0 && ((w == WType::F16 && kv == KvDtype::F16) || (w == WType::BF16 && kv == KvDtype::BF16));
 }
 
 bool matrix_ok(const DeviceMatrix& W) {
@@ -380,6 +395,7 @@ int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int
   if (n_kv <= 0 || n_head % n_kv != 0 || n_head / n_kv > 4) return 0;
   if (hd <= 0 || hd % 4 != 0 || hd > 128) return 0;
   if (Wqkv.type != Wo.type || !matrix_ok(Wqkv) || !matrix_ok(Wo)) return 0;
+  if (!kv_type_ok(Wqkv.type, kv.dtype, hd)) return 0;
   if (Wqkv.cols > 16384 || Wqkv.cols % 4 != 0) return 0;
   if (Wqkv.rows != int64_t(n_head + 2 * n_kv) * hd || Wo.cols != int64_t(n_head) * hd) return 0;
   const int bpg = std::min(kMaxGroupBlocks, n_sm / n_kv);
@@ -406,10 +422,16 @@ void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream) {
     throw CudaError("decode_attention_block: blocks_per_group " + std::to_string(bpg) + " outside 1.." +
                     std::to_string(kMaxGroupBlocks) + " (use attention_block_groups)");
   const size_t smem = smem_bytes(a.cols, gm_for(a.n_head / a.kv.n_head_kv), a.kv.head_dim, bpg, a.kv.n_head_kv, a.n_head);
+  if (!kv_type_ok(a.type, a.kv.dtype, a.kv.head_dim))
+    throw CudaError(std::string("decode_attention_block: a KV cache of ") + kv_dtype_name(a.kv.dtype) +
+                    " with " + wtype_name(a.type) + " weights and head_dim " + std::to_string(a.kv.head_dim) +
+                    " (a 16-bit cache must hold the weights' type, head_dim a multiple of 8)");
+  const bool kv16 = a.kv.dtype != KvDtype::F32;
   switch (a.type) {
-    case WType::F32: return launch_gm<float>(a, smem, stream);
-    case WType::F16: return launch_gm<__half>(a, smem, stream);
-    case WType::BF16: return launch_gm<__nv_bfloat16>(a, smem, stream);
+    case WType::F32: return launch_gm<float, false>(a, smem, stream);
+    case WType::F16: return kv16 ? launch_gm<__half, true>(a, smem, stream) : launch_gm<__half, false>(a, smem, stream);
+    case WType::BF16:
+      return kv16 ? launch_gm<__nv_bfloat16, true>(a, smem, stream) : launch_gm<__nv_bfloat16, false>(a, smem, stream);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/row_loads.cuh"
 
@@ -119,27 +120,30 @@ __global__ void rope_qkv_kernel(const float* qkv, const float* cos_sin, const in
   if (item >= n_pairs + kv_dim) return;
   const float* row = qkv + int64_t(t) * (q_dim + 2 * kv_dim);
   const int pos = positions[t];
-  float* k_dst = kv.base + int64_t(dst_block[t]) * kv.block_stride + kv.layer_offset +
-                 int64_t(pos % kv.block_size) * kv_dim;
+  const int32_t block = dst_block[t];
+  const int slot = pos % kv.block_size;
   if (item >= n_pairs) {  // v copy
     const int i = item - n_pairs;
-    k_dst[int64_t(kv.block_size) * kv_dim + i] = row[q_dim + kv_dim + i];
+    kv_store1(kv, kv_index(kv, block, kv.block_size + slot, i), row[q_dim + kv_dim + i]);
     return;
   }
   const int head = item / half_hd, i = item % half_hd;  // pair i of a q head (head < n_head) or k head
   const float* src = row + int64_t(head) * hd + 2 * i;  // k heads follow q heads in the row
-  float* dst = head < n_head ? q_out + int64_t(t) * q_dim + int64_t(head) * hd + 2 * i
-                             : k_dst + int64_t(head - n_head) * hd + 2 * i;
   const float x0 = src[0], x1 = src[1];
+  float y0 = x0, y1 = x1;
   if (2 * i < rope_dim) {
     const float* cs = cos_sin + int64_t(t) * rope_dim;
     const float c = cs[2 * i], s = cs[2 * i + 1];
     // Same operation order as the CPU (x0*c - x1*s), without FMA contraction.
-    dst[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    dst[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  }
+  if (head < n_head) {
+    float* dst = q_out + int64_t(t) * q_dim + int64_t(head) * hd + 2 * i;
+    dst[0] = y0;
+    dst[1] = y1;
   } else {
-    dst[0] = x0;
-    dst[1] = x1;
+    kv_store2(kv, kv_index(kv, block, slot, int64_t(head - n_head) * hd + 2 * i), y0, y1);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/gemv_widen.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
 
 #include <string>
@@ -119,24 +120,24 @@ __global__ void __launch_bounds__(kThreads)
           const KvLayerView& kv = ro.kv;
           const int hd = kv.head_dim, q_dim = ro.n_head * hd, kv_dim = kv.n_head_kv * hd;
           const int pos = ro.positions[0];
-          float* k_dst = kv.base + int64_t(ro.dst_block[0]) * kv.block_stride + kv.layer_offset +
-                         int64_t(pos % kv.block_size) * kv_dim;
+          const int slot = pos % kv.block_size;
           const float x0 = res[2 * threadIdx.x], x1 = res[2 * threadIdx.x + 1];
           const int ri = int(r0);
           if (ri >= q_dim + kv_dim) {  // v: stored as computed
-            float* v_dst = k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim);
-            v_dst[0] = x0;
-            v_dst[1] = x1;
+            kv_store2(kv, kv_index(kv, ro.dst_block[0], kv.block_size + slot, ri - q_dim - kv_dim), x0, x1);
           } else {
-            float* dst = ri < q_dim ? ro.q_out + ri : k_dst + (ri - q_dim);
             const int e = ri % hd;  // element within its head (q and k heads start at multiples of hd)
+            float y0 = x0, y1 = x1;
             if (e < ro.rope_dim) {
               const float c = ro.cos_sin[e], sn = ro.cos_sin[e + 1];  // pair e/2: cos at 2i, sin at 2i+1
-              dst[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-              dst[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+              y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+              y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+            }
+            if (ri < q_dim) {
+              ro.q_out[ri] = y0;
+              ro.q_out[ri + 1] = y1;
             } else {
-              dst[0] = x0;
-              dst[1] = x1;
+              kv_store2(kv, kv_index(kv, ro.dst_block[0], slot, ri - q_dim), y0, y1);
             }
           }
         }

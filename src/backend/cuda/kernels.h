@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "flashdllm/kv_dtype.h"
+
 namespace fdl::cuda {
 
 /// Element types of weight matrices in device memory.
@@ -46,14 +48,16 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
                   WType y_type = WType::F32);
 
 /// Geometry of one layer of the paged KV arena on the device; the layout is the host pool's
-/// (flashdllm/kv_cache.h): per block [layer][k|v][slot][kv_head][head_dim], fp32.
+/// (flashdllm/kv_cache.h): per block [layer][k|v][slot][kv_head][head_dim] elements of
+/// `dtype` (fp32, or fp16 / bf16: kv_elem.cuh widens them on load and rounds on store).
 struct KvLayerView {
-  float* base = nullptr;       ///< the arena (block 0)
-  int64_t layer_offset = 0;    ///< floats from a block's start to this layer's K
-  int64_t block_stride = 0;    ///< floats per block
+  void* base = nullptr;        ///< the arena (block 0)
+  int64_t layer_offset = 0;    ///< elements from a block's start to this layer's K
+  int64_t block_stride = 0;    ///< elements per block
   int block_size = 0;          ///< token slots per block
   int n_head_kv = 0;
   int head_dim = 0;
+  KvDtype dtype = KvDtype::F32;
 };
 
 /// Splits the fused projection qkv[t] = [q (n_head*hd) | k (n_head_kv*hd) | v (n_head_kv*hd)]:
@@ -90,8 +94,9 @@ struct AttentionArgs {
   /// with fp32 accumulation and softmax; ~3e-4 relative error with fp16 operands, ~3e-3 with
   /// bf16, instead of ~1e-6), same splits and partials.
   bool tensor_cores = false;
-  /// With tensor cores: bf16 operands (8 significant bits, fp32's range; for BF16 models)
-  /// instead of fp16 (11 bits, |x| < 65504).
+  /// With tensor cores over an fp32 cache: bf16 operands (8 significant bits, fp32's range;
+  /// for BF16 models) instead of fp16 (11 bits, |x| < 65504). Over a 16-bit cache the
+  /// operands are the cache's dtype (K/V are staged as stored), whatever this says.
   bool tc_bf16 = false;
   /// With tensor-core tiles: the most rows (tokens x query heads per KV head) of any tile, if
   /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
