@@ -178,7 +178,9 @@ RunResult run_once(fdl::cuda::CudaModel& m, fdl::KvCache& kv, const std::vector<
   }
   r.prefill_ms = ms(t0, Clock::now());
   if (show_profile && B > 1) print_profile(m, "prefill of the other prompts (per prompt)", B, B - 1);
-  const double kv_token_bytes = double(c.n_layer) * 2 * c.n_head_kv * c.head_dim * sizeof(float);
+  // K and V of one token in every layer, in the cache's element type (f32 or 16-bit).
+  const fdl::KvShape kv_shape = m.kv_shape(16);
+  const double kv_token_bytes = double(kv_shape.block_bytes()) / kv_shape.block_size;
   const auto d0 = Clock::now();
   auto last_collect = d0;  // pipelined modes
   for (int step = 0; step < gen; ++step) {
@@ -307,6 +309,7 @@ int main(int argc, char** argv) {
   int prompt = 512, gen = 128, reps = 3, block_size = 16;
   bool sampling = false, trace = false;
   std::optional<fdl::KvDtype> kv_dtype;  // auto
+  try {  // a malformed value (a number, a --kv-cache-dtype) is a usage error, not a crash
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -327,6 +330,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_gpu: unknown argument %s\n", a.c_str());
       return 2;
     }
+  }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu: %s\n", e.what());
+    return 2;
   }
   if (model_path.empty() || prompt < 1 || gen < 1 || reps < 1) {
     std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--trace] [--kv-cache-dtype T] [--json F]\n");

@@ -36,7 +36,7 @@ inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
   cmd->add_option("--kv-cache-dtype", detail::kv_dtype_flag(),
                   "KV cache element type: auto (cpu: f32; cuda: the 16-bit type of a 16-bit model's weights, "
                   "else f32), f32, f16 or bf16 (cuda only, and only the weights' own 16-bit type)")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
+      ->check(CLI::IsMember({"auto", "f32", "fp32", "float32", "f16", "fp16", "float16", "half", "bf16", "bfloat16"}))
       ->capture_default_str();
 }
 

@@ -179,9 +179,9 @@ TEST(CudaModel, TensorCorePrefillAttentionCloseToFp32Tiles) {
 
 TEST(CudaModel, BatchOneDecodeKernelsMatchTheKernelsTheyReplace) {
   FDL_SKIP_WITHOUT_GPU();
-  // FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0 (read by the constructor) keep the kernel
-  // chains; the default model runs decode_attention_block / decode_ffn_block for one token.
-  // Both paths compute K/V equal to fp32 rounding (~1e-7); an fp32 cache keeps that, while
+  // FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0 / FLASHDLLM_OUTPUT_BLOCK=0 (read by the
+  // constructor) keep the kernel chains; the default model runs decode_attention_block,
+  // decode_ffn_block and decode_output_block for one token. Both paths compute K/V equal to fp32 rounding (~1e-7); an fp32 cache keeps that, while
   // a 16-bit cache (codelm's default, fp16) rounds a few elements one fp16 step apart
   // (2^-11 relative), so its bound is looser.
   struct Case {
@@ -194,10 +194,12 @@ TEST(CudaModel, BatchOneDecodeKernelsMatchTheKernelsTheyReplace) {
                         Case{"codelm-16m-f16.gguf", "codelm_greedy.json", std::nullopt, 1e-3}}) {
     ::setenv("FLASHDLLM_ATTN_BLOCK", "0", 1);
     ::setenv("FLASHDLLM_FFN_BLOCK", "0", 1);
+    ::setenv("FLASHDLLM_OUTPUT_BLOCK", "0", 1);
     std::unique_ptr<Model> chain =
         Model::load(model_path(c.file), ModelOptions{.device = Device::Cuda, .kv_dtype = c.kv});
     ::unsetenv("FLASHDLLM_ATTN_BLOCK");
     ::unsetenv("FLASHDLLM_FFN_BLOCK");
+    ::unsetenv("FLASHDLLM_OUTPUT_BLOCK");
     Model& blocks = cuda_model(c.file, c.kv);
     const std::string what = c.file + " KV " + kv_dtype_name(blocks.kv_shape(16).dtype);
     const auto prompt = load_reference(c.reference)[0]["prompt_token_ids"].get<std::vector<int32_t>>();

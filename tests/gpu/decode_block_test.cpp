@@ -6,6 +6,7 @@
 //    multiprocessor count; smaller counts are forced by passing fewer SMs);
 //  - decode_ffn_block vs gemv_norm_swiglu, gemv(down): Llama-3-8B's shape, odd sizes, more
 //    blocks than gate/up pairs, and y written over its own residual input (as the model does).
+//  - decode_output_block vs add_rms_norm, gemv (the output head).
 // Each kernel runs four times, every output and hand-off buffer reset to garbage (or the
 // initial cache) before each run; the fourth run is the traced kernel (bench_gpu --trace),
 // which must give the same bits and stamp every phase edge of every block in order.
@@ -321,6 +322,73 @@ TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {
   EXPECT_EQ(cuda::ffn_block_blocks(gu, down_f32, device_sms()), 0);   // mismatched types
   EXPECT_EQ(cuda::ffn_block_blocks(gu, down_wide, device_sms()), 0);  // down's columns != n_ff
 }
+
+// decode_output_block against add_rms_norm + gemv (what it replaces): the residual written
+// by block 0 when asked, the logits to fp32 rounding; twice per shape, over garbage outputs.
+class OutputBlock : public ::testing::TestWithParam<WType> {};
+
+void check_output(WType type, int64_t rows, int cols, int blocks) {
+  const float eps = 1e-5f;
+  auto dW = to_device(random_weights(type, size_t(rows) * size_t(cols)));
+  const cuda::DeviceMatrix W{type, dW.get(), rows, cols};
+  ASSERT_TRUE(cuda::output_block_supported(W));
+  const auto x = random_floats(size_t(cols), -3.f, 3.f), add = random_floats(size_t(cols));
+  const auto w = random_floats(size_t(cols), 0.5f, 1.5f);
+  auto dx = to_device(x), dadd = to_device(add), dw = to_device(w);
+  DeviceBuffer<float> xn{size_t(cols)}, y_ref{size_t(rows)};
+  cuda::add_rms_norm(dx.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, cols, eps, false, nullptr);
+  cuda::gemv(W, xn.get(), 1, y_ref.get(), nullptr);
+  const std::vector<float> want = to_host(y_ref, size_t(rows));
+  std::vector<float> sum(static_cast<size_t>(cols));
+  for (int i = 0; i < cols; ++i) sum[size_t(i)] = x[size_t(i)] + add[size_t(i)];
+  for (const bool write_x : {false, true}) {
+    DeviceBuffer<float> y{size_t(rows)}, x_out{size_t(cols)};
+    poison(y);
+    poison(x_out);
+    cuda::OutputBlockArgs o;
+    o.type = type;
+    o.w = W.data;
+    o.rows = rows;
+    o.cols = cols;
+    o.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), write_x ? x_out.get() : nullptr, eps};
+    o.y = y.get();
+    o.blocks = blocks;
+    cuda::decode_output_block(o, nullptr);
+    const std::string where = std::string(cuda::wtype_name(type)) + " " + std::to_string(rows) + " x " +
+                              std::to_string(cols) + " on " + std::to_string(blocks) + " blocks";
+    EXPECT_LT(rel_error(to_host(y, size_t(rows)), widen(want)), 1e-6) << where;
+    if (write_x) {
+      EXPECT_EQ(to_host(x_out, size_t(cols)), sum) << where;
+    }
+  }
+}
+
+TEST_P(OutputBlock, MatchesNormThenGemv) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = GetParam();
+  const int sms = device_sms();
+  check_output(type, 32003, 4096, sms);  // rows no block count divides, Llama-3's width
+  check_output(type, 1003, 264, 7);      // few blocks, long shares, odd sizes
+  check_output(type, 40, 64, sms);       // more warps than rows: idle blocks and warps
+}
+
+TEST(OutputBlockShapes, UnsupportedShapesAreRefused) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto d = to_device(random_weights(WType::F16, size_t(64) * 64));
+  EXPECT_TRUE(cuda::output_block_supported(cuda::DeviceMatrix{WType::F16, d.get(), 64, 64}));
+  EXPECT_FALSE(cuda::output_block_supported(cuda::DeviceMatrix{WType::F16, d.get(), 64, 6}));  // 12-byte rows
+  EXPECT_FALSE(cuda::output_block_supported(cuda::DeviceMatrix{WType::F32, d.get(), 1, 20000}));  // > 16384 cols
+  cuda::OutputBlockArgs o;
+  o.type = WType::F16;
+  o.w = d.get();
+  o.rows = 64;
+  o.cols = 6;
+  o.blocks = 1;
+  EXPECT_THROW(cuda::decode_output_block(o, nullptr), cuda::CudaError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, OutputBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),
+                         [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, FfnBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),
                          [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });

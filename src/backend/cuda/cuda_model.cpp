@@ -45,6 +45,8 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   rope_.freq_base = c.rope_freq_base;
   rope_.freq_scale = c.rope_freq_scale;
   rope_.freq_factors = host_weights_.rope_freq_factors;
+  // Before any upload or CUDA resource: a refused --kv-cache-dtype costs nothing.
+  kv_dtype_ = resolve_kv_dtype(opt.kv_dtype);
 
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, 0));
   size_t free_b = 0, total_b = 0;
@@ -78,7 +80,6 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   // as close to the CPU backend as before. FLASHDLLM_ATTN_TC=0/1 overrides.
   attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
   if (const char* t = std::getenv("FLASHDLLM_ATTN_TC"); t) attn_tc_ = std::string(t) == "1";
-  kv_dtype_ = resolve_kv_dtype(opt.kv_dtype);
   if (kv_dtype_ != KvDtype::F32) attn_tc_ = true;  // the fp32 tiles read an fp32 cache only
   if (const char* t = std::getenv("FLASHDLLM_DECODE_TILES"); t && std::string(t) == "0") decode_tiles_ = false;
   // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
@@ -105,6 +106,9 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     if (!env_off("FLASHDLLM_FFN_BLOCK"))
       ffn_blocks_ = same_for_all_layers(
           [&](const CudaLayer& L) { return ffn_block_blocks(L.gate_up.view, L.down.view, n_sm_); });
+    // The final norm and the output projection of one token (FLASHDLLM_OUTPUT_BLOCK=0: the
+    // add_rms_norm + gemv pair).
+    if (!env_off("FLASHDLLM_OUTPUT_BLOCK") && output_block_supported(weights_.output.view)) output_blocks_ = n_sm_;
     if (attn_block_groups_ > 0)
       block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
     block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
@@ -181,11 +185,11 @@ KvShape CudaModel::kv_shape(int block_size) const {
 KvDtype CudaModel::resolve_kv_dtype(std::optional<KvDtype> want) const {
   const ModelConfig& c = config_;
   std::optional<KvDtype> native;
-  if (!weights_.layers.empty() && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) {
-    const WType t = weights_.layers[0].qkv.view.type;
+  if (!host_weights_.layers.empty() && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) {
+    const WType t = device_qkv_type(host_weights_.layers[0]);
     bool same = t != WType::F32;
-    for (const CudaLayer& L : weights_.layers)
-      same = same && L.qkv.view.type == t && L.wo.view.type == t;
+    for (const LlamaLayerWeights& L : host_weights_.layers)
+      same = same && device_qkv_type(L) == t && device_wo_type(L) == t;
     if (same) native = t == WType::F16 ? KvDtype::F16 : KvDtype::BF16;
   }
   if (!want) return native.value_or(KvDtype::F32);
@@ -566,6 +570,19 @@ void CudaModel::run_kernels(int n, int m) {
     prof(kDown);
   }
   if (m == 0) return;
+  if (fused && output_blocks_ > 0) {  // one token (m == 1): norm and projection in one kernel
+    OutputBlockArgs o;
+    o.type = weights_.output.view.type;
+    o.w = weights_.output.view.data;
+    o.rows = weights_.output.view.rows;
+    o.cols = int(weights_.output.view.cols);
+    o.in = NormIn{x_.get(), proj_.get(), weights_.output_norm.get(), nullptr, c.rms_eps};
+    o.y = logits_.get();
+    o.blocks = output_blocks_;
+    decode_output_block(o, stream_);
+    prof(kOutput);
+    return;
+  }
   // Only the rows that want logits: x + last FFN output, final norm, output projection.
   const WType out_in = gemm_input_type(weights_.output.view, m);
   void* rows_in = out_in == WType::F32 ? static_cast<void*>(out_rows_.get()) : static_cast<void*>(xh_.get());

@@ -254,6 +254,7 @@ class CudaModel final : public Model {
   size_t trace_per_layer() const;
   size_t attn_trace_blocks() const { return size_t(attn_block_groups_) * size_t(config_.n_head_kv); }
   size_t sync_per_layer() const { return size_t(config_.n_head_kv) + 2; }  // attention's n_kv + 1, the FFN's 1
+  int output_blocks_ = 0;  // decode_output_block's grid for one-token steps; 0 = add_rms_norm + gemv
   KvDtype kv_dtype_ = KvDtype::F32;  // the KV cache's element type (ModelOptions::kv_dtype)
   bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   bool decode_tiles_ = true;  // FLASHDLLM_DECODE_TILES=0: decode batches keep the per-token kernel

@@ -94,6 +94,9 @@ uint64_t matrix_bytes(std::initializer_list<const cpu::WeightMatrix*> parts) {
 
 }  // namespace
 
+WType device_qkv_type(const LlamaLayerWeights& L) { return fused_type({&L.wq, &L.wk, &L.wv}); }
+WType device_wo_type(const LlamaLayerWeights& L) { return fused_type({&L.wo}); }
+
 uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c) {
   uint64_t total = matrix_bytes({&w.token_embd}) + (c.tied_output ? 0 : matrix_bytes({&w.output}));
   for (const LlamaLayerWeights& L : w.layers)

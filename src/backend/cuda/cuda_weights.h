@@ -41,6 +41,10 @@ struct CudaWeights {
   uint64_t bytes_per_step = 0;
 };
 
+/// The element types upload_weights() gives a layer's fused QKV matrix and its wo (F32 where
+/// the fused parts' types differ), known before anything is uploaded.
+WType device_qkv_type(const LlamaLayerWeights& L);
+WType device_wo_type(const LlamaLayerWeights& L);
 /// Device bytes upload_weights() will allocate for these host weights (for a fit check).
 uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c);
 

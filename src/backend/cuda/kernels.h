@@ -289,6 +289,25 @@ enum FfnTraceEvent : int {
 int ffn_block_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm);
 void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
 
+/// One decode token's output head in one kernel (decode_output_block.cu): v = in.x + in.add
+/// (block 0 writes v to in.x_out when set), RMSNorm with in.w, then y[r] = W[r] · norm(v) for
+/// every row r of W ([rows][cols] of `type`), fp32 accumulation. `blocks` blocks of 512
+/// threads (one per SM is the intent; none waits for another). Values agree with
+/// add_rms_norm + gemv to fp32 rounding. W must pass output_block_supported.
+struct OutputBlockArgs {
+  WType type = WType::F32;
+  const void* w = nullptr;
+  int64_t rows = 0;
+  int cols = 0;
+  NormIn in;
+  float* y = nullptr;  ///< [rows]
+  int blocks = 0;
+};
+/// Whether decode_output_block takes W: cols a multiple of 4 up to 16384, 16-byte rows,
+/// 16-byte-aligned data.
+bool output_block_supported(const DeviceMatrix& W);
+void decode_output_block(const OutputBlockArgs& a, cudaStream_t stream);
+
 /// dst[i] = X[i] rounded to `type` (F16 or BF16, round to nearest even) for i < count.
 void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream);
 
