@@ -141,6 +141,8 @@ struct EngineMetrics {
   size_t kv_blocks_free = 0;
   size_t kv_blocks_cached = 0;    ///< held only by the prefix cache (evictable)
   size_t kv_block_bytes = 0;
+  KvDtype kv_dtype = KvDtype::F32;  ///< element type of the pool's K/V (--kv-cache-dtype)
+  int kv_block_size = 0;            ///< tokens per block (--block-size)
   uint64_t kv_blocks_copied = 0;  ///< copy-on-write copies (KvCache::blocks_copied)
   SpecMetrics spec;
   double forward_ms = 0;          ///< total time inside Model::forward

@@ -309,6 +309,8 @@ EngineMetrics Engine::Impl::collect_metrics() const {
   m.kv_blocks_free = im.core.pool.n_free();
   m.kv_blocks_cached = im.scheduler.prefix_cache().n_evictable();
   m.kv_block_bytes = im.core.pool.shape().block_bytes();
+  m.kv_dtype = im.core.pool.shape().dtype;
+  m.kv_block_size = im.core.pool.shape().block_size;
   m.kv_blocks_copied = im.core.kv.blocks_copied();
   m.spec = im.core.spec_metrics();
   m.forward_ms = im.core.stats.forward_ms;

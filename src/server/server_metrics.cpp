@@ -56,6 +56,11 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
         "KV cache blocks held only by the prefix cache (evictable)", double(m.kv_blocks_cached));
   gauge("flashdllm_kv_blocks_used", "KV cache blocks held by requests", used);
   gauge("flashdllm_kv_block_bytes", "Bytes per KV cache block", double(m.kv_block_bytes));
+  // The cache's configuration as labels of a constant 1 (vLLM's cache_config_info pattern).
+  registry_
+      .gauge("flashdllm_kv_cache_info", "KV cache configuration (value always 1)",
+             {{"dtype", kv_dtype_name(m.kv_dtype)}, {"block_size", std::to_string(m.kv_block_size)}})
+      .set(1);
   gauge("flashdllm_kv_bytes_total", "Bytes of the KV cache pool",
         double(m.kv_blocks_total) * double(m.kv_block_bytes));
   gauge("flashdllm_kv_bytes_used", "Bytes of KV cache blocks held by requests",

@@ -62,6 +62,8 @@ TEST(ServerMetrics, RendersRequestAndEngineSeries) {
   e.kv_blocks_free = 6;
   e.kv_blocks_cached = 1;
   e.kv_block_bytes = 100;
+  e.kv_dtype = KvDtype::BF16;
+  e.kv_block_size = 16;
   e.prefix_cache_queries = 8;
   e.prefix_cache_hits = 2;
   e.generation_tokens = 7;
@@ -75,6 +77,7 @@ TEST(ServerMetrics, RendersRequestAndEngineSeries) {
                            "flashdllm_spec_acceptance_rate 0.25\n", "flashdllm_generation_tokens_total 7\n",
                            "flashdllm_spec_tree_steps_total 3\n", "flashdllm_spec_tree_alt_accepted_tokens_total 2\n",
                            "flashdllm_breaker_open{name=\"speculation\"} 1\n",
+                           "flashdllm_kv_cache_info{block_size=\"16\",dtype=\"bf16\"} 1\n",
                            "flashdllm_breaker_open{name=\"disk_offload\"} 0\n",
                            "flashdllm_requests_finished_total{finish_reason=\"length\"} 1\n",
                            "flashdllm_http_responses_total{code=\"200\"} 1\n",
