@@ -157,7 +157,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   }
   if (opt.kv_dtype && *opt.kv_dtype != KvDtype::F32)
     throw ModelError(std::string("--kv-cache-dtype ") + kv_dtype_name(*opt.kv_dtype) +
-                     ": the CPU backend keeps an f32 KV cache (16-bit caches are --device cuda only)");
+                     ": the CPU backend keeps an f32 KV cache (16-bit caches are --device cuda only; use "
+                     "--kv-cache-dtype auto or f32)");
   return std::make_unique<LlamaModel>(GgufFile::open(path, {}, opt.weights), opt);
 }
 

@@ -259,8 +259,12 @@ inline int64_t resident_blocks(const void* kernel, size_t smem) {
   int optin = 0, n_sm = 0, per_sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-  if (smem <= size_t(optin)) {
-    if (smem > 48 * 1024)
+  cudaFuncAttributes attr{};
+  FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (smem + attr.sharedSizeBytes <= size_t(optin)) {
+    // Opt in above the default 48 KiB per block, which counts the kernel's static shared
+    // memory too (norm_to_smem's reduction array): 48 KiB of dynamic memory alone fails.
+    if (smem + attr.sharedSizeBytes > 48 * 1024)
       FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   }

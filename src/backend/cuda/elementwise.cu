@@ -264,6 +264,18 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
   if (width > kNormMaxThreads * kNormPer)
     throw CudaError("add_rms_norm: rows wider than " + std::to_string(kNormMaxThreads * kNormPer) + " are not supported");
   const int threads = std::min(kNormMaxThreads, std::max(32, ((width + kNormPer - 1) / kNormPer + 31) / 32 * 32));
+  // The kernel's registers cap its block below 1024 threads (115 registers: 512), so the
+  // widest row it can take is that times kNormPer; wider rows would fail at launch with
+  // "too many resources requested" (found in session 13).
+  static const int max_threads = [] {
+    cudaFuncAttributes attr{};
+    FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, add_rms_norm_kernel));
+    return attr.maxThreadsPerBlock;
+  }();
+  if (threads > max_threads)
+    throw CudaError("add_rms_norm: rows of " + std::to_string(width) + " floats need " + std::to_string(threads) +
+                    " threads; this kernel launches at most " + std::to_string(max_threads) + " (rows up to " +
+                    std::to_string(max_threads * kNormPer) + " floats)");
   launch_pdl(add_rms_norm_kernel, dim3(n_rows), dim3(threads), 0, stream, x, add, w, y, y_type, row_idx, width, eps,
              write_back);
 }

@@ -151,7 +151,13 @@ template <typename WT, int EPI>
 void launch_fused(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float* h, cudaStream_t stream) {
   const int64_t groups = EPI == kSwiglu ? (W.rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (W.rows + kWarps - 1) / kWarps;
   const size_t smem = size_t(W.cols) * sizeof(float);
-  if (smem > 48 * 1024)  // opt in to more than the default 48 KiB of dynamic shared memory
+  // Opt in above the default 48 KiB per block, which counts the kernel's static shared memory.
+  static const size_t static_smem = [] {
+    cudaFuncAttributes attr{};
+    FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_norm_kernel<WT, EPI>));
+    return attr.sharedSizeBytes;
+  }();
+  if (smem + static_smem > 48 * 1024)
     FDL_CUDA_CHECK(cudaFuncSetAttribute(gemv_norm_kernel<WT, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(smem)));
   // One wave of resident blocks, each taking the same number of groups (no partial last wave).

@@ -42,7 +42,8 @@ void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_i
 ///   if write_back: x[src] = v;        y[r] = (v * scale) * w,  scale = 1/sqrt(mean(v²) + eps)
 /// with the mean of squares summed in fp64 (as the CPU backend does). y must not alias x; it
 /// is written as `y_type` (F16/BF16: rounded once, feeding a tensor-core GEMM directly).
-/// width <= 16384.
+/// width <= 16384 by design; this build launches rows up to 16 x the kernel's register-bound block
+/// size (8192 at 512 threads) and throws CudaError for wider ones.
 void add_rms_norm(float* x, const float* add, const float* w, void* y, const int32_t* row_idx,
                   int n_rows, int width, float eps, bool write_back, cudaStream_t stream,
                   WType y_type = WType::F32);
@@ -293,7 +294,9 @@ void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
 /// (block 0 writes v to in.x_out when set), RMSNorm with in.w, then y[r] = W[r] · norm(v) for
 /// every row r of W ([rows][cols] of `type`), fp32 accumulation. `blocks` blocks of 512
 /// threads (one per SM is the intent; none waits for another). Values agree with
-/// add_rms_norm + gemv to fp32 rounding. W must pass output_block_supported.
+/// add_rms_norm + gemv to fp32 rounding. W must pass output_block_supported; in.w holds cols
+/// floats, 16-byte aligned; in.x_out must not alias in.x or in.add; 2 x cols floats of
+/// shared memory per block.
 struct OutputBlockArgs {
   WType type = WType::F32;
   const void* w = nullptr;
@@ -303,7 +306,7 @@ struct OutputBlockArgs {
   float* y = nullptr;  ///< [rows]
   int blocks = 0;
 };
-/// Whether decode_output_block takes W: cols a multiple of 4 up to 16384, 16-byte rows,
+/// Whether decode_output_block takes W: cols a multiple of 4 up to 8192, 16-byte rows,
 /// 16-byte-aligned data.
 bool output_block_supported(const DeviceMatrix& W);
 void decode_output_block(const OutputBlockArgs& a, cudaStream_t stream);
