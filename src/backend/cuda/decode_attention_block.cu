@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     if (j < end && j < pos && has) k[u] = E::load_raw_cg(kv_at(j) + lane * 4);
   }
   // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
-  KvT* k_dst = kv_ptr_mut<KvT>(kv, a.dst_block[0], pos % kv.block_size, 0);
+  KvT* k_dst = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, 0);
   for (int i = threadIdx.x; 2 * i < lr1 - lr0; i += kThreads) {
     const int lr = lr0 + 2 * i;
     const int ri = int(qkv_row(lr, g, G, hd, q_dim, kv_dim));

@@ -1,5 +1,5 @@
 // kv_elem.cuh — element access to the paged KV arena (KvLayerView, kernels.h), whose elements
-// are fp32, fp16 or bf16 (KvDtype, flashdllm/kv_cache.h): loads widen four elements to a
+// are fp32, fp16 or bf16 (KvDtype, flashdllm/kv_dtype.h): loads widen four elements to a
 // float4 exactly, stores round an fp32 value to nearest even (IEEE 754 roundTiesToEven, the
 // __float2half_rn / __float2bfloat16_rn conversions).
 //
@@ -73,13 +73,9 @@ __device__ __forceinline__ int64_t kv_index(const KvLayerView& kv, int32_t block
   return int64_t(block) * kv.block_stride + kv.layer_offset + int64_t(slot) * kv.n_head_kv * kv.head_dim + e;
 }
 
+/// That element's address, for a cache whose elements are KvT.
 template <typename KvT>
-__device__ __forceinline__ const KvT* kv_ptr(const KvLayerView& kv, int32_t block, int slot, int64_t e) {
-  return static_cast<const KvT*>(kv.base) + kv_index(kv, block, slot, e);
-}
-
-template <typename KvT>
-__device__ __forceinline__ KvT* kv_ptr_mut(const KvLayerView& kv, int32_t block, int slot, int64_t e) {
+__device__ __forceinline__ KvT* kv_ptr(const KvLayerView& kv, int32_t block, int slot, int64_t e) {
   return static_cast<KvT*>(kv.base) + kv_index(kv, block, slot, e);
 }
 
