@@ -100,6 +100,14 @@ class BlockMirror {
   virtual void pool_closing() {}
 };
 
+namespace detail {
+/// Unmaps a BlockPool's arena (an anonymous mapping of `bytes`).
+struct ArenaUnmap {
+  size_t bytes = 0;
+  void operator()(uint8_t* p) const noexcept;
+};
+}  // namespace detail
+
 /// Fixed-capacity pool of blocks in one arena, with a free list and refcounts.
 class BlockPool {
  public:
@@ -141,9 +149,7 @@ class BlockPool {
   std::span<uint8_t> block_bytes_for_write(BlockId id);
   /// The whole host arena (capacity() blocks, contiguous, allocated once): what a mirror may
   /// page-lock so that pull/push copies run by DMA.
-  std::span<uint8_t> arena_bytes() {
-    return {reinterpret_cast<uint8_t*>(arena_.data()), arena_.size() * sizeof(float)};  // 4-byte aligned storage
-  }
+  std::span<uint8_t> arena_bytes() { return {arena_.get(), arena_.get_deleter().bytes}; }
 
   /// Registers the backend that holds the blocks' bytes (held weakly: a backend destroyed
   /// before the pool just stops mirroring). Empty: the host arena is authoritative (CPU).
@@ -159,7 +165,11 @@ class BlockPool {
  private:
   size_t layer_stride() const;
   KvShape shape_;
-  std::vector<float> arena_;        // allocated once; never resized
+  // Allocated once, never resized: an anonymous mapping, zero on first touch and committed
+  // page by page as blocks are written. A pool whose device mirror holds the bytes (CUDA)
+  // touches it only for tier copies (and a mirror that page-locks it for DMA commits it), so
+  // without tiers its host RAM stays near zero.
+  std::unique_ptr<uint8_t, detail::ArenaUnmap> arena_;
   std::vector<BlockMeta> meta_;
   std::vector<BlockId> free_;
   std::weak_ptr<BlockMirror> mirror_;

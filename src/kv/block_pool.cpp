@@ -5,6 +5,9 @@
 // on that: appending a token never moves existing KV data).
 #include "flashdllm/kv_cache.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <string>
@@ -24,10 +27,9 @@ void check_shape(const KvShape& s) {
                                 ", " + std::to_string(s.block_size) + ")");
 }
 
-size_t checked_arena_floats(const KvShape& s, size_t n_blocks) {
-  // 4-byte storage for any dtype: a 16-bit block holds an even number of elements.
-  const size_t per_block = s.block_bytes() / sizeof(float);
-  if (n_blocks > std::numeric_limits<size_t>::max() / sizeof(float) / per_block)
+size_t checked_arena_bytes(const KvShape& s, size_t n_blocks) {
+  const size_t per_block = s.block_bytes();
+  if (n_blocks > std::numeric_limits<size_t>::max() / 2 / per_block)
     throw std::invalid_argument("BlockPool: " + std::to_string(n_blocks) + " blocks of " +
                                 std::to_string(s.block_bytes()) + " bytes overflow size_t");
   if (n_blocks > size_t(std::numeric_limits<BlockId>::max()))
@@ -38,6 +40,10 @@ size_t checked_arena_floats(const KvShape& s, size_t n_blocks) {
 
 }  // namespace
 
+void detail::ArenaUnmap::operator()(uint8_t* p) const noexcept {
+  if (p != nullptr) ::munmap(p, bytes);
+}
+
 uint64_t next_kv_uid() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
@@ -45,7 +51,14 @@ uint64_t next_kv_uid() {
 
 BlockPool::BlockPool(const KvShape& shape, size_t n_blocks) : shape_(shape), uid_(next_kv_uid()) {
   check_shape(shape_);
-  arena_.assign(checked_arena_floats(shape_, n_blocks), 0.f);
+  // At least one page, so an empty pool still has a valid (never read) address.
+  const size_t bytes = std::max<size_t>(checked_arena_bytes(shape_, n_blocks), 1);
+  // Without MAP_NORESERVE: the kernel's overcommit check still refuses an arena larger than
+  // the machine can back (std::bad_alloc, as the vector this replaces threw), while a
+  // fitting one costs its pages only once they are written.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  arena_ = std::unique_ptr<uint8_t, detail::ArenaUnmap>(static_cast<uint8_t*>(p), detail::ArenaUnmap{bytes});
   meta_.resize(n_blocks);
   free_.reserve(n_blocks);
   // Pushed in reverse so that a fresh pool hands out blocks 0, 1, 2, ... (deterministic,
@@ -106,7 +119,7 @@ std::span<uint8_t> BlockPool::slot_bytes(BlockId id, int layer, int slot, bool v
                             std::to_string(slot) + " out of range");
   const size_t row = shape_.elems_per_token_per_layer() * kv_dtype_bytes(shape_.dtype);
   // V follows the block_size K vectors of the same layer.
-  uint8_t* p = reinterpret_cast<uint8_t*>(arena_.data()) + size_t(id) * shape_.block_bytes() +
+  uint8_t* p = arena_.get() + size_t(id) * shape_.block_bytes() +
                size_t(layer) * layer_stride() + (size_t(slot) + (v ? size_t(shape_.block_size) : 0)) * row;
   return {p, row};
 }

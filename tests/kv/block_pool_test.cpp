@@ -1,6 +1,10 @@
 // BlockPool: allocation, refcounts, layout of K/V inside a block, error handling.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "flashdllm/kv_cache.h"
@@ -89,6 +93,34 @@ TEST(BlockPool, SixteenBitPoolHalvesTheBlockAndRefusesFloatAccess) {
     EXPECT_THROW(pool.slot_bytes(a, 0, s.block_size, true), std::out_of_range);
     EXPECT_THROW(pool.slot_bytes(7, 0, 0, false), std::out_of_range);
   }
+}
+
+// Resident set size of this process in bytes (/proc/self/statm, Linux).
+size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return pages_resident * size_t(::sysconf(_SC_PAGESIZE));
+}
+
+// The arena is committed page by page as blocks are written (a CUDA pool, whose device
+// mirror holds the bytes, writes it only for tier copies): constructing a 256 MiB pool costs
+// no resident memory, writing one block costs about that block, and fresh blocks read zero.
+TEST(BlockPool, ArenaCommitsMemoryOnlyAsBlocksAreWritten) {
+  const KvShape s{.n_layer = 8, .n_kv_head = 8, .head_dim = 128, .block_size = 16};  // 1 MiB blocks
+  ASSERT_EQ(s.block_bytes(), size_t(1) << 20);
+  const size_t before = resident_bytes();
+  BlockPool pool(s, 256);
+  const size_t constructed = resident_bytes();
+  EXPECT_LT(constructed, before + (size_t(16) << 20)) << "a fresh 256 MiB pool is not committed";
+  const BlockId b = pool.allocate();
+  const std::span<uint8_t> bytes = pool.block_bytes(b);
+  EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](uint8_t x) { return x == 0; }));
+  std::fill(bytes.begin(), bytes.end(), uint8_t{7});
+  const size_t written = resident_bytes();
+  EXPECT_GE(written, constructed + (size_t(1) << 19)) << "the written block is resident";
+  EXPECT_LT(written, constructed + (size_t(24) << 20)) << "nothing else is";
+  EXPECT_EQ(pool.arena_bytes().size(), size_t(256) << 20);
 }
 
 TEST(BlockPool, BadArgumentsThrow) {
