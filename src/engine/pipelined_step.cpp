@@ -8,6 +8,7 @@
 // an abort) drops its row of step k+1, whose KV slot is freed with the sequence (the prefix
 // cache keeps only positions fed with a context token, so never that slot).
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -51,12 +52,15 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
   // Every running sequence must be in the step in flight: one that is not (prefilling, or
   // re-admitted after a preemption with its whole context found in the prefix cache) needs a
   // planned step, or the pipeline would leave it out until the others end.
+  // (Sorted pointers and a binary search: O(n log n) per step on the host, while the GPU runs
+  // the step in flight, instead of a scan of decode_ per running sequence.)
+  in_flight_seqs_.clear();
+  for (const DecodeSlot& d : decode_) in_flight_seqs_.push_back(d.s);
+  std::sort(in_flight_seqs_.begin(), in_flight_seqs_.end(), std::less<>());  // a total order of pointers
   for (const auto& s : running_) {
     if (s->finished) continue;
     if (s->seq >= 0 && s->prefilling()) return false;
-    const bool in_flight =
-        std::any_of(decode_.begin(), decode_.end(), [&](const DecodeSlot& d) { return d.s == s.get(); });
-    if (!in_flight) return false;
+    if (!std::binary_search(in_flight_seqs_.begin(), in_flight_seqs_.end(), s.get(), std::less<>())) return false;
   }
   size_t need = 0;
   for (const DecodeSlot& d : decode_)

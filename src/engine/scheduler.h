@@ -187,6 +187,7 @@ class Scheduler {
   /// A step was submitted (Model::submit_sample) and not collected: decode_ describes it.
   bool inflight_ = false;
   std::vector<DecodeSlot> next_decode_;
+  std::vector<const LiveSequence*> in_flight_seqs_;  ///< submit_next: decode_'s sequences, sorted
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;
   std::vector<int32_t> emitted_;
