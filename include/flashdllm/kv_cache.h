@@ -164,6 +164,7 @@ class BlockPool {
 
  private:
   size_t layer_stride() const;
+  float* f32_slot(BlockId id, int layer, int slot, bool v);  // k_ptr / v_ptr: F32 pools only
   KvShape shape_;
   // Allocated once, never resized: an anonymous mapping, zero on first touch and committed
   // page by page as blocks are written. A pool whose device mirror holds the bytes (CUDA)

@@ -29,7 +29,7 @@ void check_shape(const KvShape& s) {
 
 size_t checked_arena_bytes(const KvShape& s, size_t n_blocks) {
   const size_t per_block = s.block_bytes();
-  if (n_blocks > std::numeric_limits<size_t>::max() / 2 / per_block)
+  if (n_blocks > std::numeric_limits<size_t>::max() / per_block)
     throw std::invalid_argument("BlockPool: " + std::to_string(n_blocks) + " blocks of " +
                                 std::to_string(s.block_bytes()) + " bytes overflow size_t");
   if (n_blocks > size_t(std::numeric_limits<BlockId>::max()))
@@ -124,19 +124,16 @@ std::span<uint8_t> BlockPool::slot_bytes(BlockId id, int layer, int slot, bool v
   return {p, row};
 }
 
-float* BlockPool::k_ptr(BlockId id, int layer, int slot) {
+float* BlockPool::f32_slot(BlockId id, int layer, int slot, bool v) {
   if (shape_.dtype != KvDtype::F32)
     throw std::logic_error(std::string("BlockPool: fp32 access to a pool of ") + kv_dtype_name(shape_.dtype) +
                            " K/V (the CPU model needs --kv-cache-dtype f32)");
-  return reinterpret_cast<float*>(slot_bytes(id, layer, slot, false).data());
+  return reinterpret_cast<float*>(slot_bytes(id, layer, slot, v).data());
 }
 
-float* BlockPool::v_ptr(BlockId id, int layer, int slot) {
-  if (shape_.dtype != KvDtype::F32)
-    throw std::logic_error(std::string("BlockPool: fp32 access to a pool of ") + kv_dtype_name(shape_.dtype) +
-                           " K/V (the CPU model needs --kv-cache-dtype f32)");
-  return reinterpret_cast<float*>(slot_bytes(id, layer, slot, true).data());
-}
+float* BlockPool::k_ptr(BlockId id, int layer, int slot) { return f32_slot(id, layer, slot, false); }
+
+float* BlockPool::v_ptr(BlockId id, int layer, int slot) { return f32_slot(id, layer, slot, true); }
 
 const float* BlockPool::k_ptr(BlockId id, int layer, int slot) const {
   return const_cast<BlockPool*>(this)->k_ptr(id, layer, slot);
