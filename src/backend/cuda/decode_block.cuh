@@ -244,6 +244,22 @@ __device__ __forceinline__ void stage_to_smem(const float* src, int n, float* ds
   __syncthreads();
 }
 
+/// Host side: lets `kernel` launch with `smem` bytes of dynamic shared memory on device `dev`.
+/// The default limit, 48 KiB per block, counts the kernel's static shared memory too
+/// (norm_to_smem's reduction array: 48 KiB of dynamic memory alone fails to launch); above it
+/// the kernel opts in, up to the device's opt-in limit. False when even that is too small.
+/// Not cached (three runtime calls): callers cache per size.
+inline bool opt_in_shared_memory(const void* kernel, size_t smem, int dev) {
+  int optin = 0;
+  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr{};
+  FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (smem + attr.sharedSizeBytes > size_t(optin)) return false;
+  if (smem + attr.sharedSizeBytes > 48 * 1024)
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  return true;
+}
+
 /// Host side: prepares `kernel` (blocks of kThreads) for `smem` bytes of dynamic shared memory
 /// on the current device and returns how many of its blocks can be resident there at once
 /// (0 when the device cannot give a block that much shared memory). Cached per (device,
@@ -256,18 +272,10 @@ inline int64_t resident_blocks(const void* kernel, size_t smem) {
   const std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(dev, kernel, smem);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int optin = 0, n_sm = 0, per_sm = 0;
-  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  int n_sm = 0, per_sm = 0;
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-  cudaFuncAttributes attr{};
-  FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  if (smem + attr.sharedSizeBytes <= size_t(optin)) {
-    // Opt in above the default 48 KiB per block, which counts the kernel's static shared
-    // memory too (norm_to_smem's reduction array): 48 KiB of dynamic memory alone fails.
-    if (smem + attr.sharedSizeBytes > 48 * 1024)
-      FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (opt_in_shared_memory(kernel, smem, dev))
     FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  }
   return cache[key] = int64_t(per_sm) * n_sm;
 }
 

@@ -151,22 +151,16 @@ template <typename WT, int EPI>
 void launch_fused(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float* h, cudaStream_t stream) {
   const int64_t groups = EPI == kSwiglu ? (W.rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (W.rows + kWarps - 1) / kWarps;
   const size_t smem = size_t(W.cols) * sizeof(float);
-  // Opt in above the default 48 KiB per block, which counts the kernel's static shared memory.
-  static const size_t static_smem = [] {
-    cudaFuncAttributes attr{};
-    FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_norm_kernel<WT, EPI>));
-    return attr.sharedSizeBytes;
-  }();
-  if (smem + static_smem > 48 * 1024)
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(gemv_norm_kernel<WT, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem)));
   // One wave of resident blocks, each taking the same number of groups (no partial last wave).
-  // Cached per kernel on first use (launches come from one thread: forward is not reentrant).
+  // Cached per kernel on first use (launches come from one thread: forward is not reentrant),
+  // with the shared-memory opt-in for that size (block::opt_in_shared_memory).
   static int n_sm = 0;
   static size_t occ_smem = 0;
   static int per_sm = 0;
   if (n_sm == 0) FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
   if (occ_smem != smem || per_sm == 0) {
+    if (!block::opt_in_shared_memory(reinterpret_cast<const void*>(gemv_norm_kernel<WT, EPI>), smem, 0))
+      throw CudaError("gemv_norm: a row of " + std::to_string(W.cols) + " floats does not fit in shared memory");
     FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_norm_kernel<WT, EPI>, kThreads, smem));
     per_sm = per_sm > 0 ? per_sm : 1;
     occ_smem = smem;
