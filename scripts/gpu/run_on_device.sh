@@ -2,7 +2,8 @@
 # Runs on the GPU machine (builds nothing): GPU tests, then the Llama-3-8B-shape benchmark of
 # flashdllm and the HF Transformers peer in the same run. Expects .device/ from stage.sh.
 # Results go to $OUT (or /tmp/fdl-out): gpu_tests.xml, bench.json, hf.json, log.txt.
-#   STEPS="tests smoke bench sweep hf" (default: tests bench hf; smoke = scripts/gpu/smoke_cli.sh); BATCHES=1,64; PROMPT=512; GEN=128;
+#   STEPS="tests smoke refs bench sweep hf" (default: tests bench hf; smoke = scripts/gpu/smoke_cli.sh; refs =
+#   scripts/greedy_refs.py, cuda vs cpu on every reference prompt); BATCHES=1,64; PROMPT=512; GEN=128;
 #   REPS=3; BENCH_FLAGS (extra bench_gpu flags, e.g. --sampling); HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
 #   SWEEP_GEMV="16,1 4,1 4,2" adds GEMV variants to the sweep; SWEEP_LITE=1 keeps only the profile
 #   AB="tc nofuse profile" adds batch-1 runs with FLASHDLLM_ATTN_TC=1 / FLASHDLLM_CUDA_FUSE=0 /
@@ -35,6 +36,13 @@ fi
 if [[ $STEPS == *smoke* ]]; then  # the CLI and the server with --device cuda, end to end
   log "CLI and server smoke test"
   timeout ${SMOKE_TIMEOUT:-180} bash scripts/gpu/smoke_cli.sh 2>&1 | tee "$OUT/smoke.txt" | grep -E "^(ok|FAIL|multiturn)"
+fi
+if [[ $STEPS == *refs* ]]; then  # greedy ids of every reference prompt: cuda against cpu, whole length
+  log "greedy ids of every reference prompt, cuda vs cpu"
+  for dev in cpu cuda; do
+    timeout 200 python3 scripts/greedy_refs.py --flashdllm "$D/bin/flashdllm" --device $dev -o "$OUT/refs_$dev.jsonl"
+  done
+  python3 scripts/greedy_refs.py --compare "$OUT/refs_cpu.jsonl" "$OUT/refs_cuda.jsonl" | tee "$OUT/refs.txt" | tail -1
 fi
 if [[ $STEPS == *bench* ]]; then
   if [ ! -f "$MODEL" ]; then
