@@ -38,6 +38,9 @@ def first_difference(a: list[int], b: list[int]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not os.access(args.flashdllm, os.X_OK):
+        print(f"greedy_refs.py: {args.flashdllm} is not an executable (build it, or pass --flashdllm)", file=sys.stderr)
+        return 2
     out = open(args.output, "w") if args.output else sys.stdout
     for ref_file, model in CASES:
         cases = json.loads((shared_dir() / "reference" / ref_file).read_text())
@@ -59,8 +62,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare(a_path: str, b_path: str) -> int:
-    a = [json.loads(l) for l in open(a_path)]
-    b = [json.loads(l) for l in open(b_path)]
+    try:
+        a = [json.loads(l) for l in open(a_path)]
+        b = [json.loads(l) for l in open(b_path)]
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"greedy_refs.py: cannot read the files to compare: {e}", file=sys.stderr)
+        return 2
     if [(x["file"], x["index"]) for x in a] != [(x["file"], x["index"]) for x in b]:
         print("the two files hold different cases", file=sys.stderr)
         return 2
