@@ -25,11 +25,12 @@ struct Layout {
         tables(cos_sin + size_t(n) * size_t(rope_dim)) {}
 };
 enum ProfKind {
-  kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kAttnBlock, kGateUp, kSilu, kDown, kFfnBlock, kOutput, kUpload, kProfKinds
+  kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kAttnBlock, kGateUp, kSilu, kDown, kFfnBlock, kOutput, kSample, kUpload,
+  kProfKinds
 };
 constexpr const char* kProfNames[kProfKinds] = {"embed",   "norm",      "qkv",  "rope",   "attention", "wo",
                                                 "attn_block", "gate_up", "silu", "down", "ffn_block", "output",
-                                                "upload"};
+                                                "sample", "upload"};
 }  // namespace
 
 CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
@@ -796,6 +797,7 @@ void CudaModel::enqueue_sampling(int m, int turn, const SamplingInput& in, int32
     argmax_rows(logits_.get(), m, config_.n_vocab, ids_.get(), stream_, true, argmax_scratch(m), ids_copy);
   else
     sample_rows(logits_.get(), m, config_.n_vocab, d_rows, ids_.get(), stream_, ids_copy);
+  prof(kSample);  // penalties and the draw (or the checked argmax)
 }
 
 namespace {
@@ -1020,9 +1022,11 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   }
   auto kernels = [&] {
     run_kernels(n, m);
-    if (tail != Tail::None && m > 0)
+    if (tail != Tail::None && m > 0) {
       argmax_rows(logits_.get(), m, c.n_vocab, ids_.get(), stream_, tail == Tail::CheckedArgmax, tail_scratch,
                   tail == Tail::CheckedArgmax ? landing_dev_[turn] : nullptr);
+      prof(kSample);
+    }
   };
   bool graph = use_graphs_ && n <= kMaxGraphTokens;
   if (graph && graphs_generation_ != generation_) {
