@@ -68,12 +68,22 @@ def compare(a_path: str, b_path: str) -> int:
     except (OSError, json.JSONDecodeError) as e:
         print(f"greedy_refs.py: cannot read the files to compare: {e}", file=sys.stderr)
         return 2
+    refs = {f: json.loads((shared_dir() / "reference" / f).read_text()) for f, _ in CASES}
+    for x in a + b:
+        ok = isinstance(x, dict) and x.get("file") in refs and isinstance(x.get("index"), int)
+        if not (ok and 0 <= x["index"] < len(refs[x["file"]]) and isinstance(x.get("ids"), list)
+                and "prompt_ids_match" in x):
+            print(f"greedy_refs.py: not a line this script writes: {json.dumps(x)[:120]}", file=sys.stderr)
+            return 2
     if [(x["file"], x["index"]) for x in a] != [(x["file"], x["index"]) for x in b]:
-        print("the two files hold different cases", file=sys.stderr)
+        print("greedy_refs.py: the two files hold different cases", file=sys.stderr)
+        return 2
+    if not a:
+        print("greedy_refs.py: no cases to compare", file=sys.stderr)
         return 2
     bad = 0
     for x, y in zip(a, b):
-        ref = json.loads((shared_dir() / "reference" / x["file"]).read_text())[x["index"]]
+        ref = refs[x["file"]][x["index"]]
         same = x["ids"] == y["ids"]
         bad += 0 if same and x["prompt_ids_match"] and y["prompt_ids_match"] else 1
         print(f"{x['file']}#{x['index']}: {'equal' if same else 'DIFFER at ' + str(first_difference(x['ids'], y['ids']))}"
