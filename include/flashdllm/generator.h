@@ -144,6 +144,10 @@ struct KvTierMetrics {
   double recompute_tok_per_s = 0;   ///< the prefill speed the cost rule uses now
   double disk_write_ms_per_block = 0;  ///< measured engine-side cost of a tier-2 write (0 = none yet)
   double disk_read_ms_per_block = 0;   ///< ... of bringing a tier-2 block back
+  /// Engine-thread waits for device copies (GPU tiers: a promotion needed before it landed).
+  int64_t copy_waits = 0;
+  double copy_wait_ms_total = 0;
+  double copy_wait_ms_max = 0;
   std::string profile;              ///< the storage profile used (JSON), empty if none
 };
 

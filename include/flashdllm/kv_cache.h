@@ -98,7 +98,68 @@ class BlockMirror {
   /// Called once by a pool this mirror is registered with, from its destructor, while its
   /// host arena still exists: a mirror that page-locked the arena (for DMA) releases it here.
   virtual void pool_closing() {}
+
+  // Asynchronous direct copies (the KV tiers' fast path on a GPU). A backend that supports
+  // them copies blocks straight between its own memory and page-locked host memory that the
+  // tier manager owns (the tier-1 arena, disk staging), on a copy stream of its own, many
+  // blocks per group, and computes a checksum of every block on the device (block_checksum
+  // below: of the bytes it sends for a pull, of the bytes that landed for a push). Ordering
+  // guarantees the backend gives:
+  //  - a pull reads the block as the forwards queued before it left it;
+  //  - a block whose pull is still running is not overwritten: a later forward (or copy) that
+  //    writes it first waits for the pull on the device, so the caller may hand the block back
+  //    to the pool as soon as the pull is queued;
+  //  - a push waits for the forwards queued before it (they may still use the block's old
+  //    contents), and copies run in queue order (a push after a pull of the same block or into
+  //    the same host bytes sees the pull done).
+  // A pushed block must not be read by a forward before copy_done() says it has landed.
+  // Thread-safety: the thread that runs the model's forwards.
+
+  /// Identifies one queued copy: its group and its place in the group.
+  struct CopyHandle {
+    uint64_t group = 0;
+    uint32_t index = 0;
+  };
+  /// Whether queue_copy and the calls below are supported (false: use pull/push).
+  virtual bool copies_async() const { return false; }
+  /// Page-locks [p, p + bytes) for DMA until the returned handle is released (released in its
+  /// deleter; independent of the mirror's lifetime). Throws std::runtime_error on failure.
+  virtual std::shared_ptr<void> pin_host(void* /*p*/, size_t /*bytes*/) { return nullptr; }
+  /// Queue a copy of block `id` to (to_host) or from `host` (block bytes, page-locked by
+  /// pin_host). It joins the open group, which goes to the device at flush(), at the next
+  /// forward, or when a copy of the other direction is queued. Throws std::logic_error for a
+  /// block outside the backend's arena.
+  virtual CopyHandle queue_copy(BlockId /*id*/, uint8_t* /*host*/, bool /*to_host*/) {
+    throw std::logic_error("BlockMirror: asynchronous copies are not supported");
+  }
+  virtual void flush() {}
+  /// Non-blocking: whether the copy has completed (flushes its group if still open).
+  virtual bool copy_done(CopyHandle /*h*/) { return true; }
+  /// Blocks until the copy has completed.
+  virtual void wait_copy(CopyHandle /*h*/) {}
+  /// The device checksum of a completed copy's block; then forgets the copy (each handle is
+  /// collected once; a group's resources are reused once all its copies are collected).
+  virtual uint64_t collect_copy(CopyHandle /*h*/) { return 0; }
+  /// Bytes moved and device time spent by completed groups, per direction (0 = to host,
+  /// 1 = to device): what the live GB/s figures are made of.
+  struct CopyTotals {
+    uint64_t bytes[2] = {0, 0};
+    double device_ms[2] = {0, 0};
+    uint64_t groups[2] = {0, 0};
+  };
+  virtual CopyTotals copy_totals() const { return {}; }
+  /// Link bandwidth of one large page-locked transfer each way through `host` (at least
+  /// `bytes`), in bytes per second: {host -> device, device -> host}; {0, 0} if unknown.
+  virtual std::pair<double, double> measure_link(uint8_t* /*host*/, size_t /*bytes*/) { return {0, 0}; }
 };
+
+/// The checksum of a block's bytes that asynchronous copies compute on the device (and the CPU
+/// reference the tests compare with): the sum modulo 2^64 over the block's 8-byte words w_i
+/// (little-endian; a partial last word padded with zeros) of splitmix64's finaliser applied to
+/// w_i XOR (i + 1) * 0x9E3779B97F4A7C15, then finalised once more with the byte count. Order-free,
+/// so any split of the sum over threads gives the same value; a changed word changes its term
+/// completely. Not cryptographic: it detects corruption, not tampering.
+uint64_t block_checksum(std::span<const uint8_t> bytes);
 
 namespace detail {
 /// Unmaps a BlockPool's arena (an anonymous mapping of `bytes`).
@@ -161,6 +222,8 @@ class BlockPool {
   /// The mirror's copy of `id` <- host arena (no-op without a mirror); may return before the
   /// copy is done (BlockMirror::push): write the arena through block_bytes_for_write.
   void push_to_mirror(BlockId id);
+  /// The registered mirror (empty when none, or it is gone).
+  std::shared_ptr<BlockMirror> mirror() const { return mirror_.lock(); }
 
  private:
   size_t layer_stride() const;

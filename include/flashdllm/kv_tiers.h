@@ -8,8 +8,13 @@
 // entries onto OffloadIds when a sequence is preempted (docs/KV_TIERS.md, "what is next").
 //
 // Threading model: single-threaded, owned by the engine thread — no background thread.
-//  - tier 0 <-> tier 1 copies are synchronous memcpy on the caller's thread (block-sized,
-//    ~0.1 ms per MiB); a CUDA build replaces them with async copies on a stream.
+//  - tier 0 <-> tier 1 copies: where the pool's mirror copies asynchronously (the CUDA model,
+//    BlockMirror::copies_async), by DMA on the mirror's copy stream, queued and collected like
+//    disk transfers: tier 1 and the disk staging buffers are page-locked once, at
+//    construction; a demoted block goes back to the pool as soon as its copy is queued (the
+//    device orders its reuse after the copy); a promotion is Pending until the copy and its
+//    checksum (block_checksum, computed on the device as the bytes land) have completed.
+//    Otherwise (the CPU model) synchronous memcpy on the caller's thread, XXH3-64 checksums.
 //  - tier 2 transfers are asynchronous: demote/promote submit to io_uring and return; the
 //    engine calls poll() once per step (non-blocking) to collect completions, or
 //    wait_resident() when it needs a block now. Transfers overlap compute because the kernel
@@ -132,6 +137,14 @@ struct TierStats {
   double breaker_p95_ms = 0.0;
   std::string breaker_reason;
   size_t offloaded_blocks = 0;   ///< live OffloadIds (in tier 1, tier 2, or in flight)
+  /// Asynchronous device copies (a GPU model): tier 0 <-> tier 1 / staging by DMA.
+  bool async_copies = false;
+  double link_h2d_gbps = 0;      ///< one large page-locked transfer, measured at start-up
+  double link_d2h_gbps = 0;
+  uint64_t copy_h2d_bytes = 0;   ///< block bytes moved by completed device copies
+  uint64_t copy_d2h_bytes = 0;
+  double copy_h2d_ms = 0;        ///< device time of those copies (checksums included)
+  double copy_d2h_ms = 0;
   /// One JSON object with all of the above (for metrics endpoints and --json output).
   std::string to_json() const;
 };
@@ -193,10 +206,18 @@ class TierManager {
   /// or its tier-0 block if it was promoted but never claimed. Waits for an in-flight
   /// transfer on it first.
   void discard(OffloadId id);
-  /// Block until every tier-2 transfer in flight has completed (their events are kept for
-  /// the next poll()). For shutdown, tests and step boundaries that need a quiet disk.
+  /// Block until every transfer in flight (tier 2, device copies) has completed (their events
+  /// are kept for the next poll()). For shutdown, tests and step boundaries that need quiet.
   void drain();
-  size_t in_flight() const;  ///< tier-2 transfers submitted and not yet completed
+  size_t in_flight() const;  ///< tier-2 transfers and device copies not yet completed
+  /// Whether tier-0 copies are asynchronous device copies (see the threading model).
+  bool copies_async() const;
+  /// Sends queued device copies to the device now (they also go at the next forward, poll(),
+  /// or any wait). No-op without asynchronous copies.
+  void flush();
+  /// Non-blocking: true when no transfer is in flight on `id` any more (a promotion has
+  /// landed and been verified, or failed; a demotion is stored). std::out_of_range if unknown.
+  bool ready(OffloadId id);
 
   /// Metadata of an offloaded block: tier, state (Inactive, PendingEvict, Loading, Active
   /// once promoted), checksum, access stats, prefix hash. std::out_of_range for unknown ids.

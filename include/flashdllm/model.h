@@ -249,6 +249,9 @@ class Model {
   /// Whether forward accepts token trees (StepBatch::tree_parent): true for the CPU and CUDA models;
   /// the engine verifies several candidate drafts per sequence only where it is.
   virtual bool supports_tree_verification() const { return false; }
+  /// Prepares the backend for `pool` before the first forward (a GPU model allocates its KV
+  /// arena and registers as the pool's BlockMirror, kv_cache.h). Optional: forward does it too.
+  virtual void bind_kv_pool(BlockPool& /*pool*/) {}
   virtual int n_threads() const = 0;
 
  protected:

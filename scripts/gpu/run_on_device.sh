@@ -12,13 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fdl-out}
 mkdir -p "$OUT"
-D=$PWD/.device
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source scripts/gpu/device_env.sh
 export FLASHDLLM_SHARED=$D/shared
-if ldd "$D/bin/test_gpu" | grep -q "libcublas.*not found"; then  # cuBLAS outside the default path
-  cublas=$(find /usr /opt -name 'libcublas.so.13' 2>/dev/null | head -1)
-  [ -n "$cublas" ] && export LD_LIBRARY_PATH=$(dirname "$cublas"):$LD_LIBRARY_PATH
-fi
 STEPS=${STEPS:-tests bench hf}
 MODEL=${MODEL:-/tmp/l3-8b-bf16.gguf}
 log() { echo "[$(date +%T)] $*"; }

@@ -6,12 +6,7 @@
 # and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-D=$PWD/.device
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-if ldd "$D/bin/flashdllm" | grep -q "libcublas.*not found"; then
-  cublas=$(find /usr /opt -name 'libcublas.so.13' 2>/dev/null | head -1)
-  [ -n "$cublas" ] && export LD_LIBRARY_PATH=$(dirname "$cublas"):$LD_LIBRARY_PATH
-fi
+source scripts/gpu/device_env.sh
 F=$D/bin/flashdllm
 DEV=${DEV:-cuda}  # DEV=cpu checks the script itself on a machine without a GPU
 M=$D/shared/models

@@ -12,11 +12,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,12 +62,15 @@ double percentile(std::vector<double> v, double q) {
 }
 
 nlohmann::json stats_json(const std::vector<double>& v) {
-  double sum = 0;
+  double sum = 0, sq = 0;
   for (double x : v) sum += x;
+  const double mean = v.empty() ? 0 : sum / double(v.size());
+  for (double x : v) sq += (x - mean) * (x - mean);
   return {{"n", v.size()},
-          {"mean", v.empty() ? 0 : sum / double(v.size())},
+          {"mean", mean},
           {"p50", percentile(v, 0.5)},
-          {"p95", percentile(v, 0.95)}};
+          {"p95", percentile(v, 0.95)},
+          {"stddev", v.size() > 1 ? std::sqrt(sq / double(v.size() - 1)) : 0.0}};
 }
 
 void run_multiturn(const MultiturnOptions& o) {
@@ -128,6 +133,9 @@ void run_multiturn(const MultiturnOptions& o) {
   }
 
   std::vector<double> ttft_first, ttft_return;
+  // Inter-token latency: the time between two deliveries of one request, per token of the
+  // later one (a delivery of k tokens counts k gaps of a k-th of it).
+  std::vector<double> itl;
   int64_t cached_return = 0, prompt_return = 0;
   const auto t0 = Clock::now();
   for (int turn = 0; turn < o.turns; ++turn) {
@@ -141,6 +149,7 @@ void run_multiturn(const MultiturnOptions& o) {
     int left = o.sessions;
     std::vector<RequestOutput> finals(size_t(o.sessions));
     std::vector<std::vector<int32_t>> answers(size_t(o.sessions));
+    std::vector<std::optional<Clock::time_point>> last_delivery(size_t(o.sessions));
     for (int s = 0; s < o.sessions; ++s) {
       GenerationRequest r;
       r.prompt_ids = context[size_t(s)];
@@ -150,6 +159,14 @@ void run_multiturn(const MultiturnOptions& o) {
       engine.submit(std::move(r), [&, s](const RequestOutput& out) {
         std::lock_guard lk(mu);
         for (const auto& t : out.tokens) answers[size_t(s)].push_back(t.id);
+        if (!out.tokens.empty()) {
+          const auto now = Clock::now();
+          if (auto& last = last_delivery[size_t(s)]) {
+            const double gap = std::chrono::duration<double, std::milli>(now - *last).count();
+            for (size_t k = 0; k < out.tokens.size(); ++k) itl.push_back(gap / double(out.tokens.size()));
+          }
+          last_delivery[size_t(s)] = now;
+        }
         if (out.finished) {
           finals[size_t(s)] = out;
           if (--left == 0) cv.notify_all();
@@ -199,6 +216,8 @@ void run_multiturn(const MultiturnOptions& o) {
       {"total_ms", total_ms},
       {"ttft_first_turn_ms", stats_json(ttft_first)},
       {"ttft_returning_ms", stats_json(ttft_return)},
+      {"itl_ms", stats_json(itl)},
+      {"output_tok_per_s", total_ms > 0 ? double(o.sessions) * o.turns * o.answer_tokens / (total_ms * 1e-3) : 0.0},
       {"returning_cached_fraction",
        prompt_return > 0 ? double(cached_return) / double(prompt_return) : 0.0},
       {"context_digest", digest_hex},
@@ -216,6 +235,9 @@ void run_multiturn(const MultiturnOptions& o) {
         {"recompute_tok_per_s", m.kv_tiers.recompute_tok_per_s},
         {"disk_write_ms_per_block", m.kv_tiers.disk_write_ms_per_block},
         {"disk_read_ms_per_block", m.kv_tiers.disk_read_ms_per_block},
+        {"copy_waits", m.kv_tiers.copy_waits},
+        {"copy_wait_ms_total", m.kv_tiers.copy_wait_ms_total},
+        {"copy_wait_ms_max", m.kv_tiers.copy_wait_ms_max},
         {"tiers", tiers}}}};
   if (!m.kv_tiers.profile.empty()) out["profile"] = nlohmann::json::parse(m.kv_tiers.profile);
   print_json_line(out);

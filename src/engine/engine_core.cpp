@@ -9,7 +9,7 @@ namespace fdl::engine {
 EngineCore::EngineCore(Model& m, const Tokenizer& t, const GeneratorOptions& o, const char* owner)
     : model(m), tokenizer(t), options(o), n_vocab(m.config().n_vocab),
       pool(m.kv_shape(options.block_size), options.kv_blocks), kv(pool), spec(options.spec),
-      tiers(make_tier_manager(pool, options.kv_tiers)), offload(make_offload(m, *tiers, options)) {
+      tiers(make_tier_manager(m, pool, options.kv_tiers)), offload(make_offload(m, *tiers, options)) {
   if (tokenizer.n_vocab() > n_vocab)
     throw std::invalid_argument(std::string(owner) + ": tokenizer has " +
                                 std::to_string(tokenizer.n_vocab()) +

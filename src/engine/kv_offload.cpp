@@ -109,6 +109,24 @@ kv::PlacementInputs KvOffload::inputs() const {
     in.disk.write_bytes_per_s = std::min(in.disk.write_bytes_per_s, b / disk_write_s_);
   if (disk_read_s_ > 0 && in.disk.read_bytes_per_s > 0)
     in.disk.read_latency_s = std::max(in.disk.read_latency_s, disk_read_s_ - b / in.disk.read_bytes_per_s);
+  // Device copies (GPU): tier 1 is page-locked and blocks move by DMA off the engine thread,
+  // so what a host block costs is its bytes at the copy rate measured live (checksums
+  // included), or at the link speed measured at start-up before the first copies; the
+  // profile's memcpy figures describe another path.
+  if (tiers_.copies_async()) {
+    const TierStats s = tiers_.stats();
+    auto rate = [](uint64_t bytes, double ms, double link_gbps) {
+      return bytes > 0 && ms > 0 ? double(bytes) / (ms * 1e-3) : link_gbps * 1e9;
+    };
+    const double w = rate(s.copy_d2h_bytes, s.copy_d2h_ms, s.link_d2h_gbps);
+    const double r = rate(s.copy_h2d_bytes, s.copy_h2d_ms, s.link_h2d_gbps);
+    if (w > 0 && r > 0) {
+      in.host.write_bytes_per_s = w;
+      in.host.read_bytes_per_s = r;
+      in.host.read_latency_s = 0;
+      in.host.available = true;
+    }
+  }
   // What the tier manager says now beats what the profile said at start-up.
   in.host.available = in.host.available && tier_on(BlockTier::Host);
   in.disk.available = in.disk.available && tier_on(BlockTier::Disk);
@@ -184,8 +202,8 @@ TierEvent KvOffload::demote(BlockId block, BlockTier to) {
   if (ev.status == TransferStatus::Ok || ev.status == TransferStatus::Pending) {
     ++(to == BlockTier::Host ? m_.demoted_host : m_.demoted_disk);
     if (to == BlockTier::Disk) ++unsettled_disk_writes_;
-    // Host copies are synchronous: trace them now. Disk writes are traced on completion.
-    if (trace_ != nullptr && to == BlockTier::Host)
+    // Synchronous host copies are traced now; disk writes and device copies on completion.
+    if (trace_ != nullptr && to == BlockTier::Host && !tiers_.copies_async())
       trace_->span(StepTrace::Track::Copy, "demote t0->t1", t0, ev.latency_us,
                    {{"bytes", block_bytes_}, {"id", ev.id}});
   }
@@ -207,6 +225,7 @@ TierEvent KvOffload::bring_back(OffloadId id, size_t n_tokens) {
   const TierEvent ev = tiers_.wait_resident(id);
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (tiers_.copies_async()) count_wait(us);
   if (ev.status == TransferStatus::Ok) {
     ++m_.promoted;
     if (from == BlockTier::Disk) disk_read_s_ = ema(disk_read_s_, us * 1e-6);
@@ -236,6 +255,16 @@ void KvOffload::discard(OffloadId id, bool counts_as_drop) {
   tiers_.discard(id);
   if (counts_as_drop) ++m_.dropped;
 }
+
+void KvOffload::count_wait(double us) {
+  m_.copy_waits += 1;
+  m_.copy_wait_ms_total += us * 1e-3;
+  m_.copy_wait_ms_max = std::max(m_.copy_wait_ms_max, us * 1e-3);
+}
+
+bool KvOffload::ready(OffloadId id) { return tiers_.ready(id); }
+
+void KvOffload::flush() { tiers_.flush(); }
 
 std::vector<OffloadId> KvOffload::settle() {
   const auto t0 = std::chrono::steady_clock::now();

@@ -61,8 +61,14 @@ class KvOffload {
   TierEvent demote_to_disk(OffloadId id);
   /// wait_resident with counting: Ok = the caller owns event.block.
   TierEvent bring_back(OffloadId id, size_t n_tokens);
-  /// Starts a promotion early (tier 2 only); true when one was started.
+  /// Starts a promotion early; true when one was started.
   bool prefetch(OffloadId id);
+  /// Whether promotions from tier 1 are asynchronous device copies (then worth prefetching).
+  bool copies_async() const { return tiers_.copies_async(); }
+  /// Non-blocking: no transfer in flight on `id` (a prefetch has landed, or failed).
+  bool ready(OffloadId id);
+  /// Sends queued device copies to the device now.
+  void flush();
   void discard(OffloadId id, bool counts_as_drop);
   void count_drop() { ++m_.dropped; }
   /// Waits for every tier-2 transfer and collects completions. Returns the ids whose tier-0
@@ -82,6 +88,7 @@ class KvOffload {
 
  private:
   void record_events(const std::vector<TierEvent>& events, std::vector<OffloadId>* failed);
+  void count_wait(double us);  // the engine thread waited `us` for a device copy
   kv::PlacementInputs inputs() const;
 
   TierManager& tiers_;
@@ -115,7 +122,8 @@ namespace fdl::engine {
 
 /// The tier manager of a Generator/Engine: always built (it owns the "disk_offload"
 /// breaker); with no tier configured it holds nothing and costs nothing.
-std::unique_ptr<TierManager> make_tier_manager(BlockPool& pool, const KvTierOptions& options);
+/// Binds `pool` to the model first (Model::bind_kv_pool).
+std::unique_ptr<TierManager> make_tier_manager(Model& model, BlockPool& pool, const KvTierOptions& options);
 /// The offload layer, or nullptr when no lower tier is enabled. Loads the storage profile
 /// for Auto (see load_kv_profile).
 std::unique_ptr<KvOffload> make_offload(Model& model, TierManager& tiers,

@@ -59,7 +59,8 @@ std::optional<kv::StorageProfile> load_kv_profile(Model& model, const KvTierOpti
 
 namespace fdl::engine {
 
-std::unique_ptr<TierManager> make_tier_manager(BlockPool& pool, const KvTierOptions& options) {
+std::unique_ptr<TierManager> make_tier_manager(Model& model, BlockPool& pool, const KvTierOptions& options) {
+  model.bind_kv_pool(pool);  // a GPU model's arena and mirror exist before the tiers pin memory
   return std::make_unique<TierManager>(pool, options.tiers);
 }
 

@@ -87,6 +87,15 @@ size_t PrefixCache::match_blocks(std::string_view scope, std::span<const int32_t
 std::vector<BlockId> PrefixCache::acquire(std::string_view scope, std::span<const int32_t> tokens,
                                           size_t max_blocks) {
   std::vector<BlockId> hit;
+  if (offload_ != nullptr && offload_->copies_async()) {
+    // Device copies: start every offloaded block of the path at once (one copy group), so
+    // claiming them below waits for one transfer at most, not one per block.
+    const size_t want = to_prefetch(scope, tokens, max_blocks);
+    if (want > 0) {
+      if (pool_.n_free() < want) evict(want - pool_.n_free());
+      prefetch(scope, tokens, max_blocks, std::min(want, pool_.n_free()));
+    }
+  }
   const size_t n = std::min(max_blocks, tokens.size() / block_size_);
   Key key = root(scope);
   ++tick_;
@@ -122,6 +131,31 @@ std::vector<BlockId> PrefixCache::acquire(std::string_view scope, std::span<cons
   return hit;
 }
 
+size_t PrefixCache::to_prefetch(std::string_view scope, std::span<const int32_t> tokens,
+                                size_t max_blocks) {
+  if (offload_ == nullptr) return 0;
+  size_t n_out = 0;
+  const size_t n = std::min(max_blocks, tokens.size() / block_size_);
+  Key key = root(scope);
+  ++tick_;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = next_in_chain(key, scope, tokens.subspan(i * block_size_, block_size_));
+    if (it == entries_.end()) break;
+    Entry& e = it->second;
+    e.last_used = tick_;  // about to be used: evictions for the prefetch age others first
+    n_out += e.block < 0 && e.offload != 0 && !e.prefetching && worth_prefetching(e);
+  }
+  return n_out;
+}
+
+bool PrefixCache::worth_prefetching(const Entry& e) const {
+  // A synchronous memcpy from tier 1 (CPU) gains nothing by starting early; a device copy or
+  // a disk read runs while the engine computes.
+  const BlockMeta& m = offload_->tiers().meta(e.offload);
+  return m.state == BlockState::Inactive &&
+         (m.tier == BlockTier::Disk || (m.tier == BlockTier::Host && offload_->copies_async()));
+}
+
 size_t PrefixCache::prefetch(std::string_view scope, std::span<const int32_t> tokens,
                              size_t max_blocks, size_t max_new_blocks) {
   if (offload_ == nullptr || max_new_blocks == 0) return 0;
@@ -134,16 +168,37 @@ size_t PrefixCache::prefetch(std::string_view scope, std::span<const int32_t> to
     if (it == entries_.end())
       break;
     Entry& e = it->second;
-    if (e.block >= 0 || e.offload == 0 || e.prefetching) continue;
-    // Tier 1 comes back by a synchronous memcpy anyway: only disk reads are worth starting.
-    const BlockMeta& m = offload_->tiers().meta(e.offload);
-    if (m.tier != BlockTier::Disk || m.state != BlockState::Inactive) continue;
+    if (e.block >= 0 || e.offload == 0 || e.prefetching || !worth_prefetching(e)) continue;
     if (!offload_->prefetch(e.offload)) break;  // no tier-0 room or the disk is off
     e.prefetching = true;
     e.last_used = tick_;  // about to be used: age others first
     ++started;
   }
+  if (started > 0) offload_->flush();
   return started;
+}
+
+PrefixCache::PathState PrefixCache::path_state(std::string_view scope, std::span<const int32_t> tokens,
+                                               size_t max_blocks) {
+  if (offload_ == nullptr) return PathState::Resident;
+  const size_t n = std::min(max_blocks, tokens.size() / block_size_);
+  Key key = root(scope);
+  PathState state = PathState::Resident;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = next_in_chain(key, scope, tokens.subspan(i * block_size_, block_size_));
+    if (it == entries_.end()) break;
+    const Entry& e = it->second;
+    if (e.block >= 0 || e.offload == 0) continue;
+    if (!e.prefetching) return PathState::Offloaded;
+    if (!offload_->ready(e.offload)) state = PathState::Loading;
+  }
+  return state;
+}
+
+size_t PrefixCache::n_prefetching() const {
+  size_t n = 0;
+  for (const auto& [key, e] : entries_) n += e.prefetching;
+  return n;
 }
 
 void PrefixCache::insert(std::string_view scope, std::span<const int32_t> tokens,
@@ -330,7 +385,8 @@ size_t PrefixCache::claim_prefetched() {
   size_t n = 0;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
-    if (!e.prefetching) {
+    // A device copy still in flight is not waited for: other blocks make the room.
+    if (!e.prefetching || (offload_->copies_async() && !offload_->ready(e.offload))) {
       ++it;
       continue;
     }
@@ -368,6 +424,7 @@ size_t PrefixCache::evict(size_t n) {
     return freed;
   }
   demote_all(candidates);
+  offload_->flush();  // the device copies start now, beside the next forward
   return freed;
 }
 

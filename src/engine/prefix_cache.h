@@ -58,10 +58,22 @@ class PrefixCache {
   /// run ends at the first block that cannot be had (no room, or lost on the way back).
   std::vector<BlockId> acquire(std::string_view scope, std::span<const int32_t> tokens,
                                size_t max_blocks);
-  /// Starts tier-2 promotions for the offloaded entries on `tokens`' path, using at most
-  /// `max_new_blocks` tier-0 blocks; returns how many were started. No effect without tiers.
+  /// Starts promotions for the offloaded entries on `tokens`' path (tier-2 reads, and tier-1
+  /// device copies on a GPU), using at most `max_new_blocks` tier-0 blocks; returns how many
+  /// were started. No effect without tiers.
   size_t prefetch(std::string_view scope, std::span<const int32_t> tokens, size_t max_blocks,
                   size_t max_new_blocks);
+  /// How many entries on `tokens`' path prefetch() would start now; marks the whole path used
+  /// now, so evictions that make room for the prefetch take other blocks first.
+  size_t to_prefetch(std::string_view scope, std::span<const int32_t> tokens, size_t max_blocks);
+  /// Where the cached blocks on `tokens`' path are, as far as acquire() is concerned:
+  /// Resident (it would not wait), Loading (prefetches still in flight, every offloaded entry
+  /// prefetched), Offloaded (an entry not prefetched: acquire would start and wait for it).
+  /// Non-blocking.
+  enum class PathState { Resident, Loading, Offloaded };
+  PathState path_state(std::string_view scope, std::span<const int32_t> tokens, size_t max_blocks);
+  /// Entries whose prefetch was started and not claimed yet (they hold tier-0 blocks).
+  size_t n_prefetching() const;
   /// Caches blocks[i] as holding tokens[i*bs .. (i+1)*bs) for every full block i (up to
   /// blocks.size() and tokens.size() / bs). Blocks already cached under the same key are
   /// skipped (another sequence wrote the same prefix first); new ones are retained.
@@ -106,6 +118,7 @@ class PrefixCache {
   EntryMap::iterator next_in_chain(Key& key, std::string_view scope,
                                    std::span<const int32_t> block_tokens);
   void touch(Entry& e);
+  bool worth_prefetching(const Entry& e) const;
   double reuse_probability(const Entry& e) const;
   void drop(const Key& key, Entry& e);
   /// Offloaded entries stored in tier `t`, least recently used first, deepest first.

@@ -11,6 +11,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "engine/kv_offload.h"
 #include "engine/step_trace.h"
@@ -130,6 +131,10 @@ void Scheduler::step() {
   if (opt_.max_prefill_tokens > 0) budget = std::min(budget, size_t(opt_.max_prefill_tokens));
   plan_prefill(budget);
   for (auto& w : waiting_) ++w->waited_steps;
+  if (ctx_.batch.size() == 0 && ctx_.offload != nullptr && ctx_.offload->copies_async())
+    // Nothing to run until a prefetched prefix lands (device copies): look again shortly, and
+    // meanwhile let the caller hand in new requests, rather than block on the copies.
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
 
   if (ctx_.batch.size() > 0) {
     size_t rows = decode_tokens;
@@ -326,13 +331,33 @@ void Scheduler::plan_prefill(size_t budget) {
   } else {
     for (auto& w : waiting_) order.push_back(w.get());
   }
+  // With device copies, the engine thread does not wait for a request's cached prefix to come
+  // back from a lower tier: a request whose prefetch is in flight waits its turn while the
+  // copies run beside the forwards (prefetch_waiting); one whose prefix is not prefetched yet
+  // waits while others run or can start, and is promoted at admission (a wait) only when
+  // nothing else can run.
+  using PathState = PrefixCache::PathState;
+  const bool defer_loading = ctx_.offload != nullptr && ctx_.offload->copies_async() && opt_.prefix_cache;
+  std::vector<PathState> state(defer_loading ? order.size() : 0, PathState::Resident);
+  bool others_can_start = !running_.empty();
+  for (size_t i = 0; i < state.size(); ++i) {
+    state[i] = prefix_state(*order[i]);
+    others_can_start |= state[i] != PathState::Offloaded;
+  }
+  size_t at = 0;
   std::vector<LiveSequence*> admitted;
   for (LiveSequence* s : order) {
+    const PathState path = defer_loading ? state[at] : PathState::Resident;
+    ++at;
     // Admitted ones join running_ after this loop: count them too.
     if (budget == 0 || running_.size() + admitted.size() >= size_t(ctx_.options.max_sequences))
       break;
     const bool starved = s->waited_steps >= opt_.max_wait_steps;
     if (opt_.length_buckets && s->length_class == LengthClass::Long && long_active && !starved)
+      continue;
+    // Its cached prefix is still coming back from a lower tier: others go first rather than
+    // the engine waiting for the copies (unless nothing else runs).
+    if (path == PathState::Loading || (path == PathState::Offloaded && (others_can_start || !admitted.empty())))
       continue;
     if (!admit(*s, reserve)) break;  // the pool is full: wait for blocks to come back
     admitted.push_back(s);
@@ -399,6 +424,13 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
   return true;
 }
 
+PrefixCache::PathState Scheduler::prefix_state(const LiveSequence& s) {
+  const size_t target = s.prefill_target();
+  const size_t cacheable = s.last_token >= 0 ? target : target - 1;
+  return prefix_cache_.path_state(s.request.cache_scope, std::span<const int32_t>(s.context).first(target),
+                                  cacheable / size_t(ctx_.options.block_size));
+}
+
 void Scheduler::prefetch_waiting() {
   if (!opt_.prefix_cache || waiting_.empty()) return;
   // Prefetched blocks occupy tier 0 until their request is admitted, so only spare blocks
@@ -406,8 +438,39 @@ void Scheduler::prefetch_waiting() {
   // context's worth, for the requests next in line.
   const size_t bs = size_t(ctx_.options.block_size);
   const size_t reserve = running_.size() + 1;
-  size_t spare = ctx_.kv.pool().n_free() > reserve ? ctx_.kv.pool().n_free() - reserve : 0;
-  spare = std::min(spare, (size_t(ctx_.options.n_ctx) + bs - 1) / bs);
+  const size_t context_blocks = (size_t(ctx_.options.n_ctx) + bs - 1) / bs;
+  BlockPool& pool = ctx_.kv.pool();
+  if (ctx_.offload->copies_async()) {
+    // Device copies run beside the forwards: bring back the cached prefixes of the requests
+    // next in line (up to two contexts' worth of blocks at a time), making room by demoting
+    // colder cached blocks (device copies too), so that they are resident when a slot frees
+    // up. Every waiting request's path is marked used first, so evictions take the blocks of
+    // requests that are not waiting.
+    // Marked last to first, so the requests next in line count as the most recently used.
+    std::vector<size_t> want(waiting_.size());
+    for (size_t i = waiting_.size(); i-- > 0;) {
+      const LiveSequence& w = *waiting_[i];
+      const size_t target = w.prefill_target();
+      const size_t cacheable = w.last_token >= 0 ? target : target - 1;
+      want[i] = prefix_cache_.to_prefetch(w.request.cache_scope, std::span<const int32_t>(w.context).first(target),
+                                          cacheable / bs);
+    }
+    size_t in_flight = prefix_cache_.n_prefetching();
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      if (want[i] == 0) continue;
+      if (want[i] > context_blocks || in_flight + want[i] > 2 * context_blocks) break;
+      if (want[i] + reserve > pool.n_free()) prefix_cache_.evict(want[i] + reserve - pool.n_free());
+      if (want[i] + reserve > pool.n_free()) break;  // tier 0 holds running sequences' blocks
+      const LiveSequence& w = *waiting_[i];
+      const size_t target = w.prefill_target();
+      const size_t cacheable = w.last_token >= 0 ? target : target - 1;
+      in_flight += prefix_cache_.prefetch(w.request.cache_scope, std::span<const int32_t>(w.context).first(target),
+                                          cacheable / bs, want[i]);
+    }
+    return;
+  }
+  size_t spare = pool.n_free() > reserve ? pool.n_free() - reserve : 0;
+  spare = std::min(spare, context_blocks);
   for (auto& w : waiting_) {
     if (spare == 0) break;
     const LiveSequence& s = *w;

@@ -95,6 +95,8 @@ class Scheduler {
   void preempt(LiveSequence& s);
   /// Starts tier-2 promotions of the cached blocks of waiting requests (spare blocks only).
   void prefetch_waiting();
+  /// Where `s`'s cached prefix is (PrefixCache::path_state).
+  PrefixCache::PathState prefix_state(const LiveSequence& s);
   void cache_blocks(const LiveSequence& s, size_t n_tokens);
   LengthClass classify(size_t prompt_tokens) const;
 

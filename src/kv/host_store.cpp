@@ -1,6 +1,8 @@
 // HostStore: tier-1 slot arena in host DRAM (see host_store.h).
 #include "kv/host_store.h"
 
+#include <sys/mman.h>
+
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -26,7 +28,12 @@ HostStore::HostStore(size_t block_bytes, size_t capacity_blocks, PinHooks hooks)
       hooks_(std::move(hooks)) {
   if (block_bytes == 0) throw std::invalid_argument("HostStore: block_bytes must be > 0");
   arena_ = AlignedBuffer(checked_arena_bytes(slot_bytes_, capacity_blocks), /*zero=*/false);
-  if (hooks_.pin && arena_.size() > 0) hooks_.pin(arena_.data(), arena_.size());
+  if (hooks_.pin && arena_.size() > 0) {
+    // Page-locking faults in and pins every page: with transparent huge pages that is 512x
+    // fewer pages (a hint; ignored where THP is off).
+    (void)::madvise(arena_.data(), arena_.size(), MADV_HUGEPAGE);
+    hooks_.pin(arena_.data(), arena_.size());
+  }
 }
 
 HostStore::~HostStore() {

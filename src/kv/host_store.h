@@ -50,6 +50,9 @@ class HostStore {
   std::span<uint8_t> bytes(uint32_t slot);
   /// The whole aligned slot (slot_bytes long), for direct I/O.
   uint8_t* slot_ptr(uint32_t slot);
+  /// The whole arena (capacity() slots): scratch for a link measurement before first use.
+  uint8_t* arena_ptr() { return arena_.data(); }
+  size_t arena_bytes() const { return arena_.size(); }
 
  private:
   size_t block_bytes_;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -38,7 +39,17 @@ double us_since(Clock::time_point t0) {
 }  // namespace
 
 struct TierManager::Impl {
-  enum class Op : uint8_t { None, DemoteFromDevice, HostToDisk, PromoteFromDisk };
+  // Disk ops (io_uring): DemoteFromDevice, HostToDisk, PromoteFromDisk, StagedToDisk.
+  // Device copies (BlockMirror::queue_copy, asynchronous mirrors only): PullToHost,
+  // PullToStaging (then StagedToDisk), PushFromHost, PushFromStaging (after PromoteFromDisk).
+  enum class Op : uint8_t {
+    None, DemoteFromDevice, HostToDisk, PromoteFromDisk, StagedToDisk,
+    PullToHost, PullToStaging, PushFromHost, PushFromStaging
+  };
+  static bool is_copy(Op op) {
+    return op == Op::PullToHost || op == Op::PullToStaging || op == Op::PushFromHost ||
+           op == Op::PushFromStaging;
+  }
   struct Record {
     BlockMeta meta;       // tier/state/checksum/access stats of the offloaded block
     uint32_t slot = 0;    // slot in meta.tier's store
@@ -49,6 +60,7 @@ struct TierManager::Impl {
     BlockState restore_state = BlockState::Active;
     Clock::time_point started{};
     bool prefetched = false;
+    BlockMirror::CopyHandle copy;           // the device copy in flight (is_copy(op))
     std::optional<TransferStatus> outcome;  // set when a promotion (or failed demotion) ended
   };
 
@@ -62,6 +74,13 @@ struct TierManager::Impl {
   OffloadId next_id = 1;
   std::vector<kv::AlignedBuffer> staging;
   std::vector<int> free_staging;
+  // Asynchronous device copies (a GPU model's mirror): tier 1 and the disk staging buffers
+  // are page-locked once here, and blocks move by DMA straight between them and the device.
+  std::weak_ptr<BlockMirror> dma_mirror;
+  bool dma = false;
+  std::shared_ptr<void> host_pin, staging_pin;
+  kv::AlignedBuffer staging_region;  // dma: all staging buffers in one page-locked region
+  std::deque<OffloadId> copies;      // records with a device copy in flight, in queue order
   std::vector<TierEvent> events;
   std::vector<kv::DiskCompletion> completions;
   TierStats st;
@@ -69,15 +88,52 @@ struct TierManager::Impl {
   Impl(BlockPool& p, const TierConfig& cfg)
       : pool(p), block_bytes(p.shape().block_bytes()), breaker(cfg.breaker) {
     st.tier[kDevice].enabled = true;
+    const auto mirror = pool.mirror();
+    dma = mirror && mirror->copies_async();
+    if (dma) dma_mirror = mirror;
+    st.async_copies = dma;
     const size_t host_blocks = cfg.host.resolve_blocks(host_ram_bytes(), block_bytes);
     if (host_blocks > 0) {
-      host = std::make_unique<kv::HostStore>(block_bytes, host_blocks,
-                                             kv::PinHooks{cfg.host_pin, cfg.host_unpin});
+      kv::PinHooks hooks{cfg.host_pin, cfg.host_unpin};
+      if (dma) {
+        hooks.pin = [this, mirror](void* ptr, size_t bytes) { host_pin = pin_timed(*mirror, ptr, bytes, "tier 1"); };
+        hooks.unpin = [this](void*, size_t) { host_pin.reset(); };
+      }
+      host = std::make_unique<kv::HostStore>(block_bytes, host_blocks, std::move(hooks));
       st.tier[kHost].enabled = true;
+      if (dma) {
+        const auto [h2d, d2h] = mirror->measure_link(host->arena_ptr(),
+                                                     std::min<size_t>(host->arena_bytes(), size_t(256) << 20));
+        st.link_h2d_gbps = h2d / 1e9;
+        st.link_d2h_gbps = d2h / 1e9;
+        spdlog::info("kv tiers: host<->device link {:.1f} GB/s to the device, {:.1f} GB/s to the host "
+                     "(page-locked, one large transfer each way)", st.link_h2d_gbps, st.link_d2h_gbps);
+      }
     } else {
       st.tier[kHost].disabled_reason = "no capacity (--kv-host-bytes is 0 or below one block)";
     }
     setup_disk(cfg);
+  }
+
+  // Page-locks memory for DMA at start-up (never in the request path), with a log line: on a
+  // GPU machine this costs tens of milliseconds per GiB.
+  static std::shared_ptr<void> pin_timed(BlockMirror& m, void* ptr, size_t bytes, const char* what) {
+    const auto t0 = Clock::now();
+    auto h = m.pin_host(ptr, bytes);
+    spdlog::info("kv {}: page-locked {:.2f} GiB for DMA in {:.0f} ms", what, double(bytes) / double(1ull << 30),
+                 us_since(t0) / 1000.0);
+    return h;
+  }
+
+  std::shared_ptr<BlockMirror> mirror() const {
+    auto m = dma_mirror.lock();
+    if (!m) throw std::logic_error("TierManager: the model that copies KV blocks is gone");
+    return m;
+  }
+
+  uint8_t* staging_ptr(int i) {
+    if (dma) return staging_region.data() + size_t(i) * kv::round_up_io(block_bytes);
+    return staging[size_t(i)].data();
   }
 
   void setup_disk(const TierConfig& cfg) {
@@ -106,14 +162,30 @@ struct TierManager::Impl {
     st.disk_io_note = disk->direct_io_note();
     staging.resize(cfg.disk_queue_depth);
     for (int i = int(cfg.disk_queue_depth); i-- > 0;) free_staging.push_back(i);
+    if (dma) {  // device <-> disk goes through page-locked staging
+      staging_region = kv::AlignedBuffer(size_t(cfg.disk_queue_depth) * kv::round_up_io(block_bytes), false);
+      staging_pin = pin_timed(*mirror(), staging_region.data(), staging_region.size(), "tier 2 staging");
+    }
   }
 
   ~Impl() {
     // Drain so no transfer writes into a staging buffer or block after we are gone.
-    if (disk) {
-      try {
-        while (disk->in_flight() > 0) wait_one();
-      } catch (...) {
+    try {
+      drain_all();
+    } catch (...) {
+    }
+  }
+
+  void drain_all() {
+    while ((disk && disk->in_flight() > 0) || !copies.empty()) {
+      if (!copies.empty()) {
+        if (dma_mirror.expired()) {
+          copies.clear();  // the device and its copies are gone
+          continue;
+        }
+        wait_front_copy();
+      } else {
+        wait_one();
       }
     }
   }
@@ -139,11 +211,26 @@ struct TierManager::Impl {
   }
 
   int take_staging() {
-    while (free_staging.empty()) wait_one();
+    while (free_staging.empty()) wait_any();
     const int i = free_staging.back();
     free_staging.pop_back();
-    if (staging[size_t(i)].size() == 0) staging[size_t(i)] = kv::AlignedBuffer(block_bytes);
+    if (!dma && staging[size_t(i)].size() == 0) staging[size_t(i)] = kv::AlignedBuffer(block_bytes);
     return i;
+  }
+
+  // Waits for the oldest transfer in flight, a device copy or a disk transfer.
+  void wait_any() {
+    if (!copies.empty())
+      wait_front_copy();
+    else
+      wait_one();
+  }
+
+  // Device copies are collected in queue order (pump_copies): waiting for the oldest one is
+  // how any of them is waited for.
+  void wait_front_copy() {
+    mirror()->wait_copy(find(copies.front()).copy);
+    pump_copies();
   }
   void give_staging(int i) { free_staging.push_back(i); }
 
@@ -156,7 +243,85 @@ struct TierManager::Impl {
   }
 
   void drive_idle(Record& r) {
-    while (r.op != Op::None) wait_one();
+    while (r.op != Op::None) {
+      if (is_copy(r.op))
+        wait_front_copy();
+      else
+        wait_one();
+    }
+  }
+
+  // Collects finished device copies, oldest first (they complete in queue order).
+  void pump_copies() {
+    if (copies.empty()) return;
+    const auto m = mirror();
+    while (!copies.empty()) {
+      const OffloadId id = copies.front();
+      Record& r = find(id);
+      if (!m->copy_done(r.copy)) break;
+      copies.pop_front();
+      on_copy_done(id, r, m->collect_copy(r.copy));
+    }
+  }
+
+  void queue_copy(OffloadId id, Record& r, Op op, BlockId b, uint8_t* host_bytes, bool to_host) {
+    r.copy = mirror()->queue_copy(b, host_bytes, to_host);
+    r.op = op;
+    copies.push_back(id);
+  }
+
+  void on_copy_done(OffloadId id, Record& r, uint64_t sum) {
+    const double lat_us = us_since(r.started);
+    const Op op = r.op;
+    r.op = Op::None;
+    switch (op) {
+      case Op::PullToHost:
+        r.meta.checksum = sum;
+        r.meta.state = BlockState::Inactive;
+        count_move(kDevice, kHost);
+        st.tier[kHost].write_latency.record(lat_us);
+        events.push_back({TierEvent::Kind::Demote, id, TransferStatus::Ok, BlockTier::Device, BlockTier::Host, -1,
+                          lat_us});
+        break;
+      case Op::PullToStaging:
+        r.meta.checksum = sum;
+        write_staged(id, r);
+        break;
+      case Op::PushFromHost:
+        host->release(r.slot);
+        finish_promotion(id, r, kHost, lat_us, sum == r.meta.checksum);
+        break;
+      case Op::PushFromStaging:
+        give_staging(r.staging);
+        r.staging = -1;
+        finish_promotion(id, r, kDisk, lat_us, sum == r.meta.checksum);
+        break;
+      default:
+        throw std::logic_error("TierManager: device copy completion for a record with no copy");
+    }
+  }
+
+  // The pulled bytes are in staging: write them to the record's disk slot.
+  void write_staged(OffloadId id, Record& r) {
+    r.op = Op::StagedToDisk;
+    r.started = Clock::now();
+    if (disk_enabled) {
+      try {
+        disk->submit_write(r.disk_slot, staging_ptr(r.staging), id);
+        return;
+      } catch (const kv::DiskStoreError& e) {
+        ++st.tier[kDisk].io_errors;
+        disable_disk(e.what());
+      }
+    }
+    // The tier-0 block went back to the pool with the pull: the copy is lost.
+    r.op = Op::None;
+    give_staging(r.staging);
+    r.staging = -1;
+    disk->release(r.disk_slot);
+    r.outcome = TransferStatus::IoError;
+    events.push_back({TierEvent::Kind::Demote, id, TransferStatus::IoError, BlockTier::Device, BlockTier::Disk, -1,
+                      0.0});
   }
 
   // The tier-0 block copy of an offloaded block's metadata: fresh refcount, state Loading.
@@ -181,12 +346,20 @@ struct TierManager::Impl {
     }
   }
 
-  // Copy of the verified bytes is in tier 0: mark resident, or discard on mismatch.
-  void finish_promotion(OffloadId id, Record& r, size_t from, double lat_us) {
-    const auto bytes = pool.block_bytes(r.block);
+  // The bytes are in tier 0 (the host arena, or the device for a device copy, whose checksum
+  // the copy computed as they landed): mark resident, or discard on mismatch.
+  void finish_promotion(OffloadId id, Record& r, size_t from, double lat_us,
+                        std::optional<bool> device_checksum_ok = std::nullopt) {
     TierEvent ev{TierEvent::Kind::Promote, id, TransferStatus::Ok,
                  BlockTier(from), BlockTier::Device, r.block, lat_us};
-    if (checksum(bytes.data(), bytes.size()) != r.meta.checksum) {
+    bool intact = false;
+    if (device_checksum_ok) {
+      intact = *device_checksum_ok;
+    } else {
+      const auto bytes = pool.block_bytes(r.block);
+      intact = checksum(bytes.data(), bytes.size()) == r.meta.checksum;
+    }
+    if (!intact) {
       ++st.tier[from].checksum_failures;
       spdlog::warn("kv tier {}: checksum mismatch on block {} (offload id {}); discarded, "
                    "recompute", from, r.block, id);
@@ -194,7 +367,7 @@ struct TierManager::Impl {
       r.block = -1;
       r.outcome = ev.status = TransferStatus::Corrupt;
       ev.block = -1;
-    } else if (!push_verified(r.block)) {
+    } else if (!device_checksum_ok && !push_verified(r.block)) {
       pool.release(r.block);  // the model's copy could not be written: recompute instead
       r.block = -1;
       r.outcome = ev.status = TransferStatus::IoError;
@@ -226,18 +399,35 @@ struct TierManager::Impl {
             std::to_string(c.slot) + " failed: " +
             (c.short_io ? std::string("short transfer") : std::strerror(c.error));
     }
+    // A tier-0 block's bytes are now in its disk slot.
+    auto stored_on_disk = [&] {
+      r.meta.tier = BlockTier::Disk;
+      r.meta.state = BlockState::Inactive;
+      r.slot = r.disk_slot;
+      count_move(kDevice, kDisk);
+      st.tier[kDisk].write_latency.record(lat_us);
+    };
     switch (op) {
+      case Op::StagedToDisk: {  // written from staging after a device copy
+        TierEvent ev{TierEvent::Kind::Demote, c.tag, TransferStatus::Ok, BlockTier::Device, BlockTier::Disk, -1,
+                     lat_us};
+        if (c.ok()) {
+          stored_on_disk();
+        } else {
+          disk->release(r.disk_slot);
+          r.outcome = ev.status = TransferStatus::IoError;  // its tier-0 block is long gone
+          disable_disk(err);
+        }
+        events.push_back(ev);
+        break;
+      }
       case Op::DemoteFromDevice: {
         TierEvent ev{TierEvent::Kind::Demote, c.tag, TransferStatus::Ok, BlockTier::Device,
                      BlockTier::Disk, r.block, lat_us};
         if (c.ok()) {
           pool.release(r.block);
           ev.block = r.block = -1;
-          r.meta.tier = BlockTier::Disk;
-          r.meta.state = BlockState::Inactive;
-          r.slot = r.disk_slot;
-          count_move(kDevice, kDisk);
-          st.tier[kDisk].write_latency.record(lat_us);
+          stored_on_disk();
         } else {
           disk->release(r.disk_slot);
           pool.meta(r.block).state = r.restore_state;  // untouched: stays resident
@@ -271,9 +461,12 @@ struct TierManager::Impl {
         disk->release(r.slot);
         const int sb = r.staging;
         r.staging = -1;
-        if (c.ok()) {
+        if (c.ok() && dma) {
+          r.staging = sb;  // read by the push; given back when it completes
+          queue_copy(c.tag, r, Op::PushFromStaging, r.block, staging_ptr(sb), false);
+        } else if (c.ok()) {
           const auto dst = pool.block_bytes_for_write(r.block);  // a push may still read the arena
-          std::memcpy(dst.data(), staging[size_t(sb)].data(), dst.size());
+          std::memcpy(dst.data(), staging_ptr(sb), dst.size());
           give_staging(sb);
           finish_promotion(c.tag, r, kDisk, lat_us);
         } else {
@@ -287,16 +480,18 @@ struct TierManager::Impl {
         }
         break;
       }
-      case Op::None:
-        throw std::logic_error("TierManager: completion for a record with no transfer");
+      default:
+        throw std::logic_error("TierManager: disk completion for a record with no disk transfer");
     }
   }
 
   void pump() {
+    pump_copies();
     if (!disk) return;
     completions.clear();
     disk->poll(completions);
     for (const auto& c : completions) on_completion(c);
+    pump_copies();  // pushes queued by finished disk reads may be done already
   }
 
   OffloadId new_record(const BlockMeta& m) {
@@ -307,6 +502,29 @@ struct TierManager::Impl {
     return id;
   }
 
+  // A demotion by device copy: queued, not waited for, and the tier-0 block goes back to the
+  // pool at once (the device does not overwrite it before the pull has read it); the
+  // checksum comes with the completion. `place` fills in where the bytes go. Returns the id.
+  template <typename Place>
+  OffloadId queue_pull(BlockId b, BlockTier to, Op op, uint8_t* dst, Place&& place) {
+    BlockMeta m = pool.meta(b);
+    m.checksum = 0;
+    m.tier = to;
+    m.state = BlockState::PendingEvict;
+    const OffloadId id = new_record(m);
+    Record& r = records[id];
+    place(r);
+    r.started = Clock::now();
+    try {
+      queue_copy(id, r, op, b, dst, true);
+    } catch (...) {
+      records.erase(id);
+      throw;
+    }
+    pool.release(b);
+    return id;
+  }
+
   TierEvent demote_host(BlockId b) {
     TierEvent ev{TierEvent::Kind::Demote, 0, TransferStatus::Ok, BlockTier::Device,
                  BlockTier::Host, b, 0.0};
@@ -314,6 +532,18 @@ struct TierManager::Impl {
     const auto slot = host->allocate();
     if (!slot) return ev.status = TransferStatus::NoSpace, ev;
     const auto t0 = Clock::now();
+    if (dma) {
+      try {
+        ev.id = queue_pull(b, BlockTier::Host, Op::PullToHost, host->slot_ptr(*slot),
+                           [&](Record& r) { r.slot = *slot; });
+      } catch (...) {
+        host->release(*slot);
+        throw;
+      }
+      ev.block = -1;
+      ev.latency_us = us_since(t0);
+      return ev;
+    }
     try {
       pool.pull_from_mirror(b);  // the bytes a GPU model wrote
     } catch (...) {
@@ -355,6 +585,23 @@ struct TierManager::Impl {
       disk->release(*slot);
       return ev.status = TransferStatus::TierDisabled, ev;
     }
+    if (dma) {
+      // Device -> staging, then staging -> disk when the pull completes; a failed write then
+      // loses the copy (IoError: the tier-0 block went back to the pool with the pull).
+      try {
+        ev.id = queue_pull(b, BlockTier::Disk, Op::PullToStaging, staging_ptr(sb), [&](Record& r) {
+          r.disk_slot = *slot;
+          r.staging = sb;
+        });
+      } catch (...) {
+        give_staging(sb);
+        disk->release(*slot);
+        throw;
+      }
+      ev.block = -1;
+      ev.status = TransferStatus::Pending;
+      return ev;
+    }
     try {
       pool.pull_from_mirror(b);  // the bytes a GPU model wrote
     } catch (...) {
@@ -363,7 +610,7 @@ struct TierManager::Impl {
       throw;
     }
     const auto src = pool.block_bytes(b);
-    std::memcpy(staging[size_t(sb)].data(), src.data(), src.size());
+    std::memcpy(staging_ptr(sb), src.data(), src.size());
     BlockMeta& pm = pool.meta(b);
     pm.checksum = checksum(src.data(), src.size());
     const BlockState restore = pm.state;
@@ -377,7 +624,7 @@ struct TierManager::Impl {
     r.restore_state = restore;
     r.started = Clock::now();
     try {
-      disk->submit_write(*slot, staging[size_t(sb)].data(), ev.id);
+      disk->submit_write(*slot, staging_ptr(sb), ev.id);
     } catch (const kv::DiskStoreError& e) {
       give_staging(sb);
       disk->release(*slot);
@@ -399,8 +646,8 @@ struct TierManager::Impl {
 
   TierEvent promote(OffloadId id) {
     Record& r = find(id);
-    if (r.op == Op::PromoteFromDisk)
-      return {TierEvent::Kind::Promote, id, TransferStatus::Pending, BlockTier::Disk,
+    if (r.op == Op::PromoteFromDisk || r.op == Op::PushFromStaging || r.op == Op::PushFromHost)
+      return {TierEvent::Kind::Promote, id, TransferStatus::Pending, r.meta.tier,
               BlockTier::Device, r.block, 0.0};
     drive_idle(r);  // a demotion in flight finishes first
     if (r.outcome) return outcome_event(id, r);
@@ -414,6 +661,24 @@ struct TierManager::Impl {
     }
     if (pool.n_free() == 0) return ev.status = TransferStatus::NoSpace, ev;
     const auto t0 = Clock::now();
+    if (from == BlockTier::Host && dma) {
+      // Queued: verified on the device as it lands, claimed once the copy has completed.
+      r.block = pool.allocate();
+      install_meta(r.block, r.meta);
+      r.meta.state = BlockState::Loading;
+      r.started = t0;
+      try {
+        queue_copy(id, r, Op::PushFromHost, r.block, host->slot_ptr(r.slot), false);
+      } catch (...) {
+        pool.release(r.block);
+        r.block = -1;
+        r.meta.state = BlockState::Inactive;
+        throw;
+      }
+      ev.status = TransferStatus::Pending;
+      ev.block = r.block;
+      return ev;
+    }
     if (from == BlockTier::Host) {
       r.block = pool.allocate();
       install_meta(r.block, r.meta);
@@ -438,7 +703,7 @@ struct TierManager::Impl {
     r.staging = sb;
     r.started = t0;
     try {
-      disk->submit_read(r.slot, staging[size_t(sb)].data(), id);
+      disk->submit_read(r.slot, staging_ptr(sb), id);
     } catch (const kv::DiskStoreError& e) {
       r.op = Op::None;
       r.staging = -1;
@@ -567,12 +832,24 @@ std::vector<TierEvent> TierManager::poll() {
 
 void TierManager::discard(OffloadId id) { impl_->release_record(id); }
 
-void TierManager::drain() {
-  if (impl_->disk)
-    while (impl_->disk->in_flight() > 0) impl_->wait_one();
+void TierManager::drain() { impl_->drain_all(); }
+
+size_t TierManager::in_flight() const {
+  return (impl_->disk ? impl_->disk->in_flight() : 0) + impl_->copies.size();
 }
 
-size_t TierManager::in_flight() const { return impl_->disk ? impl_->disk->in_flight() : 0; }
+bool TierManager::copies_async() const { return impl_->dma; }
+
+void TierManager::flush() {
+  if (impl_->dma && !impl_->copies.empty()) impl_->mirror()->flush();
+}
+
+bool TierManager::ready(OffloadId id) {
+  Impl& m = *impl_;
+  m.pump();
+  const Impl::Record& r = m.find(id);
+  return r.op == Impl::Op::None;
+}
 
 const BlockMeta& TierManager::meta(OffloadId id) const { return impl_->find(id).meta; }
 
@@ -614,6 +891,14 @@ TierStats TierManager::stats() const {
   s.breaker_p95_ms = m.breaker.p95_ms();
   s.breaker_reason = m.breaker.reason();
   s.offloaded_blocks = m.records.size();
+  if (m.dma)
+    if (const auto mirror = m.dma_mirror.lock()) {
+      const BlockMirror::CopyTotals t = mirror->copy_totals();
+      s.copy_d2h_bytes = t.bytes[0];
+      s.copy_h2d_bytes = t.bytes[1];
+      s.copy_d2h_ms = t.device_ms[0];
+      s.copy_h2d_ms = t.device_ms[1];
+    }
   return s;
 }
 

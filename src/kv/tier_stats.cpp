@@ -80,6 +80,14 @@ std::string TierStats::to_json() const {
                   {"trips", breaker_trips},     {"p95_ms", breaker_p95_ms},
                   {"reason", breaker_reason}};
   j["offloaded_blocks"] = offloaded_blocks;
+  if (async_copies) {
+    auto gbps = [](uint64_t bytes, double ms) { return ms > 0 ? double(bytes) / (ms * 1e6) : 0.0; };
+    j["device_copies"] = {{"link_gbps", {{"h2d", link_h2d_gbps}, {"d2h", link_d2h_gbps}}},
+                          {"bytes", {{"h2d", copy_h2d_bytes}, {"d2h", copy_d2h_bytes}}},
+                          {"device_ms", {{"h2d", copy_h2d_ms}, {"d2h", copy_d2h_ms}}},
+                          {"gbps", {{"h2d", gbps(copy_h2d_bytes, copy_h2d_ms)},
+                                    {"d2h", gbps(copy_d2h_bytes, copy_d2h_ms)}}}};
+  }
   return j.dump();
 }
 

@@ -132,7 +132,7 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
       registry_.gauge("flashdllm_kv_tier_enabled", "1 when the tier is in use", tier)
           .set(c.enabled ? 1.0 : 0.0);
       mirror(registry_.counter("flashdllm_kv_tier_checksum_failures_total",
-                               "Blocks from the tier that failed XXH3 verification", tier),
+                               "Blocks from the tier that failed checksum verification", tier),
              double(c.checksum_failures), double(lt.tiers.tier[t].checksum_failures));
       for (size_t to = 0; to < 3; ++to) {
         if (to == t) continue;
@@ -149,8 +149,31 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
     mirror(counter("flashdllm_kv_cache_blocks_promoted_total",
                    "Offloaded prefix-cache blocks brought back into tier 0 on a hit"),
            double(kt.promoted), double(lt.promoted));
-    mirror(counter("flashdllm_kv_prefetches_total", "Tier-2 promotions started for waiting requests"),
+    mirror(counter("flashdllm_kv_prefetches_total", "Promotions started early for waiting requests"),
            double(kt.prefetches), double(lt.prefetches));
+    // Device copies (GPU): the link's speed measured at start-up and what the copies moved,
+    // in device time, per direction; the engine thread's waits for them.
+    static const char* kDir[2] = {"h2d", "d2h"};
+    const double link[2] = {kt.tiers.link_h2d_gbps, kt.tiers.link_d2h_gbps};
+    const uint64_t bytes[2] = {kt.tiers.copy_h2d_bytes, kt.tiers.copy_d2h_bytes},
+                   last_bytes[2] = {lt.tiers.copy_h2d_bytes, lt.tiers.copy_d2h_bytes};
+    const double ms[2] = {kt.tiers.copy_h2d_ms, kt.tiers.copy_d2h_ms},
+                 last_ms[2] = {lt.tiers.copy_h2d_ms, lt.tiers.copy_d2h_ms};
+    for (int d = 0; d < 2; ++d) {
+      const metrics::Labels dir{{"direction", kDir[d]}};
+      registry_.gauge("flashdllm_kv_link_bytes_per_second",
+                      "Host<->device link speed measured at start-up (one large page-locked transfer)", dir)
+          .set(link[d] * 1e9);
+      mirror(registry_.counter("flashdllm_kv_copy_bytes_total", "KV block bytes moved by device copies", dir),
+             double(bytes[d]), double(last_bytes[d]));
+      mirror(registry_.counter("flashdllm_kv_copy_device_seconds_total",
+                               "Device time of KV block copies (their checksums included)", dir),
+             ms[d] * 1e-3, last_ms[d] * 1e-3);
+    }
+    mirror(counter("flashdllm_kv_copy_waits_total", "Times the engine thread waited for a device copy"),
+           double(kt.copy_waits), double(lt.copy_waits));
+    mirror(counter("flashdllm_kv_copy_wait_seconds_total", "Engine-thread time spent waiting for device copies"),
+           kt.copy_wait_ms_total * 1e-3, lt.copy_wait_ms_total * 1e-3);
     last_ = m;
   }
   return registry_.render();

@@ -63,7 +63,7 @@ struct TierFixture {
       : model(*m.model), tokenizer(*m.tokenizer), options(engine::resolve_options(model, g)),
         pool(model.kv_shape(options.block_size),
              engine::resolve_pool_blocks(options, kv_blocks, "TierFixture")),
-        kv(pool), spec(options.spec), tiers(engine::make_tier_manager(pool, options.kv_tiers)),
+        kv(pool), spec(options.spec), tiers(engine::make_tier_manager(model, pool, options.kv_tiers)),
         offload(engine::make_offload(model, *tiers, options)),
         ctx{model, tokenizer, kv, options, model.config().n_vocab, batch, logits, stats, spec,
             offload.get(), nullptr},

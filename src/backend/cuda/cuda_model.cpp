@@ -60,6 +60,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   FDL_CUDA_CHECK(cudaEventCreateWithFlags(&push_done_, cudaEventDisableTiming));
+  tier_copier_ = std::make_unique<TierCopier>(stream_, [this] { replay_pool_log(); });
   for (UploadTurn& u : upload_turn_) {
     FDL_CUDA_CHECK(cudaEventCreateWithFlags(&u.uploaded, cudaEventDisableTiming));
     FDL_CUDA_CHECK(cudaEventCreateWithFlags(&u.consumed, cudaEventDisableTiming));
@@ -159,6 +160,7 @@ CudaModel::~CudaModel() {
   for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
   if (stream_) cudaStreamSynchronize(stream_);  // uncollected submitted steps still write into our buffers
   if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+  tier_copier_.reset();  // waits for tier copies into and out of the arena
   for (SubmittedStep& s : submitted_)
     if (s.copied) cudaEventDestroy(s.copied);
   for (UploadTurn& u : upload_turn_) {
@@ -330,6 +332,22 @@ void CudaModel::sync_block_copies(KvCache& kv) {
 // staged before cudaMemcpyAsync returns); if the system refuses, copies stay pageable. The pin
 // is released, after the pushes in flight, when the pool closes or the mirror goes, whichever
 // comes first.
+namespace {
+// Page-locks host memory the KV tiers own (BlockMirror::pin_host), released with the handle.
+std::shared_ptr<void> pin_host_memory(void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0) return nullptr;
+  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("cannot page-lock " + std::to_string(bytes >> 20) + " MiB of host memory for KV tier copies: " +
+                             cudaGetErrorString(e));
+  }
+  return std::shared_ptr<void>(p, [](void* q) {
+    if (cudaHostUnregister(q) != cudaSuccess) (void)cudaGetLastError();
+  });
+}
+}  // namespace
+
 class CudaModel::ArenaMirror final : public BlockMirror {
  public:
   ArenaMirror(CudaModel& model, BlockPool& pool) : model_(model), pool_uid_(pool.uid()), arena_(pool.arena_bytes()) {}
@@ -343,6 +361,24 @@ class CudaModel::ArenaMirror final : public BlockMirror {
     model_.copy_block(pool_uid_, id, const_cast<uint8_t*>(host.data()), false);
   }
   void host_write_fence(BlockId id) noexcept override { model_.settle_pushes(id); }
+
+  // Asynchronous direct copies (BlockMirror): the model's TierCopier.
+  bool copies_async() const override { return model_.arena_shape_.block_bytes() % 8 == 0; }
+  std::shared_ptr<void> pin_host(void* p, size_t bytes) override { return pin_host_memory(p, bytes); }
+  CopyHandle queue_copy(BlockId id, uint8_t* host, bool to_host) override {
+    check_live();
+    return model_.tier_copier_->queue(id, host, to_host);
+  }
+  void flush() override { model_.tier_copier_->flush(); }
+  bool copy_done(CopyHandle h) override { return model_.tier_copier_->done(h); }
+  void wait_copy(CopyHandle h) override { model_.tier_copier_->wait(h); }
+  uint64_t collect_copy(CopyHandle h) override { return model_.tier_copier_->collect(h); }
+  CopyTotals copy_totals() const override { return model_.tier_copier_->totals(); }
+  std::pair<double, double> measure_link(uint8_t* host, size_t bytes) override {
+    check_live();
+    return model_.tier_copier_->measure_link(host, bytes);
+  }
+
   void pool_closing() override {
     model_.settle_pushes();  // before the arena goes
     unpin();
@@ -362,6 +398,10 @@ class CudaModel::ArenaMirror final : public BlockMirror {
   void unpin() {
     if (pinned_ && cudaHostUnregister(pinned_) != cudaSuccess) (void)cudaGetLastError();
     pinned_ = nullptr;
+  }
+  void check_live() const {
+    if (model_.arena_uid_ != pool_uid_)
+      throw std::logic_error("CudaModel: a tier copy for a pool the device arena no longer holds");
   }
   CudaModel& model_;
   uint64_t pool_uid_;
@@ -397,6 +437,25 @@ void CudaModel::copy_block(uint64_t pool_uid, BlockId id, void* host, bool to_ho
   }
 }
 
+void CudaModel::bind_kv_pool(BlockPool& pool) { ensure_arena(pool); }
+
+void CudaModel::fence_tier_pulls(const StepBatch& batch, KvCache& kv) {
+  if (!tier_copier_->pulls_pending()) return;
+  // The blocks this step writes: its tokens' blocks (from each sequence's first token of the
+  // step to the end of its table: tree nodes sit in slots right of their positions) and the
+  // targets of pending copy-on-write copies and slot moves.
+  written_.clear();
+  const int bs = kv.pool().shape().block_size;
+  for (size_t t = 0; t < batch.size(); ++t) {
+    const SeqId s = batch.seqs[t];
+    if (t > 0 && batch.seqs[t - 1] == s && batch.positions[t] >= batch.positions[t - 1]) continue;
+    const auto table = kv.block_table(s);
+    for (size_t i = size_t(batch.positions[t] / bs); i < table.size(); ++i) written_.push_back(table[i]);
+  }
+  for (const KvCopy& op : pool_log_->ops) written_.push_back(op.dst);
+  tier_copier_->fence_writes(written_);
+}
+
 void CudaModel::settle_pushes(BlockId id) noexcept {
   if (pushed_.empty() || (id >= 0 && !pushed_.contains(id))) return;
   // One event after the latest push: waiting for it waits for all of them.
@@ -412,6 +471,7 @@ void CudaModel::ensure_arena(BlockPool& pool) {
   if (arena_uid_ == pool.uid() && arena_blocks_ == pool.capacity()) return;
   if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps use the old arena
   settle_pushes();  // pushes in flight write the old arena and read the old pool's host arena
+  tier_copier_->synchronize();  // tier copies in flight address the old arena
   // Nothing refers to the old arena from here on, also if the allocation below fails.
   arena_uid_ = 0;
   arena_blocks_ = 0;
@@ -434,6 +494,8 @@ void CudaModel::ensure_arena(BlockPool& pool) {
   arena_uid_ = pool.uid();
   arena_shape_ = pool.shape();
   arena_blocks_ = pool.capacity();
+  if (arena_shape_.block_bytes() % 8 == 0)
+    tier_copier_->set_arena(reinterpret_cast<uint8_t*>(arena_.get()), arena_shape_.block_bytes(), arena_blocks_);
   mirror_ = std::make_shared<ArenaMirror>(*this, pool);  // the previous pool's mirror expires
   pool.set_mirror(mirror_);
   ++generation_;
@@ -881,6 +943,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   if (n == 0) return 0;
   const ModelConfig& c = config_;
   ensure_arena(kv.pool());
+  fence_tier_pulls(batch, kv);
   sync_block_copies(kv);
   int m = 0, max_ctx = 0;
   m = int(batch.n_wanted());

@@ -73,6 +73,7 @@
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/tier_copier.h"
 #include "flashdllm/model.h"
 #include "model/token_tree.h"
 
@@ -112,6 +113,9 @@ class CudaModel final : public Model {
   bool prefers_device_sampling() const override { return true; }
   /// Trees of up to TokenTreeLayout::kMaskWindow nodes below their root (see above).
   bool supports_tree_verification() const override { return true; }
+  /// Allocates the device KV arena for `pool` now (not at the first forward) and registers
+  /// the model as its BlockMirror, so the KV tiers can page-lock their memory at start-up.
+  void bind_kv_pool(BlockPool& pool) override;
 
   /// Device bytes of the weights, and the bytes one decode step streams (for bandwidth
   /// reports).
@@ -214,6 +218,9 @@ class CudaModel final : public Model {
   /// host bytes. Never throws: a failed wait means a device fault, which the next forward
   /// reports; the host bytes are then no longer read either.
   void settle_pushes(BlockId id = -1) noexcept;
+  /// Before a step's kernels: the compute stream waits for tier pulls still reading a block
+  /// the step writes (TierCopier::fence_writes).
+  void fence_tier_pulls(const StepBatch& batch, KvCache& kv);
   size_t arena_block_elems() const;  // K/V elements per block (all layers), the pool's layout
   KvDtype resolve_kv_dtype(std::optional<KvDtype> want) const;
   void ensure_scratch(int n, int m, int splits);
@@ -308,6 +315,8 @@ class CudaModel final : public Model {
   std::shared_ptr<ArenaMirror> mirror_;  // registered (weakly) with the pool the arena serves
   cudaEvent_t push_done_ = nullptr;      // recorded after the last push
   std::unordered_set<BlockId> pushed_;   // blocks whose pushes may still read the host arena
+  std::unique_ptr<TierCopier> tier_copier_;  // asynchronous tier copies (BlockMirror::queue_copy)
+  std::vector<BlockId> written_;             // fence_tier_pulls' scratch
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.
