@@ -13,17 +13,8 @@
 #   RUNS="roomy recompute host auto auto-2g" SESSIONS=32 TURNS=4 MODEL=/tmp/l3-8b-f16.gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/fdl-out}
-mkdir -p "$OUT"
-source scripts/gpu/device_env.sh
-F=$D/bin/flashdllm
-MODEL=${MODEL:-/tmp/l3-8b-f16.gguf}
+source bench/gpu/bench_env.sh || exit 1
 RUNS=${RUNS:-roomy recompute host auto auto-2g}
-log() { echo "[$(date +%T)] $*"; }
-if [ ! -f "$MODEL" ]; then
-  log "making $MODEL (Llama-3-8B shape, F16, random weights)"
-  timeout 300 "$F" tools make-model --preset llama3-8b --dtype f16 -o "$MODEL" | tail -1 || exit 1
-fi
 DISK=$(mktemp -d /tmp/fdl-kv-disk.XXXX)
 common=(-m "$MODEL" --device cuda --sessions "${SESSIONS:-32}" --turns "${TURNS:-4}" --first-tokens 2048
         --message-tokens 64 --answer-tokens 32 --max-num-seqs 4)

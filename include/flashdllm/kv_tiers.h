@@ -229,6 +229,14 @@ class TierManager {
   void trip_breaker(const std::string& reason);  ///< manual; latched until reset_breaker()
   void reset_breaker();
   TierStats stats() const;
+  /// Free slots of tier `t` (0 when it is off): cheaper than stats() for the cost rule.
+  size_t free_blocks(BlockTier t) const;
+  /// Device copies: bytes per second each way, measured live over the completed copies (their
+  /// checksums included), or the link's start-up figure before any; 0 without device copies.
+  struct CopyRates {
+    double h2d_bytes_per_s = 0, d2h_bytes_per_s = 0;
+  };
+  CopyRates copy_rates() const;
 
   /// Test hooks: flip one bit of an offloaded block where it is stored now (tier 1 or 2);
   /// make the next tier-2 write/read fail (fault: "eio", "enospc" or "short").

@@ -79,10 +79,7 @@ KvOffload::KvOffload(TierManager& tiers, const KvTierOptions& options,
 bool KvOffload::tier_on(BlockTier t) const { return tiers_.tier_enabled(t); }
 
 size_t KvOffload::free_blocks(BlockTier t) const {
-  if (!tier_on(t)) return 0;
-  const TierStats s = tiers_.stats();
-  const auto& c = s.tier[size_t(t)];
-  return c.capacity_blocks > c.used_blocks ? c.capacity_blocks - c.used_blocks : 0;
+  return tier_on(t) ? tiers_.free_blocks(t) : 0;
 }
 
 double KvOffload::recompute_tok_per_s() const {
@@ -114,12 +111,8 @@ kv::PlacementInputs KvOffload::inputs() const {
   // included), or at the link speed measured at start-up before the first copies; the
   // profile's memcpy figures describe another path.
   if (tiers_.copies_async()) {
-    const TierStats s = tiers_.stats();
-    auto rate = [](uint64_t bytes, double ms, double link_gbps) {
-      return bytes > 0 && ms > 0 ? double(bytes) / (ms * 1e-3) : link_gbps * 1e9;
-    };
-    const double w = rate(s.copy_d2h_bytes, s.copy_d2h_ms, s.link_d2h_gbps);
-    const double r = rate(s.copy_h2d_bytes, s.copy_h2d_ms, s.link_h2d_gbps);
+    const TierManager::CopyRates c = tiers_.copy_rates();
+    const double w = c.d2h_bytes_per_s, r = c.h2d_bytes_per_s;
     if (w > 0 && r > 0) {
       in.host.write_bytes_per_s = w;
       in.host.read_bytes_per_s = r;

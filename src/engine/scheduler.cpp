@@ -338,26 +338,28 @@ void Scheduler::plan_prefill(size_t budget) {
   // nothing else can run.
   using PathState = PrefixCache::PathState;
   const bool defer_loading = ctx_.offload != nullptr && ctx_.offload->copies_async() && opt_.prefix_cache;
-  std::vector<PathState> state(defer_loading ? order.size() : 0, PathState::Resident);
-  bool others_can_start = !running_.empty();
-  for (size_t i = 0; i < state.size(); ++i) {
-    state[i] = prefix_state(*order[i]);
-    others_can_start |= state[i] != PathState::Offloaded;
-  }
+  // Looked up only for the candidates the loop reaches (a walk of each one's chain).
+  auto others_can_start = [&](size_t from) {
+    if (!running_.empty()) return true;
+    for (size_t j = from; j < order.size(); ++j)
+      if (prefix_state(*order[j]) != PathState::Offloaded) return true;
+    return false;
+  };
   size_t at = 0;
   std::vector<LiveSequence*> admitted;
   for (LiveSequence* s : order) {
-    const PathState path = defer_loading ? state[at] : PathState::Resident;
     ++at;
     // Admitted ones join running_ after this loop: count them too.
     if (budget == 0 || running_.size() + admitted.size() >= size_t(ctx_.options.max_sequences))
       break;
+    const PathState path = defer_loading ? prefix_state(*s) : PathState::Resident;
     const bool starved = s->waited_steps >= opt_.max_wait_steps;
     if (opt_.length_buckets && s->length_class == LengthClass::Long && long_active && !starved)
       continue;
     // Its cached prefix is still coming back from a lower tier: others go first rather than
     // the engine waiting for the copies (unless nothing else runs).
-    if (path == PathState::Loading || (path == PathState::Offloaded && (others_can_start || !admitted.empty())))
+    if (path == PathState::Loading ||
+        (path == PathState::Offloaded && (!admitted.empty() || others_can_start(at) || prefetch_prefix(*s) > 0)))
       continue;
     if (!admit(*s, reserve)) break;  // the pool is full: wait for blocks to come back
     admitted.push_back(s);
@@ -424,6 +426,20 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
   return true;
 }
 
+size_t Scheduler::prefetch_prefix(const LiveSequence& s, size_t want) {
+  const size_t bs = size_t(ctx_.options.block_size);
+  const size_t target = s.prefill_target();
+  const size_t cacheable = s.last_token >= 0 ? target : target - 1;
+  const auto tokens = std::span<const int32_t>(s.context).first(target);
+  if (want == 0) want = prefix_cache_.to_prefetch(s.request.cache_scope, tokens, cacheable / bs);
+  if (want == 0) return 0;
+  BlockPool& pool = ctx_.kv.pool();
+  const size_t reserve = running_.size() + 1;
+  if (want + reserve > pool.n_free()) prefix_cache_.evict(want + reserve - pool.n_free());
+  if (want + reserve > pool.n_free()) return 0;
+  return prefix_cache_.prefetch(s.request.cache_scope, tokens, cacheable / bs, want);
+}
+
 PrefixCache::PathState Scheduler::prefix_state(const LiveSequence& s) {
   const size_t target = s.prefill_target();
   const size_t cacheable = s.last_token >= 0 ? target : target - 1;
@@ -447,8 +463,10 @@ void Scheduler::prefetch_waiting() {
     // up. Every waiting request's path is marked used first, so evictions take the blocks of
     // requests that are not waiting.
     // Marked last to first, so the requests next in line count as the most recently used.
-    std::vector<size_t> want(waiting_.size());
-    for (size_t i = waiting_.size(); i-- > 0;) {
+    // Only the next few (two rounds of running sequences): the walks cost engine time.
+    const size_t ahead = std::min(waiting_.size(), 2 * size_t(ctx_.options.max_sequences));
+    std::vector<size_t> want(ahead);
+    for (size_t i = ahead; i-- > 0;) {
       const LiveSequence& w = *waiting_[i];
       const size_t target = w.prefill_target();
       const size_t cacheable = w.last_token >= 0 ? target : target - 1;
@@ -456,16 +474,12 @@ void Scheduler::prefetch_waiting() {
                                           cacheable / bs);
     }
     size_t in_flight = prefix_cache_.n_prefetching();
-    for (size_t i = 0; i < waiting_.size(); ++i) {
+    for (size_t i = 0; i < ahead; ++i) {
       if (want[i] == 0) continue;
       if (want[i] > context_blocks || in_flight + want[i] > 2 * context_blocks) break;
-      if (want[i] + reserve > pool.n_free()) prefix_cache_.evict(want[i] + reserve - pool.n_free());
-      if (want[i] + reserve > pool.n_free()) break;  // tier 0 holds running sequences' blocks
-      const LiveSequence& w = *waiting_[i];
-      const size_t target = w.prefill_target();
-      const size_t cacheable = w.last_token >= 0 ? target : target - 1;
-      in_flight += prefix_cache_.prefetch(w.request.cache_scope, std::span<const int32_t>(w.context).first(target),
-                                          cacheable / bs, want[i]);
+      const size_t started = prefetch_prefix(*waiting_[i], want[i]);
+      if (started == 0) break;  // tier 0 holds running sequences' blocks
+      in_flight += started;
     }
     return;
   }

@@ -97,6 +97,9 @@ class Scheduler {
   void prefetch_waiting();
   /// Where `s`'s cached prefix is (PrefixCache::path_state).
   PrefixCache::PathState prefix_state(const LiveSequence& s);
+  /// Starts bringing `s`'s offloaded prefix blocks back (want: how many, 0 = count them),
+  /// demoting colder cached blocks for room; returns how many were started (0: no room).
+  size_t prefetch_prefix(const LiveSequence& s, size_t want = 0);
   void cache_blocks(const LiveSequence& s, size_t n_tokens);
   LengthClass classify(size_t prompt_tokens) const;
 

@@ -106,8 +106,9 @@ struct TierManager::Impl {
                                                      std::min<size_t>(host->arena_bytes(), size_t(256) << 20));
         st.link_h2d_gbps = h2d / 1e9;
         st.link_d2h_gbps = d2h / 1e9;
-        spdlog::info("kv tiers: host<->device link {:.1f} GB/s to the device, {:.1f} GB/s to the host "
-                     "(page-locked, one large transfer each way)", st.link_h2d_gbps, st.link_d2h_gbps);
+        if (h2d > 0 && d2h > 0)
+          spdlog::info("kv tiers: host<->device link {:.1f} GB/s to the device, {:.1f} GB/s to the host "
+                       "(page-locked, one large transfer each way)", st.link_h2d_gbps, st.link_d2h_gbps);
       }
     } else {
       st.tier[kHost].disabled_reason = "no capacity (--kv-host-bytes is 0 or below one block)";
@@ -900,6 +901,30 @@ TierStats TierManager::stats() const {
       s.copy_h2d_ms = t.device_ms[1];
     }
   return s;
+}
+
+size_t TierManager::free_blocks(BlockTier t) const {
+  const Impl& m = *impl_;
+  switch (t) {
+    case BlockTier::Device: return m.pool.n_free();
+    case BlockTier::Host: return m.host ? m.host->n_free() : 0;
+    case BlockTier::Disk: return m.disk && m.disk_enabled ? m.disk->n_free() : 0;
+  }
+  return 0;
+}
+
+TierManager::CopyRates TierManager::copy_rates() const {
+  const Impl& m = *impl_;
+  CopyRates r;
+  if (!m.dma) return r;
+  const auto mirror = m.dma_mirror.lock();
+  const BlockMirror::CopyTotals t = mirror ? mirror->copy_totals() : BlockMirror::CopyTotals{};
+  auto rate = [](uint64_t bytes, double ms, double link_gbps) {
+    return bytes > 0 && ms > 0 ? double(bytes) / (ms * 1e-3) : link_gbps * 1e9;
+  };
+  r.d2h_bytes_per_s = rate(t.bytes[0], t.device_ms[0], m.st.link_d2h_gbps);
+  r.h2d_bytes_per_s = rate(t.bytes[1], t.device_ms[1], m.st.link_h2d_gbps);
+  return r;
 }
 
 void TierManager::corrupt_for_test(OffloadId id, size_t byte_offset, int bit) {

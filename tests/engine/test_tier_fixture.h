@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -59,11 +60,16 @@ inline std::string tier_profile_json(size_t block_bytes) {
 }
 
 struct TierFixture {
-  TierFixture(const LoadedModel& m, GeneratorOptions g, SchedulerOptions s, size_t kv_blocks)
+  /// `mirror` (optional) is registered with the pool before the tier manager is built, as a
+  /// GPU model's is: a mirror with asynchronous copies makes the tiers use them.
+  TierFixture(const LoadedModel& m, GeneratorOptions g, SchedulerOptions s, size_t kv_blocks,
+              std::function<std::shared_ptr<BlockMirror>(BlockPool&)> mirror = {})
       : model(*m.model), tokenizer(*m.tokenizer), options(engine::resolve_options(model, g)),
         pool(model.kv_shape(options.block_size),
              engine::resolve_pool_blocks(options, kv_blocks, "TierFixture")),
-        kv(pool), spec(options.spec), tiers(engine::make_tier_manager(model, pool, options.kv_tiers)),
+        kv(pool), spec(options.spec),
+        mirror_(mirror ? mirror(pool) : nullptr),
+        tiers((pool.set_mirror(mirror_), engine::make_tier_manager(model, pool, options.kv_tiers))),
         offload(engine::make_offload(model, *tiers, options)),
         ctx{model, tokenizer, kv, options, model.config().n_vocab, batch, logits, stats, spec,
             offload.get(), nullptr},
@@ -113,6 +119,7 @@ struct TierFixture {
   std::vector<float> logits;
   GeneratorStats stats;
   engine::SpecState spec;
+  std::shared_ptr<BlockMirror> mirror_;
   std::unique_ptr<TierManager> tiers;
   std::unique_ptr<engine::KvOffload> offload;
   engine::EngineContext ctx;

@@ -139,16 +139,16 @@ int gemv_variant() {
   return v;
 }
 
-/// Tuning knob for the 3-16 token kernels: FLASHDLLM_GEMV_MULTI="UNROLL,RPW" (4,1 default;
-/// also 4,2 2,4 2,2), read once. Every variant sums each row in the same order: the results
-/// are bit-identical, only the speed differs.
+/// Tuning knob for the 3-16 token kernels: FLASHDLLM_GEMV_MULTI="UNROLL,RPW" (2,2 default;
+/// also 4,2 2,4 4,1), read once. Every variant sums each row in the same order: the results
+/// are bit-identical, only the speed differs (docs/GPU.md).
 int gemv_multi_variant() {
   static const int v = [] {
     const char* e = std::getenv("FLASHDLLM_GEMV_MULTI");
     const std::string s = e ? e : "";
     if (s == "4,2") return 1;
     if (s == "2,4") return 2;
-    if (s == "2,2") return 3;
+    if (s == "4,1") return 3;
     return 0;
   }();
   return v;
@@ -184,8 +184,8 @@ void launch(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t
     switch (gemv_multi_variant()) {
       case 1: return launch_vec<WT, NT, 4, 2>(W, X, n, Y, stream);
       case 2: return launch_vec<WT, NT, 2, 4>(W, X, n, Y, stream);
-      case 3: return launch_vec<WT, NT, 2, 2>(W, X, n, Y, stream);
-      default: return launch_vec<WT, NT, 4, 1>(W, X, n, Y, stream);
+      case 3: return launch_vec<WT, NT, 4, 1>(W, X, n, Y, stream);
+      default: return launch_vec<WT, NT, 2, 2>(W, X, n, Y, stream);
     }
   }
 }
