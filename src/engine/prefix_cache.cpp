@@ -190,7 +190,9 @@ PrefixCache::PathState PrefixCache::path_state(std::string_view scope, std::span
     const Entry& e = it->second;
     if (e.block >= 0 || e.offload == 0) continue;
     if (!e.prefetching) return PathState::Offloaded;
-    if (!offload_->ready(e.offload)) state = PathState::Loading;
+    // One block still in flight is enough to know: later ones are not asked (each question
+    // about a block in flight collects completions).
+    if (state == PathState::Resident && !offload_->ready(e.offload)) state = PathState::Loading;
   }
   return state;
 }

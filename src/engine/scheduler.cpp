@@ -358,8 +358,11 @@ void Scheduler::plan_prefill(size_t budget) {
       continue;
     // Its cached prefix is still coming back from a lower tier: others go first rather than
     // the engine waiting for the copies (unless nothing else runs).
+    // An offloaded prefix is promoted at admission (the engine thread waits for it) only when
+    // nothing else can run, its prefetch cannot start and no copy in flight could make room.
     if (path == PathState::Loading ||
-        (path == PathState::Offloaded && (!admitted.empty() || others_can_start(at) || prefetch_prefix(*s) > 0)))
+        (path == PathState::Offloaded && (!admitted.empty() || others_can_start(at) || prefetch_prefix(*s) > 0 ||
+                                          ctx_.offload->tiers().in_flight() > 0)))
       continue;
     if (!admit(*s, reserve)) break;  // the pool is full: wait for blocks to come back
     admitted.push_back(s);

@@ -847,9 +847,9 @@ void TierManager::flush() {
 
 bool TierManager::ready(OffloadId id) {
   Impl& m = *impl_;
-  m.pump();
-  const Impl::Record& r = m.find(id);
-  return r.op == Impl::Op::None;
+  if (m.find(id).op == Impl::Op::None) return true;
+  m.pump();  // only for a transfer still in flight: callers ask about many landed blocks
+  return m.find(id).op == Impl::Op::None;
 }
 
 const BlockMeta& TierManager::meta(OffloadId id) const { return impl_->find(id).meta; }
