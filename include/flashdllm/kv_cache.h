@@ -110,8 +110,10 @@ class BlockMirror {
   //    writes it first waits for the pull on the device, so the caller may hand the block back
   //    to the pool as soon as the pull is queued;
   //  - a push waits for the forwards queued before it (they may still use the block's old
-  //    contents), and copies run in queue order (a push after a pull of the same block or into
-  //    the same host bytes sees the pull done).
+  //    contents) and for the pulls of the same block queued before it; copies of one
+  //    direction run in queue order.
+  // Host memory handed to a copy must not be reused or freed before copy_done() says the
+  // copy has completed.
   // A pushed block must not be read by a forward before copy_done() says it has landed.
   // Thread-safety: the thread that runs the model's forwards.
 
@@ -126,9 +128,10 @@ class BlockMirror {
   /// deleter; independent of the mirror's lifetime). Throws std::runtime_error on failure.
   virtual std::shared_ptr<void> pin_host(void* /*p*/, size_t /*bytes*/) { return nullptr; }
   /// Queue a copy of block `id` to (to_host) or from `host` (block bytes, page-locked by
-  /// pin_host). It joins the open group, which goes to the device at flush(), at the next
-  /// forward, or when a copy of the other direction is queued. Throws std::logic_error for a
-  /// block outside the backend's arena.
+  /// pin_host). It joins the open group, which goes to the device when it is full, at flush(),
+  /// when a copy of the other direction is queued, when copy_done() or wait_copy() asks about
+  /// one of its copies, or before a forward that writes one of its pulled blocks. Throws
+  /// std::logic_error for a block outside the backend's arena (nothing is queued then).
   virtual CopyHandle queue_copy(BlockId /*id*/, uint8_t* /*host*/, bool /*to_host*/) {
     throw std::logic_error("BlockMirror: asynchronous copies are not supported");
   }

@@ -209,6 +209,8 @@ class TierManager {
   /// Block until every transfer in flight (tier 2, device copies) has completed (their events
   /// are kept for the next poll()). For shutdown, tests and step boundaries that need quiet.
   void drain();
+  /// Block until no tier-2 transfer is in flight, nor a device copy on its way to tier 2.
+  void drain_disk();
   size_t in_flight() const;  ///< tier-2 transfers and device copies not yet completed
   /// Whether tier-0 copies are asynchronous device copies (see the threading model).
   bool copies_async() const;

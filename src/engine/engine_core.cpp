@@ -10,6 +10,9 @@ EngineCore::EngineCore(Model& m, const Tokenizer& t, const GeneratorOptions& o, 
     : model(m), tokenizer(t), options(o), n_vocab(m.config().n_vocab),
       pool(m.kv_shape(options.block_size), options.kv_blocks), kv(pool), spec(options.spec),
       tiers(make_tier_manager(m, pool, options.kv_tiers)), offload(make_offload(m, *tiers, options)) {
+  // Measuring the prefill speed for the storage profile runs forwards on a pool of its own,
+  // which a GPU model's arena follows: bind it to this pool again (a no-op otherwise).
+  m.bind_kv_pool(pool);
   if (tokenizer.n_vocab() > n_vocab)
     throw std::invalid_argument(std::string(owner) + ": tokenizer has " +
                                 std::to_string(tokenizer.n_vocab()) +

@@ -215,10 +215,11 @@ TierEvent KvOffload::demote_to_disk(OffloadId id) {
 TierEvent KvOffload::bring_back(OffloadId id, size_t n_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const BlockTier from = tiers_.meta(id).tier;
+  const bool landed = tiers_.copies_async() && tiers_.ready(id) && tiers_.meta(id).tier == BlockTier::Device;
   const TierEvent ev = tiers_.wait_resident(id);
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  if (tiers_.copies_async()) count_wait(us);
+  if (tiers_.copies_async() && !landed) count_wait(us);  // a landed prefetch is claimed, not waited for
   if (ev.status == TransferStatus::Ok) {
     ++m_.promoted;
     if (from == BlockTier::Disk) disk_read_s_ = ema(disk_read_s_, us * 1e-6);
@@ -261,7 +262,7 @@ void KvOffload::flush() { tiers_.flush(); }
 
 std::vector<OffloadId> KvOffload::settle() {
   const auto t0 = std::chrono::steady_clock::now();
-  tiers_.drain();
+  tiers_.drain_disk();  // device copies to and from tier 1 go on
   if (unsettled_disk_writes_ > 0) {
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -71,8 +71,9 @@ class KvOffload {
   void flush();
   void discard(OffloadId id, bool counts_as_drop);
   void count_drop() { ++m_.dropped; }
-  /// Waits for every tier-2 transfer and collects completions. Returns the ids whose tier-0
-  /// -> tier-2 write failed (their tier-0 block is still resident under the id).
+  /// Waits for every tier-2 transfer (and device copies on their way to tier 2) and collects
+  /// completions. Returns the ids whose tier-0 -> tier-2 write failed (their tier-0 block is
+  /// still resident under the id).
   std::vector<OffloadId> settle();
   /// Once per step: collects finished tier-2 transfers (non-blocking).
   void poll();

@@ -60,6 +60,10 @@ struct LiveSequence {
   uint64_t arrival = 0;        ///< submission order
   uint64_t simhash = 0;        ///< prompt_simhash of the prompt (admission grouping)
   int64_t waited_steps = 0;    ///< steps spent waiting for admission (anti-starvation)
+  /// Times admission passed it over, a slot free, because its cached prefix was still in a
+  /// lower tier (device copies): bounded, so that it is admitted in the end even if its
+  /// prefetch never finds room.
+  int tier_deferrals = 0;
   bool admitted_once = false;
   size_t n_recompute = 0;      ///< context tokens to prefill again after a preemption
   Sampler sampler;

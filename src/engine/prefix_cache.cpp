@@ -92,7 +92,7 @@ std::vector<BlockId> PrefixCache::acquire(std::string_view scope, std::span<cons
     // claiming them below waits for one transfer at most, not one per block.
     const size_t want = to_prefetch(scope, tokens, max_blocks);
     if (want > 0) {
-      if (pool_.n_free() < want) evict(want - pool_.n_free());
+      if (pool_.n_free() < want) evict(want - pool_.n_free(), false);
       prefetch(scope, tokens, max_blocks, std::min(want, pool_.n_free()));
     }
   }
@@ -407,11 +407,13 @@ size_t PrefixCache::claim_prefetched() {
   return n;
 }
 
-size_t PrefixCache::evict(size_t n) {
+size_t PrefixCache::evict(size_t n, bool take_prefetched) {
   if (n == 0) return 0;
   // Blocks prefetched for waiting requests hold tier 0 outside the cache's reach: when room
-  // is short, they become ordinary cached tier-0 blocks, evictable like the rest.
-  if (offload_ != nullptr && n_evictable() < n) claim_prefetched();
+  // is short, they become ordinary cached tier-0 blocks, evictable like the rest (but not to
+  // make room for another prefetch: two waiting requests would take turns evicting each
+  // other's prefixes and neither would ever be admitted).
+  if (offload_ != nullptr && take_prefetched && n_evictable() < n) claim_prefetched();
   std::vector<Victim> candidates;
   for (auto& [key, e] : entries_)
     if (e.block >= 0 && pool_.meta(e.block).ref_count == 1) candidates.emplace_back(key, &e);

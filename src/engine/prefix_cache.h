@@ -82,7 +82,9 @@ class PrefixCache {
   /// Frees up to `n` tier-0 blocks held only by the cache (LRU, deepest first): each is
   /// demoted to a lower tier or released, as the offload layer decides (released without
   /// one). Returns how many tier-0 blocks went back to the pool.
-  size_t evict(size_t n);
+  /// `take_prefetched` false: blocks prefetched for waiting requests stay (the room is for
+  /// another prefetch).
+  size_t evict(size_t n, bool take_prefetched = true);
 
   size_t size() const { return entries_.size(); }  ///< blocks listed (every tier)
   size_t n_evictable() const;                      ///< tier-0 blocks held only by the cache

@@ -17,6 +17,12 @@
 #include "engine/step_trace.h"
 
 namespace fdl::engine {
+namespace {
+// Admissions a request may be passed over while its cached prefix comes back from a lower
+// tier (device copies); a prefetch lands within a few steps, so this only bounds the case
+// where it never finds room.
+constexpr int kMaxTierDeferrals = 256;
+}  // namespace
 
 Scheduler::Scheduler(EngineContext& ctx, const SchedulerOptions& options)
     : ctx_(ctx), opt_(options), prefix_cache_(ctx.kv.pool(), ctx.options.block_size, ctx.offload),
@@ -357,13 +363,17 @@ void Scheduler::plan_prefill(size_t budget) {
     if (opt_.length_buckets && s->length_class == LengthClass::Long && long_active && !starved)
       continue;
     // Its cached prefix is still coming back from a lower tier: others go first rather than
-    // the engine waiting for the copies (unless nothing else runs).
-    // An offloaded prefix is promoted at admission (the engine thread waits for it) only when
-    // nothing else can run, its prefetch cannot start and no copy in flight could make room.
-    if (path == PathState::Loading ||
-        (path == PathState::Offloaded && (!admitted.empty() || others_can_start(at) || prefetch_prefix(*s) > 0 ||
-                                          ctx_.offload->tiers().in_flight() > 0)))
+    // the engine waiting for the copies. An offloaded prefix is promoted at admission (the
+    // engine thread waits for it) only when nothing else can run, its prefetch cannot start
+    // and no copy in flight could make room, or after it was passed over kMaxTierDeferrals
+    // times.
+    if (s->tier_deferrals < kMaxTierDeferrals &&
+        (path == PathState::Loading ||
+         (path == PathState::Offloaded && (!admitted.empty() || others_can_start(at) || prefetch_prefix(*s) > 0 ||
+                                           ctx_.offload->tiers().in_flight() > 0)))) {
+      ++s->tier_deferrals;
       continue;
+    }
     if (!admit(*s, reserve)) break;  // the pool is full: wait for blocks to come back
     admitted.push_back(s);
     if (s->length_class == LengthClass::Long) long_active = true;
@@ -426,6 +436,7 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
     counters_.prefix_hits += int64_t(s.n_prefilled);
   }
   s.waited_steps = 0;
+  s.tier_deferrals = 0;
   return true;
 }
 
@@ -438,7 +449,7 @@ size_t Scheduler::prefetch_prefix(const LiveSequence& s, size_t want) {
   if (want == 0) return 0;
   BlockPool& pool = ctx_.kv.pool();
   const size_t reserve = running_.size() + 1;
-  if (want + reserve > pool.n_free()) prefix_cache_.evict(want + reserve - pool.n_free());
+  if (want + reserve > pool.n_free()) prefix_cache_.evict(want + reserve - pool.n_free(), false);
   if (want + reserve > pool.n_free()) return 0;
   return prefix_cache_.prefetch(s.request.cache_scope, tokens, cacheable / bs, want);
 }

@@ -66,6 +66,14 @@ struct TierManager::Impl {
 
   BlockPool& pool;
   size_t block_bytes;
+  // Asynchronous device copies (a GPU model's mirror): tier 1 and the disk staging buffers
+  // are page-locked once here, and blocks move by DMA straight between them and the device.
+  // Declared before the memory they pin, so they are released after it is unpinned... and the
+  // pins outlive the stores' own teardown (HostStore's unpin hook resets host_pin).
+  bool dma = false;
+  std::shared_ptr<void> host_pin;
+  kv::AlignedBuffer staging_region;  // dma: all staging buffers in one page-locked region
+  std::shared_ptr<void> staging_pin;  // after staging_region: unpinned before it is freed
   std::unique_ptr<kv::HostStore> host;
   std::unique_ptr<kv::DiskStore> disk;
   bool disk_enabled = false;
@@ -74,12 +82,6 @@ struct TierManager::Impl {
   OffloadId next_id = 1;
   std::vector<kv::AlignedBuffer> staging;
   std::vector<int> free_staging;
-  // Asynchronous device copies (a GPU model's mirror): tier 1 and the disk staging buffers
-  // are page-locked once here, and blocks move by DMA straight between them and the device.
-  std::weak_ptr<BlockMirror> dma_mirror;
-  bool dma = false;
-  std::shared_ptr<void> host_pin, staging_pin;
-  kv::AlignedBuffer staging_region;  // dma: all staging buffers in one page-locked region
   std::deque<OffloadId> copies;      // records with a device copy in flight, in queue order
   std::vector<TierEvent> events;
   std::vector<kv::DiskCompletion> completions;
@@ -90,13 +92,14 @@ struct TierManager::Impl {
     st.tier[kDevice].enabled = true;
     const auto mirror = pool.mirror();
     dma = mirror && mirror->copies_async();
-    if (dma) dma_mirror = mirror;
     st.async_copies = dma;
     const size_t host_blocks = cfg.host.resolve_blocks(host_ram_bytes(), block_bytes);
     if (host_blocks > 0) {
       kv::PinHooks hooks{cfg.host_pin, cfg.host_unpin};
       if (dma) {
-        hooks.pin = [this, mirror](void* ptr, size_t bytes) { host_pin = pin_timed(*mirror, ptr, bytes, "tier 1"); };
+        // Called during HostStore's construction only: the raw pointer does not keep the
+        // mirror (and the model it refers to) alive.
+        hooks.pin = [this, m = mirror.get()](void* ptr, size_t bytes) { host_pin = pin_timed(*m, ptr, bytes, "tier 1"); };
         hooks.unpin = [this](void*, size_t) { host_pin.reset(); };
       }
       host = std::make_unique<kv::HostStore>(block_bytes, host_blocks, std::move(hooks));
@@ -126,9 +129,11 @@ struct TierManager::Impl {
     return h;
   }
 
+  // Looked up on every use: the model re-registers (a new mirror) when it re-binds the pool,
+  // e.g. after measuring prefill speed on a pool of its own at start-up.
   std::shared_ptr<BlockMirror> mirror() const {
-    auto m = dma_mirror.lock();
-    if (!m) throw std::logic_error("TierManager: the model that copies KV blocks is gone");
+    auto m = pool.mirror();
+    if (!m || !m->copies_async()) throw std::logic_error("TierManager: the model that copies KV blocks is gone");
     return m;
   }
 
@@ -180,8 +185,8 @@ struct TierManager::Impl {
   void drain_all() {
     while ((disk && disk->in_flight() > 0) || !copies.empty()) {
       if (!copies.empty()) {
-        if (dma_mirror.expired()) {
-          copies.clear();  // the device and its copies are gone
+        if (!pool.mirror()) {
+          fail_copies_in_flight();  // the device and its copies are gone
           continue;
         }
         wait_front_copy();
@@ -189,6 +194,23 @@ struct TierManager::Impl {
         wait_one();
       }
     }
+  }
+
+  // The mirror went away with copies in flight: each such record ends as an I/O error (its
+  // tokens are recomputed) and gives back what the copy held.
+  void fail_copies_in_flight() {
+    for (OffloadId id : copies) {
+      Record& r = find(id);
+      if (r.staging >= 0) give_staging(r.staging), r.staging = -1;
+      if (r.op == Op::PushFromHost && host) host->release(r.slot);
+      if ((r.op == Op::PullToHost) && host) host->release(r.slot);
+      if (r.op == Op::PullToStaging && disk) disk->release(r.disk_slot);
+      if ((r.op == Op::PushFromHost || r.op == Op::PushFromStaging) && r.block >= 0) pool.release(r.block);
+      r.block = -1;
+      r.op = Op::None;
+      r.outcome = TransferStatus::IoError;
+    }
+    copies.clear();
   }
 
   Record& find(OffloadId id) {
@@ -262,6 +284,24 @@ struct TierManager::Impl {
       if (!m->copy_done(r.copy)) break;
       copies.pop_front();
       on_copy_done(id, r, m->collect_copy(r.copy));
+    }
+  }
+
+  // A disk read landed in staging buffer `sb`: push it to the record's tier-0 block (verified
+  // when the copy completes). A copy that cannot be queued ends the promotion as IoError.
+  void push_staged(OffloadId id, Record& r, int sb, double lat_us) {
+    try {
+      queue_copy(id, r, Op::PushFromStaging, r.block, staging_ptr(sb), false);
+      r.staging = sb;  // read by the push; given back when it completes
+    } catch (const std::exception& e) {
+      spdlog::warn("kv tiers: copying block {} back to the device failed: {}; recompute", r.block, e.what());
+      r.op = Op::None;
+      give_staging(sb);
+      pool.release(r.block);
+      r.block = -1;
+      r.outcome = TransferStatus::IoError;
+      events.push_back({TierEvent::Kind::Promote, id, TransferStatus::IoError, BlockTier::Disk, BlockTier::Device, -1,
+                        lat_us});
     }
   }
 
@@ -463,8 +503,7 @@ struct TierManager::Impl {
         const int sb = r.staging;
         r.staging = -1;
         if (c.ok() && dma) {
-          r.staging = sb;  // read by the push; given back when it completes
-          queue_copy(c.tag, r, Op::PushFromStaging, r.block, staging_ptr(sb), false);
+          push_staged(c.tag, r, sb, lat_us);
         } else if (c.ok()) {
           const auto dst = pool.block_bytes_for_write(r.block);  // a push may still read the arena
           std::memcpy(dst.data(), staging_ptr(sb), dst.size());
@@ -835,6 +874,21 @@ void TierManager::discard(OffloadId id) { impl_->release_record(id); }
 
 void TierManager::drain() { impl_->drain_all(); }
 
+void TierManager::drain_disk() {
+  Impl& m = *impl_;
+  auto staged = [&] {
+    for (OffloadId id : m.copies)
+      if (m.find(id).op == Impl::Op::PullToStaging) return true;
+    return false;
+  };
+  while ((m.disk && m.disk->in_flight() > 0) || staged()) {
+    if (staged())
+      m.wait_front_copy();  // in queue order: the staged pull is among the first
+    else
+      m.wait_one();
+  }
+}
+
 size_t TierManager::in_flight() const {
   return (impl_->disk ? impl_->disk->in_flight() : 0) + impl_->copies.size();
 }
@@ -893,7 +947,7 @@ TierStats TierManager::stats() const {
   s.breaker_reason = m.breaker.reason();
   s.offloaded_blocks = m.records.size();
   if (m.dma)
-    if (const auto mirror = m.dma_mirror.lock()) {
+    if (const auto mirror = m.pool.mirror()) {
       const BlockMirror::CopyTotals t = mirror->copy_totals();
       s.copy_d2h_bytes = t.bytes[0];
       s.copy_h2d_bytes = t.bytes[1];
@@ -917,7 +971,7 @@ TierManager::CopyRates TierManager::copy_rates() const {
   const Impl& m = *impl_;
   CopyRates r;
   if (!m.dma) return r;
-  const auto mirror = m.dma_mirror.lock();
+  const auto mirror = m.pool.mirror();
   const BlockMirror::CopyTotals t = mirror ? mirror->copy_totals() : BlockMirror::CopyTotals{};
   auto rate = [](uint64_t bytes, double ms, double link_gbps) {
     return bytes > 0 && ms > 0 ? double(bytes) / (ms * 1e-3) : link_gbps * 1e9;

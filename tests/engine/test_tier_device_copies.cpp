@@ -121,6 +121,43 @@ void sessions_through_device_copies(KvPlacementMode mode, size_t disk_blocks) {
   EXPECT_EQ(f.tiers->in_flight(), 0u);
 }
 
+// Two returning sessions whose prefixes both live in tier 1 and do not fit in tier 0 together:
+// the prefetch for one must not evict the other's landed prefix (each would undo the other
+// forever, and neither be admitted).
+TEST(TierDeviceCopies, TwoReturningSessionsDoNotEvictEachOthersPrefetch) {
+  const auto& m = test::stories_model();
+  GeneratorOptions g;
+  g.n_ctx = 128;
+  g.max_sequences = 2;
+  g.block_size = 16;
+  const size_t bb = m.model->kv_shape(16).block_bytes();
+  g.kv_tiers = test::tier_options(bb, 32, 0, {}, KvPlacementMode::Host);
+  test::TierFixture f(m, g, SchedulerOptions{}, 9,
+                      [](BlockPool& pool) { return std::make_shared<LaggingCopies>(pool, 3); });
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 3; ++i) prompts.push_back(test::tier_prompt(97, 500 + i));
+  RequestId id = 0;
+  for (const auto& p : prompts) {  // A, B, C one at a time: A's and B's blocks go to tier 1
+    f.add(id++, test::greedy_request(p, 4));
+    f.run();
+  }
+  f.add(id++, test::greedy_request(prompts[0], 4));  // A and B return together
+  f.add(id++, test::greedy_request(prompts[1], 4));
+  int steps = 0;
+  while (f.scheduler.has_work() && steps < 2000) {
+    f.scheduler.step();
+    ++steps;
+  }
+  ASSERT_FALSE(f.scheduler.has_work()) << "no progress after " << steps << " steps";
+  // Four tokens each, their prefixes a few steps away: not hundreds of steps of prefixes
+  // taking turns in tier 0.
+  EXPECT_LT(steps, 60);
+  EXPECT_LT(f.offload->metrics().demoted_host, 40);
+  EXPECT_EQ(f.records[3].ids, f.records[0].ids);
+  EXPECT_EQ(f.records[4].ids, f.records[1].ids);
+  EXPECT_GT(f.offload->metrics().promoted, 0);
+}
+
 TEST(TierDeviceCopies, ReturningSessionsThroughHostEqualAnUncappedRun) {
   sessions_through_device_copies(KvPlacementMode::Host, 0);
 }

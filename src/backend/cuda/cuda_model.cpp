@@ -269,6 +269,13 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv, long chain_rows)
 }
 
 void CudaModel::replay_pool_log() {
+  if (arena_.get() != nullptr && !pool_log_->ops.empty() && tier_copier_->pulls_pending()) {
+    // A copy logged after a block's pull was queued (the block went back to the pool and was
+    // handed out again) must not overwrite it before the pull has read it.
+    replay_targets_.clear();
+    for (const KvCopy& op : pool_log_->ops) replay_targets_.push_back(op.dst);
+    tier_copier_->fence_writes(replay_targets_);
+  }
   if (arena_.get() != nullptr) {
     const size_t block_bytes = arena_shape_.block_bytes();
     const size_t slot_bytes = arena_shape_.elems_per_token_per_layer() * kv_dtype_bytes(arena_shape_.dtype);
@@ -471,6 +478,7 @@ void CudaModel::ensure_arena(BlockPool& pool) {
   if (arena_uid_ == pool.uid() && arena_blocks_ == pool.capacity()) return;
   if (pending_count_ > 0) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // submitted steps use the old arena
   settle_pushes();  // pushes in flight write the old arena and read the old pool's host arena
+  tier_copier_->flush();
   tier_copier_->synchronize();  // tier copies in flight address the old arena
   // Nothing refers to the old arena from here on, also if the allocation below fails.
   arena_uid_ = 0;

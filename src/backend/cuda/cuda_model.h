@@ -317,6 +317,7 @@ class CudaModel final : public Model {
   std::unordered_set<BlockId> pushed_;   // blocks whose pushes may still read the host arena
   std::unique_ptr<TierCopier> tier_copier_;  // asynchronous tier copies (BlockMirror::queue_copy)
   std::vector<BlockId> written_;             // fence_tier_pulls' scratch
+  std::vector<BlockId> replay_targets_;      // replay_pool_log's scratch
 
   // Scratch (grow-only); `generation_` changes whenever any device pointer moves, which
   // invalidates the captured graphs.

@@ -9,8 +9,8 @@
 
 namespace fdl::cuda {
 
-TierCopier::TierCopier(cudaStream_t compute, std::function<void()> before_submit)
-    : compute_(compute), before_submit_(std::move(before_submit)) {
+TierCopier::TierCopier(cudaStream_t compute, std::function<void()> before_pull)
+    : compute_(compute), before_pull_(std::move(before_pull)) {
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
   FDL_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
@@ -94,14 +94,33 @@ TierCopier::Group& TierCopier::open_group(bool to_host) {
 TierCopier::Handle TierCopier::queue(BlockId id, uint8_t* host, bool to_host) {
   if (arena_ == nullptr || id < 0 || size_t(id) >= n_blocks_)
     throw std::logic_error("TierCopier: block " + std::to_string(id) + " is not in the device arena");
+  // A pull reads the block as the host left it: copy-on-write copies and slot moves logged
+  // before it go on the compute stream first (the group waits for the compute stream).
+  if (to_host && before_pull_) before_pull_();
   Group& g = open_group(to_host);
   const Handle h{g.id, uint32_t(g.blocks.size())};
   g.buf.ids[g.blocks.size()] = id;
   g.blocks.push_back(id);
   g.hosts.push_back(host);
+  const auto previous = to_host ? pulling_.find(id) : pulling_.end();
+  const uint64_t previous_group = previous != pulling_.end() ? previous->second : 0;
   if (to_host) pulling_[id] = g.id;
   // A full group goes now: the next group's copies overlap this one's.
-  if (g.blocks.size() == kMaxGroup) submit(g);
+  if (g.blocks.size() == kMaxGroup) {
+    try {
+      submit(g);
+    } catch (...) {  // the copy was not queued after all: the caller keeps its memory
+      g.blocks.pop_back();
+      g.hosts.pop_back();
+      if (to_host) {
+        if (previous_group != 0)
+          pulling_[id] = previous_group;
+        else
+          pulling_.erase(id);
+      }
+      throw;
+    }
+  }
   return h;
 }
 
@@ -110,7 +129,6 @@ void TierCopier::flush() {
 }
 
 void TierCopier::submit(Group& g) {
-  if (before_submit_) before_submit_();
   auto event = [&]() {
     cudaEvent_t e = nullptr;
     if (!free_events_.empty()) {
@@ -245,7 +263,6 @@ void TierCopier::fence_writes(std::span<const BlockId> written) {
 std::pair<double, double> TierCopier::measure_link(uint8_t* host, size_t bytes) {
   bytes = std::min(bytes, block_bytes_ * n_blocks_);
   if (arena_ == nullptr || host == nullptr || bytes == 0) return {0, 0};
-  if (before_submit_) before_submit_();
   synchronize();
   FDL_CUDA_CHECK(cudaStreamSynchronize(compute_));
   const cudaStream_t copy = h2d_;

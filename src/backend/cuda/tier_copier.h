@@ -14,8 +14,9 @@
 // order; done() may report a later group of the other direction before an earlier one.
 //
 // Write-after-read: a block whose pull has not completed may already be back in the pool.
-// Before a forward writes into blocks, fence_writes() makes the compute stream wait (on the
-// device, never the host) for the pull groups of just those blocks.
+// Before the compute stream writes into blocks (a forward, or the replay of logged
+// copy-on-write copies and slot moves), fence_writes() makes it wait (on the device, never the
+// host) for the pull groups of just those blocks.
 //
 // Units: bytes, milliseconds. Errors: CUDA failures throw CudaError; a block outside the arena
 // throws std::logic_error. Thread-safety: none (the thread that runs the model).
@@ -42,9 +43,10 @@ class TierCopier {
   static constexpr size_t kMaxGroup = 256;  ///< blocks per group (4 KiB of ids and sums)
   using Handle = BlockMirror::CopyHandle;
 
-  /// `compute`: the stream the model's forwards run on. `before_submit` runs before a group
-  /// is submitted (the model replays its pending copy-on-write log there, so a pull sees it).
-  TierCopier(cudaStream_t compute, std::function<void()> before_submit);
+  /// `compute`: the stream the model's forwards run on. `before_pull` runs before a pull is
+  /// queued (the model replays its pending copy-on-write log there, so the pull sees what was
+  /// logged before it; what is logged after it waits for it: fence_writes).
+  TierCopier(cudaStream_t compute, std::function<void()> before_pull);
   ~TierCopier();  ///< waits for the copy stream
   TierCopier(const TierCopier&) = delete;
   TierCopier& operator=(const TierCopier&) = delete;
@@ -97,7 +99,7 @@ class TierCopier {
   std::vector<void*> dsts_;
   std::vector<size_t> sizes_;
   cudaEvent_t compute_ready_ = nullptr;
-  std::function<void()> before_submit_;
+  std::function<void()> before_pull_;
   uint8_t* arena_ = nullptr;
   size_t block_bytes_ = 0, n_blocks_ = 0;
   std::deque<Group> groups_;  // by id, oldest first; retired when completed and collected
