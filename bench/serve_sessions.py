@@ -14,9 +14,14 @@ a new message of --message-tokens ids. All ids are random in [10, --vocab), from
 servers (or placements) see the same requests.
 
 Measured on the client, per request: TTFT (request sent -> first chunk with text), ITL (gaps
-between consecutive text chunks; flashdllm streams one chunk per token), and the completion
-tokens from the usage chunk. Reported: p50/p95 TTFT of first and of
-returning turns, ITL p50/p95/stddev, output tokens/s over the run, errors.
+between consecutive text chunks; flashdllm streams one chunk per token, but a server writes
+what is ready at once, so on a model faster than the client reads, the gaps are the server's
+write batching, not per-token time), and the completion tokens from the usage chunk. A
+stream that ends without `data: [DONE]`, or carries an error event, is a failed request.
+Reported: p50/p95 TTFT of first and of returning turns, ITL p50/p95/stddev, output tokens/s
+over the run, errors. Exit status: 0 when every request succeeded, 1 for bad arguments or
+when some failed (the first error on stderr), 2 when none succeeded or the server cannot be
+reached, 130 when interrupted.
 
 Standard library only (it runs on machines that cannot install packages). Binds nothing;
 connects to --url (loopback in the project's runs).
@@ -60,17 +65,26 @@ def stats(values: list[float]) -> dict:
 class Client:
     def __init__(self, url: str, model: str | None, timeout: float):
         u = urllib.parse.urlsplit(url)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"--url must be http://HOST[:PORT]/v1 (plain HTTP), got {url!r}")
         self.host, self.port, self.base = u.hostname, u.port or 80, u.path.rstrip("/")
         self.timeout = timeout
         self.model = model or self._first_model()
 
     def _first_model(self) -> str:
         c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        c.request("GET", self.base + "/models")
-        r = c.getresponse()
-        body = json.loads(r.read())
-        c.close()
-        return body["data"][0]["id"]
+        try:
+            c.request("GET", self.base + "/models")
+            r = c.getresponse()
+            raw = r.read()
+        finally:
+            c.close()
+        if r.status != 200:
+            raise ValueError(f"GET {self.base}/models returned HTTP {r.status} (does --url end in /v1?)")
+        try:
+            return json.loads(raw)["data"][0]["id"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ValueError(f"GET {self.base}/models did not list a model: {raw[:120]!r}") from None
 
     def complete(self, prompt: list[int], max_tokens: int) -> dict:
         """One streamed completion: {"ttft_ms", "gaps_ms", "tokens", "error"}."""
@@ -87,11 +101,18 @@ class Client:
                 return out
             last = None
             chunks = 0
+            done = False
             for raw in r:
                 line = raw.decode().strip()
-                if not line.startswith("data: ") or line == "data: [DONE]":
+                if line == "data: [DONE]":
+                    done = True
+                    continue
+                if not line.startswith("data: "):
                     continue
                 msg = json.loads(line[6:])
+                if "error" in msg:
+                    out["error"] = f"error event: {json.dumps(msg['error'])[:200]}"
+                    return out
                 if msg.get("usage"):
                     out["tokens"] = msg["usage"].get("completion_tokens", 0)
                 if any(ch.get("text") for ch in msg.get("choices", [])):
@@ -103,6 +124,8 @@ class Client:
                         out["gaps_ms"].append((now - last) * 1e3)
                     last = now
             out["tokens"] = out["tokens"] or chunks
+            if not done:
+                out["error"] = "the stream ended without data: [DONE]"
         except Exception as e:  # a failed request is counted, never stops the run
             out["error"] = f"{type(e).__name__}: {e}"
         finally:
@@ -146,7 +169,8 @@ def run(args) -> dict:
                 return
             prompt += p["answers"][k][: max(1, r["tokens"])]
 
-    threads = [threading.Thread(target=session, args=(p,)) for p in plans]
+    # Daemon threads: an interrupted run does not wait for requests a stalled server holds.
+    threads = [threading.Thread(target=session, args=(p,), daemon=True) for p in plans]
     for th in threads:
         th.start()
     for th in threads:
@@ -189,24 +213,43 @@ def main(argv=None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return 1 if e.code else 0
-    if args.sessions < 1 or args.rate <= 0 or args.think_s < 0 or args.vocab <= 10:
-        print("serve_sessions: --sessions >= 1, --rate > 0, --think-s >= 0, --vocab > 10", file=sys.stderr)
+    import math
+    if (args.sessions < 1 or not (0 < args.rate < math.inf) or not (0 <= args.think_s < math.inf)
+            or args.vocab <= 10 or args.answer_tokens < 1 or args.message_tokens < 1 or args.system_tokens < 0
+            or not (0 < args.request_timeout < math.inf)):
+        print("serve_sessions: need --sessions >= 1, finite --rate > 0, finite --think-s >= 0, --vocab > 10, "
+              "--answer-tokens >= 1, --message-tokens >= 1, --system-tokens >= 0, --request-timeout > 0",
+              file=sys.stderr)
         return 1
+    json_file = None
+    if args.json:
+        try:
+            json_file = open(args.json, "w")  # before the run: a bad path costs nothing
+        except OSError as e:
+            print(f"serve_sessions: --json {args.json}: {e.strerror}", file=sys.stderr)
+            return 1
     try:
         summary = run(args)
+    except KeyboardInterrupt:
+        print("serve_sessions: interrupted", file=sys.stderr)
+        return 130
     except (OSError, KeyError, ValueError) as e:
         print(f"serve_sessions: cannot reach the server at {args.url}: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
     s = summary
     print(f"{s['requests']} requests ({s['n_errors']} errors) in {s['wall_s']:.1f} s; "
           f"TTFT first p50/p95 {s['ttft_first_ms']['p50']:.0f}/{s['ttft_first_ms']['p95']:.0f} ms, "
           f"returning p50/p95 {s['ttft_returning_ms']['p50']:.0f}/{s['ttft_returning_ms']['p95']:.0f} ms; "
           f"ITL p50/p95/sd {s['itl_ms']['p50']:.2f}/{s['itl_ms']['p95']:.2f}/{s['itl_ms']['stddev']:.2f} ms; "
           f"{s['output_tok_per_s']:.0f} output tok/s")
-    return 0 if s["requests"] > s["n_errors"] else 2
+    if json_file is not None:
+        with json_file:
+            json.dump(summary, json_file, indent=1)
+    if s["n_errors"]:
+        print(f"serve_sessions: {s['n_errors']} of {s['requests']} requests failed; first: {s['errors'][0]}",
+              file=sys.stderr)
+        return 1 if s["requests"] > s["n_errors"] else 2
+    return 0
 
 
 if __name__ == "__main__":

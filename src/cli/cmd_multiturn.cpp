@@ -83,6 +83,7 @@ void run_multiturn(const MultiturnOptions& o) {
   check_int_in("--max-num-seqs", o.max_num_seqs, 1, 4096);
   check_int_in("--block-size", o.block_size, 1, kMaxBlockSize);
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
+  check_int_in("-c/--ctx-size", o.ctx_size, 0, 1 << 24);
   const int needed = o.first_tokens + (o.turns - 1) * (o.answer_tokens + o.message_tokens) +
                      o.answer_tokens;
   int n_ctx = o.ctx_size > 0 ? o.ctx_size : (needed + o.block_size - 1) / o.block_size * o.block_size;
