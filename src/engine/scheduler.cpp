@@ -338,10 +338,7 @@ void Scheduler::plan_prefill(size_t budget) {
     for (auto& w : waiting_) order.push_back(w.get());
   }
   // With device copies, the engine thread does not wait for a request's cached prefix to come
-  // back from a lower tier: a request whose prefetch is in flight waits its turn while the
-  // copies run beside the forwards (prefetch_waiting); one whose prefix is not prefetched yet
-  // waits while others run or can start, and is promoted at admission (a wait) only when
-  // nothing else can run.
+  // back from a lower tier (see the skip below).
   using PathState = PrefixCache::PathState;
   const bool defer_loading = ctx_.offload != nullptr && ctx_.offload->copies_async() && opt_.prefix_cache;
   // Looked up only for the candidates the loop reaches (a walk of each one's chain).
@@ -398,13 +395,10 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
   const size_t target = s.prefill_target();
   std::vector<BlockId> hit;
   if (opt_.prefix_cache) {
-    // A request that has not sampled yet needs logits of its last prompt token, so that
-    // token is always computed.
-    const size_t cacheable = s.last_token >= 0 ? target : target - 1;
     // Offloaded blocks on the path come back into tier 0 here (verified); the run of hits
     // ends at one that cannot (its tokens are prefilled as usual).
-    hit = prefix_cache_.acquire(s.request.cache_scope,
-                                std::span<const int32_t>(s.context).first(target), cacheable / bs);
+    const CachedPath path = cached_path(s);
+    hit = prefix_cache_.acquire(s.request.cache_scope, path.tokens, path.max_blocks);
   }
   const SeqId seq = ctx_.kv.create_sequence_from(hit);  // retains the hit blocks
   for (BlockId b : hit) ctx_.kv.pool().release(b);      // acquire's pins
@@ -440,25 +434,28 @@ bool Scheduler::admit(LiveSequence& s, size_t reserve) {
   return true;
 }
 
-size_t Scheduler::prefetch_prefix(const LiveSequence& s, size_t want) {
-  const size_t bs = size_t(ctx_.options.block_size);
+Scheduler::CachedPath Scheduler::cached_path(const LiveSequence& s) const {
   const size_t target = s.prefill_target();
+  // A request that has not sampled yet needs logits of its last prompt token, so that token
+  // is always computed.
   const size_t cacheable = s.last_token >= 0 ? target : target - 1;
-  const auto tokens = std::span<const int32_t>(s.context).first(target);
-  if (want == 0) want = prefix_cache_.to_prefetch(s.request.cache_scope, tokens, cacheable / bs);
+  return {std::span<const int32_t>(s.context).first(target), cacheable / size_t(ctx_.options.block_size)};
+}
+
+size_t Scheduler::prefetch_prefix(const LiveSequence& s, size_t want) {
+  const CachedPath path = cached_path(s);
+  if (want == 0) want = prefix_cache_.to_prefetch(s.request.cache_scope, path.tokens, path.max_blocks);
   if (want == 0) return 0;
   BlockPool& pool = ctx_.kv.pool();
   const size_t reserve = running_.size() + 1;
   if (want + reserve > pool.n_free()) prefix_cache_.evict(want + reserve - pool.n_free(), false);
   if (want + reserve > pool.n_free()) return 0;
-  return prefix_cache_.prefetch(s.request.cache_scope, tokens, cacheable / bs, want);
+  return prefix_cache_.prefetch(s.request.cache_scope, path.tokens, path.max_blocks, want);
 }
 
 PrefixCache::PathState Scheduler::prefix_state(const LiveSequence& s) {
-  const size_t target = s.prefill_target();
-  const size_t cacheable = s.last_token >= 0 ? target : target - 1;
-  return prefix_cache_.path_state(s.request.cache_scope, std::span<const int32_t>(s.context).first(target),
-                                  cacheable / size_t(ctx_.options.block_size));
+  const CachedPath path = cached_path(s);
+  return prefix_cache_.path_state(s.request.cache_scope, path.tokens, path.max_blocks);
 }
 
 void Scheduler::prefetch_waiting() {
@@ -471,21 +468,16 @@ void Scheduler::prefetch_waiting() {
   const size_t context_blocks = (size_t(ctx_.options.n_ctx) + bs - 1) / bs;
   BlockPool& pool = ctx_.kv.pool();
   if (ctx_.offload->copies_async()) {
-    // Device copies run beside the forwards: bring back the cached prefixes of the requests
-    // next in line (up to two contexts' worth of blocks at a time), making room by demoting
-    // colder cached blocks (device copies too), so that they are resident when a slot frees
-    // up. Every waiting request's path is marked used first, so evictions take the blocks of
-    // requests that are not waiting.
-    // Marked last to first, so the requests next in line count as the most recently used.
-    // Only the next few (two rounds of running sequences): the walks cost engine time.
+    // Device copies run beside the forwards: bring back the cached prefixes of the next
+    // requests in line (two rounds of running sequences; up to two contexts' worth of blocks
+    // at a time), making room by demoting colder cached blocks, so that they are resident when
+    // a slot frees up. Their paths are marked used first, last to first, so evictions take
+    // other blocks, and the next in line's last.
     const size_t ahead = std::min(waiting_.size(), 2 * size_t(ctx_.options.max_sequences));
     std::vector<size_t> want(ahead);
     for (size_t i = ahead; i-- > 0;) {
-      const LiveSequence& w = *waiting_[i];
-      const size_t target = w.prefill_target();
-      const size_t cacheable = w.last_token >= 0 ? target : target - 1;
-      want[i] = prefix_cache_.to_prefetch(w.request.cache_scope, std::span<const int32_t>(w.context).first(target),
-                                          cacheable / bs);
+      const CachedPath path = cached_path(*waiting_[i]);
+      want[i] = prefix_cache_.to_prefetch(waiting_[i]->request.cache_scope, path.tokens, path.max_blocks);
     }
     size_t in_flight = prefix_cache_.n_prefetching();
     for (size_t i = 0; i < ahead; ++i) {
@@ -501,12 +493,8 @@ void Scheduler::prefetch_waiting() {
   spare = std::min(spare, context_blocks);
   for (auto& w : waiting_) {
     if (spare == 0) break;
-    const LiveSequence& s = *w;
-    const size_t target = s.prefill_target();
-    const size_t cacheable = s.last_token >= 0 ? target : target - 1;
-    spare -= prefix_cache_.prefetch(s.request.cache_scope,
-                                    std::span<const int32_t>(s.context).first(target),
-                                    cacheable / bs, spare);
+    const CachedPath path = cached_path(*w);
+    spare -= prefix_cache_.prefetch(w->request.cache_scope, path.tokens, path.max_blocks, spare);
   }
 }
 

@@ -95,6 +95,13 @@ class Scheduler {
   void preempt(LiveSequence& s);
   /// Starts tier-2 promotions of the cached blocks of waiting requests (spare blocks only).
   void prefetch_waiting();
+  /// The part of `s`'s context the prefix cache may serve: its tokens and how many whole
+  /// blocks of them.
+  struct CachedPath {
+    std::span<const int32_t> tokens;
+    size_t max_blocks = 0;
+  };
+  CachedPath cached_path(const LiveSequence& s) const;
   /// Where `s`'s cached prefix is (PrefixCache::path_state).
   PrefixCache::PathState prefix_state(const LiveSequence& s);
   /// Starts bringing `s`'s offloaded prefix blocks back (want: how many, 0 = count them),

@@ -68,8 +68,9 @@ struct TierManager::Impl {
   size_t block_bytes;
   // Asynchronous device copies (a GPU model's mirror): tier 1 and the disk staging buffers
   // are page-locked once here, and blocks move by DMA straight between them and the device.
-  // Declared before the memory they pin, so they are released after it is unpinned... and the
-  // pins outlive the stores' own teardown (HostStore's unpin hook resets host_pin).
+  // Member order is teardown order (last first): HostStore's destructor resets host_pin
+  // through its unpin hook, so host_pin must still exist then; staging_pin unregisters the
+  // staging region before the region is freed.
   bool dma = false;
   std::shared_ptr<void> host_pin;
   kv::AlignedBuffer staging_region;  // dma: all staging buffers in one page-locked region
@@ -202,8 +203,7 @@ struct TierManager::Impl {
     for (OffloadId id : copies) {
       Record& r = find(id);
       if (r.staging >= 0) give_staging(r.staging), r.staging = -1;
-      if (r.op == Op::PushFromHost && host) host->release(r.slot);
-      if ((r.op == Op::PullToHost) && host) host->release(r.slot);
+      if ((r.op == Op::PullToHost || r.op == Op::PushFromHost) && host) host->release(r.slot);
       if (r.op == Op::PullToStaging && disk) disk->release(r.disk_slot);
       if ((r.op == Op::PushFromHost || r.op == Op::PushFromStaging) && r.block >= 0) pool.release(r.block);
       r.block = -1;
