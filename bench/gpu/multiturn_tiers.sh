@@ -10,7 +10,8 @@
 # One JSON line per run in $OUT/multiturn.jsonl (`flashdllm multiturn`'s output plus "run");
 # a table on stdout. The link's bandwidth (one large page-locked transfer each way) is measured
 # by each run's tier manager at start-up and reported beside the live copy rates.
-#   RUNS="roomy recompute host auto auto-2g" SESSIONS=32 TURNS=4 MODEL=/tmp/l3-8b-f16.gguf
+# TRACE names the runs that also write a Chrome trace ($OUT/trace_<run>.json; default: auto).
+#   RUNS="roomy recompute host auto auto-2g" TRACE="auto" SESSIONS=32 TURNS=4 MODEL=/tmp/l3-8b-f16.gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/bench_env.sh || exit 1
@@ -32,7 +33,7 @@ for run in $RUNS; do
   esac
   log "multiturn $run"
   trace=()
-  [ "$run" = auto ] && trace=(--trace "$OUT/trace_auto.json")
+  [[ " ${TRACE-auto} " == *" $run "* ]] && trace=(--trace "$OUT/trace_$run.json")
   timeout ${RUN_TIMEOUT:-150} "$F" multiturn "${common[@]}" "${flags[@]}" "${trace[@]}" 2>"$OUT/multiturn_$run.log" |
     python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['run']='$run'; print(json.dumps(d))" \
     >>"$OUT/multiturn.jsonl" || { echo "FAIL $run"; tail -5 "$OUT/multiturn_$run.log"; }

@@ -5,7 +5,10 @@
 # Poisson process, shared system prompt, think time, 1-4k-token first prompts), once per
 # placement in one call: auto (tier 1 12 GiB), recompute-only, host-only.
 # One JSON per placement in $OUT/serve_<placement>.json and a table on stdout.
-#   PLACEMENTS="auto recompute host" SESSIONS=24 RATE=0.5 TURNS=4-8 MODEL=/tmp/l3-8b-f16.gguf
+# The default load (32 sessions at 1/s, 4 s mean think time) keeps ~25 sessions of ~3k tokens
+# open at once: 4-5x what tier 0 holds, so returning turns find their prefix in tier 1 or
+# recompute it, as on a busy chat server.
+#   PLACEMENTS="auto recompute host" SESSIONS=32 RATE=1 THINK=4 TURNS=4-8 MODEL=/tmp/l3-8b-f16.gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/bench_env.sh || exit 1
@@ -27,8 +30,8 @@ for placement in ${PLACEMENTS:-auto recompute host}; do
   fi
   log "serve $placement on port $port"
   timeout ${RUN_TIMEOUT:-200} python3 bench/serve_sessions.py --url "http://127.0.0.1:$port/v1" \
-    --sessions "${SESSIONS:-24}" --rate "${RATE:-0.5}" --turns "${TURNS:-4-8}" --first-tokens 1000-4000 \
-    --system-tokens 256 --message-tokens 64 --answer-tokens 32 --think-s "${THINK:-2}" --vocab 32000 \
+    --sessions "${SESSIONS:-32}" --rate "${RATE:-1}" --turns "${TURNS:-4-8}" --first-tokens 1000-4000 \
+    --system-tokens 256 --message-tokens 64 --answer-tokens 32 --think-s "${THINK:-4}" --vocab 32000 \
     --seed 1 --json "$OUT/serve_$placement.json"
   curl -s "http://127.0.0.1:$port/metrics" | grep -E "^flashdllm_kv_(copy|link|cache_blocks|blocks_moved_total\{from=\"(device|host)\",to=\"(device|host)\")" \
     >"$OUT/serve_${placement}_metrics.txt"

@@ -2,7 +2,8 @@
 // Model::submit_sample and processed by the next step(), which first plans and submits its
 // successor — the same sequences, each fed the id its row of the step in flight draws
 // (previous_step_id), in a slot reserved now. The device then runs step k+1 while the host
-// emits step k's tokens (detokenizing, stop strings, sinks). The outputs are those of the
+// emits step k's tokens (detokenizing, stop strings, sinks) and, with KV tiers, starts the
+// copies that bring waiting requests' prefixes back. The outputs are those of the
 // synchronous loop: the uniforms of sampled rows are drawn in the same order from each
 // sequence's RNG, and a sequence that ends with step k (end of generation, a stop string,
 // an abort) drops its row of step k+1, whose KV slot is freed with the sequence (the prefix
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/kv_offload.h"
 #include "engine/scheduler.h"
 #include "engine/step_trace.h"
 
@@ -40,7 +42,11 @@ bool Scheduler::may_pipeline() const {
   // tokens first: submitting now would only put one more scheduler iteration between two
   // tokens. Those that wait for a free sequence slot do not hold the pipeline up.
   if (admission_possible()) return false;
-  if (ctx_.spec.enabled() || ctx_.offload != nullptr || drafted_ > 0 || !prefill_.empty()) return false;
+  if (ctx_.spec.enabled() || drafted_ > 0 || !prefill_.empty()) return false;
+  // Synchronous tier copies run on the engine thread between forwards; device copies are
+  // ordered against the step in flight by the copy streams (a copy group waits for the work
+  // submitted before it; a step waits for the pulls of the blocks it writes).
+  if (ctx_.offload != nullptr && !ctx_.offload->copies_async()) return false;
   for (const auto& d : decode_)
     if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
   return !decode_.empty();
@@ -116,12 +122,16 @@ void Scheduler::step_pipelined() {
   const auto t0 = Clock::now();
   // The successor first: the device runs it while the host handles the step in flight.
   const bool next = submit_next(next_decode_);
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Schedule, next ? "submit next" : "plan (none submitted)", t0,
+                     ms_between(t0, Clock::now()) * 1000.0, {{"step", counters_.steps}});
   try {
     finish_inflight(t0);
   } catch (...) {
     if (next) decode_.swap(next_decode_);  // what is still submitted (drain_pipeline drops it)
     throw;
   }
+  const auto t_emit = Clock::now();
   inflight_ = next;
   // Rows of the successor whose sequence ended with this step are dropped.
   for (DecodeSlot& d : next_decode_)
@@ -132,6 +142,18 @@ void Scheduler::step_pipelined() {
   for (DecodeSlot& d : decode_)  // a sink may have ended its request
     if (d.s != nullptr && d.s->finished) d.s = nullptr;
   drop_finished();
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Schedule, "emit", t_emit, ms_between(t_emit, Clock::now()) * 1000.0,
+                     {{"step", counters_.steps}});
+  if (ctx_.offload != nullptr) {
+    // Still while the successor runs: collect landed copies and bring back the cached
+    // prefixes of the requests next in line (ended sequences' blocks are in the prefix cache
+    // by now), so that they are resident when a slot frees up.
+    ctx_.offload->set_step(uint64_t(counters_.steps));
+    ctx_.offload->poll();
+    prefetch_due_ = true;
+    prefetch_once();
+  }
 }
 
 void Scheduler::drain_pipeline(bool process) {

@@ -10,6 +10,9 @@
 #include <xxhash.h>
 
 namespace fdl::engine {
+namespace {
+constexpr size_t kOneShotBytes = 1024;
+}  // namespace
 
 PrefixCache::PrefixCache(BlockPool& pool, int block_size, KvOffload* offload)
     : pool_(pool), offload_(offload), block_size_(size_t(block_size)) {}
@@ -34,6 +37,20 @@ PrefixCache::Key PrefixCache::root(std::string_view scope) const {
 PrefixCache::Key PrefixCache::chain(const Key& parent, std::string_view scope,
                                     std::span<const int32_t> tokens) const {
   // parent key | scope length | scope | tokens: the length keeps (scope, tokens) unambiguous.
+  // Hashed in one call from a stack buffer when it fits (about 4x faster than the streaming
+  // state for a block's worth: walks hash every block of every waiting request's prefix);
+  // XXH3's streaming digest equals the one-shot hash of the same bytes, so keys match.
+  const uint64_t n_scope = scope.size();
+  const size_t bytes = sizeof parent + sizeof n_scope + scope.size() + tokens.size_bytes();
+  if (bytes <= kOneShotBytes) {
+    alignas(16) unsigned char buf[kOneShotBytes];
+    std::memcpy(buf, &parent, sizeof parent);
+    std::memcpy(buf + sizeof parent, &n_scope, sizeof n_scope);
+    std::memcpy(buf + sizeof parent + sizeof n_scope, scope.data(), scope.size());
+    std::memcpy(buf + sizeof parent + sizeof n_scope + scope.size(), tokens.data(), tokens.size_bytes());
+    const XXH128_hash_t h = XXH3_128bits(buf, bytes);
+    return {h.low64, h.high64};
+  }
   XXH3_state_t state;
   XXH3_128bits_reset(&state);
   XXH3_128bits_update(&state, &parent, sizeof parent);

@@ -130,24 +130,36 @@ void Scheduler::step() {
     ctx_.offload->poll();  // collect finished disk transfers; never blocks
   }
   plan_decode();
-  if (ctx_.offload != nullptr) prefetch_waiting();
+  // With device copies and sampling, the prefetch runs while the forward computes (forward());
+  // it is for the requests after those admitted now, whose prefixes land steps later anyway.
+  prefetch_due_ = ctx_.offload != nullptr;
+  if (prefetch_due_ && !(ctx_.offload->copies_async() && ctx_.model.prefers_device_sampling())) prefetch_once();
   const size_t decode_tokens = ctx_.batch.size();
   size_t budget = size_t(opt_.max_num_batched_tokens) > decode_tokens
                       ? size_t(opt_.max_num_batched_tokens) - decode_tokens : 0;
   if (opt_.max_prefill_tokens > 0) budget = std::min(budget, size_t(opt_.max_prefill_tokens));
+  const auto ta = Clock::now();
   plan_prefill(budget);
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Schedule, "plan prefill", ta, ms_between(ta, Clock::now()) * 1000.0,
+                     {{"step", counters_.steps}});
   for (auto& w : waiting_) ++w->waited_steps;
+  if (ctx_.batch.size() == 0) prefetch_once();
   if (ctx_.batch.size() == 0 && ctx_.offload != nullptr && ctx_.offload->copies_async())
     // Nothing to run until a prefetched prefix lands (device copies): look again shortly, and
     // meanwhile let the caller hand in new requests, rather than block on the copies.
     std::this_thread::sleep_for(std::chrono::microseconds(50));
 
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Schedule, "plan", t0, ms_between(t0, Clock::now()) * 1000.0,
+                     {{"step", counters_.steps}, {"waiting", waiting_.size()}, {"running", running_.size()}});
   if (ctx_.batch.size() > 0) {
     size_t rows = decode_tokens;
     for (const auto& p : prefill_) rows += p.last ? 1 : 0;
     ctx_.stats.n_decode_tokens += static_cast<int64_t>(decode_tokens);
     ctx_.stats.n_prefill_tokens += static_cast<int64_t>(ctx_.batch.size() - decode_tokens);
     forward(rows);
+    prefetch_once();  // if the forward did not run it
     if (inflight_) return;  // submitted: the next step() emits its tokens
     const auto t1 = Clock::now();
     finish_decode();
@@ -170,6 +182,13 @@ void Scheduler::step() {
       }
     }
     finish_prefill(t0, t1);
+    for (auto& s : running_)
+      if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
+    drop_finished();
+    if (ctx_.trace != nullptr)
+      ctx_.trace->span(StepTrace::Track::Schedule, "emit", t1, ms_between(t1, Clock::now()) * 1000.0,
+                       {{"step", counters_.steps}});
+    return;
   }
   for (auto& s : running_)
     if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
@@ -223,7 +242,23 @@ void Scheduler::forward(size_t logit_rows) {
       inflight_ = true;
       return;
     }
-    ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, step_ids_);
+    if (prefetch_due_) {
+      // The host's prefetch work runs while the device computes the step.
+      ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
+      try {
+        prefetch_once();
+      } catch (...) {
+        std::vector<int32_t> dropped;
+        try {
+          ctx_.model.collect_ids(dropped);  // nothing may stay submitted
+        } catch (...) {
+        }
+        throw;
+      }
+      ctx_.model.collect_ids(step_ids_);
+    } else {
+      ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, step_ids_);
+    }
     ctx_.logits.clear();
   } else {
     ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
@@ -456,6 +491,16 @@ size_t Scheduler::prefetch_prefix(const LiveSequence& s, size_t want) {
 PrefixCache::PathState Scheduler::prefix_state(const LiveSequence& s) {
   const CachedPath path = cached_path(s);
   return prefix_cache_.path_state(s.request.cache_scope, path.tokens, path.max_blocks);
+}
+
+void Scheduler::prefetch_once() {
+  if (!prefetch_due_) return;
+  prefetch_due_ = false;
+  const auto t0 = Clock::now();
+  prefetch_waiting();
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span(StepTrace::Track::Schedule, "prefetch", t0, ms_between(t0, Clock::now()) * 1000.0,
+                     {{"step", counters_.steps}});
 }
 
 void Scheduler::prefetch_waiting() {

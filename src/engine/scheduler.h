@@ -95,6 +95,9 @@ class Scheduler {
   void preempt(LiveSequence& s);
   /// Starts tier-2 promotions of the cached blocks of waiting requests (spare blocks only).
   void prefetch_waiting();
+  /// This step's prefetch_waiting (traced), once: in a step whose ids the device samples, the
+  /// forward is submitted first and this runs while it computes.
+  void prefetch_once();
   /// The part of `s`'s context the prefix cache may serve: its tokens and how many whole
   /// blocks of them.
   struct CachedPath {
@@ -198,6 +201,7 @@ class Scheduler {
   size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
   /// A step was submitted (Model::submit_sample) and not collected: decode_ describes it.
   bool inflight_ = false;
+  bool prefetch_due_ = false;           ///< this step's prefetch_waiting has not run yet
   std::vector<DecodeSlot> next_decode_;
   std::vector<const LiveSequence*> in_flight_seqs_;  ///< submit_next: decode_'s sequences, sorted
   std::vector<int32_t> outputs_, inputs_;

@@ -12,6 +12,7 @@ const char* track_name(StepTrace::Track t) {
     case StepTrace::Track::Compute: return "compute";
     case StepTrace::Track::Copy: return "copy (tier 0 <-> 1)";
     case StepTrace::Track::Disk: return "disk io (tier 2)";
+    case StepTrace::Track::Schedule: return "schedule (engine thread)";
   }
   return "?";
 }
@@ -53,7 +54,7 @@ void StepTrace::write(const std::filesystem::path& file) const {
   nlohmann::json doc;
   nlohmann::json events = nlohmann::json::array();
   // Track names first, so viewers label the rows.
-  for (Track t : {Track::Compute, Track::Copy, Track::Disk})
+  for (Track t : {Track::Compute, Track::Copy, Track::Disk, Track::Schedule})
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", int(t)},
                       {"args", {{"name", track_name(t)}}}});
   for (const auto& e : events_) events.push_back(e);

@@ -1,6 +1,8 @@
 // Internal: a per-step Chrome trace (trace-event JSON, "X" complete events; Perfetto and
-// chrome://tracing open it). One process, three tracks: compute (forward passes), copy (tier
-// 0 <-> tier 1 memcpy) and disk (tier-2 reads/writes, drawn from submission to completion).
+// chrome://tracing open it). One process, four tracks: compute (forward passes), copy (tier
+// 0 <-> tier 1 copies), disk (tier-2 reads/writes, drawn from submission to completion) and
+// schedule (the engine thread's own work between forwards: planning, admission, prefetch,
+// emitting tokens).
 //
 // Units: microseconds since the trace was created. Memory: one small JSON object per event;
 // the scheduler records a handful per step, so a long run should not keep tracing on.
@@ -20,7 +22,7 @@ namespace fdl::engine {
 class StepTrace {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class Track : int { Compute = 1, Copy = 2, Disk = 3 };
+  enum class Track : int { Compute = 1, Copy = 2, Disk = 3, Schedule = 4 };
 
   StepTrace();
   /// A span that started at `start` and lasted `dur_us`; `args` shows in the detail pane.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "device_sampling_model.h"
 #include "test_tier_fixture.h"
 
 namespace fdl {
@@ -70,7 +71,9 @@ class LaggingCopies final : public BlockMirror {
   uint64_t next_ = 1;
 };
 
-void sessions_through_device_copies(KvPlacementMode mode, size_t disk_blocks) {
+// `pipelined`: the model prefers sampling on its device, so decode steps are submitted while
+// the previous one is in flight and the tier copies start between them (pipelined_step.cpp).
+void sessions_through_device_copies(KvPlacementMode mode, size_t disk_blocks, bool pipelined = false) {
   const auto& m = test::stories_model();
   GeneratorOptions g;
   g.n_ctx = 128;
@@ -85,11 +88,15 @@ void sessions_through_device_copies(KvPlacementMode mode, size_t disk_blocks) {
   if (mode == KvPlacementMode::Auto) opt.profile_json = test::tier_profile_json(bb);
   g.kv_tiers = opt;
   LaggingCopies* copies = nullptr;
-  test::TierFixture f(m, g, SchedulerOptions{}, 8, [&](BlockPool& pool) {
-    auto c = std::make_shared<LaggingCopies>(pool, 3);
-    copies = c.get();
-    return c;
-  });
+  test::ArgmaxPreferringModel device_sampling(*m.model);
+  test::TierFixture f(
+      m, g, SchedulerOptions{}, 8,
+      [&](BlockPool& pool) {
+        auto c = std::make_shared<LaggingCopies>(pool, 3);
+        copies = c.get();
+        return c;
+      },
+      pipelined ? &device_sampling : nullptr);
   ASSERT_NE(f.offload, nullptr);
   ASSERT_TRUE(f.tiers->copies_async());
   EXPECT_GE(copies->pins, 1) << "tier 1 page-locked at construction";
@@ -115,6 +122,9 @@ void sessions_through_device_copies(KvPlacementMode mode, size_t disk_blocks) {
   EXPECT_EQ(km.lost_tokens, 0);
   EXPECT_EQ(km.failed_promotions, 0);
   EXPECT_GT(copies->queued, 0);
+  if (pipelined) {
+    EXPECT_GT(device_sampling.chained_tokens, 0) << "no step was submitted before the previous one's ids";
+  }
   f.scheduler.clear_prefix_cache();
   EXPECT_EQ(f.pool.n_free(), f.pool.capacity());
   EXPECT_EQ(f.tiers->stats().offloaded_blocks, 0u);
@@ -168,6 +178,14 @@ TEST(TierDeviceCopies, ReturningSessionsThroughHostAndDiskEqualAnUncappedRun) {
 
 TEST(TierDeviceCopies, AutoPlacementEqualsAnUncappedRun) {
   sessions_through_device_copies(KvPlacementMode::Auto, 64);
+}
+
+TEST(TierDeviceCopies, PipelinedStepsThroughHostAndDiskEqualAnUncappedRun) {
+  sessions_through_device_copies(KvPlacementMode::Disk, 64, true);
+}
+
+TEST(TierDeviceCopies, PipelinedStepsWithAutoPlacementEqualAnUncappedRun) {
+  sessions_through_device_copies(KvPlacementMode::Auto, 64, true);
 }
 
 }  // namespace

@@ -61,10 +61,11 @@ inline std::string tier_profile_json(size_t block_bytes) {
 
 struct TierFixture {
   /// `mirror` (optional) is registered with the pool before the tier manager is built, as a
-  /// GPU model's is: a mirror with asynchronous copies makes the tiers use them.
+  /// GPU model's is: a mirror with asynchronous copies makes the tiers use them. `run_with`
+  /// (optional) is a model standing in front of m's (a wrapper of it) that the steps run.
   TierFixture(const LoadedModel& m, GeneratorOptions g, SchedulerOptions s, size_t kv_blocks,
-              std::function<std::shared_ptr<BlockMirror>(BlockPool&)> mirror = {})
-      : model(*m.model), tokenizer(*m.tokenizer), options(engine::resolve_options(model, g)),
+              std::function<std::shared_ptr<BlockMirror>(BlockPool&)> mirror = {}, Model* run_with = nullptr)
+      : model(run_with != nullptr ? *run_with : *m.model), tokenizer(*m.tokenizer), options(engine::resolve_options(model, g)),
         pool(model.kv_shape(options.block_size),
              engine::resolve_pool_blocks(options, kv_blocks, "TierFixture")),
         kv(pool), spec(options.spec),

@@ -241,7 +241,9 @@ TEST(CudaTiers, HostArenaPinFollowsThePoolsLifetime) {
 // live and link bandwidth figures.
 TEST(CudaTierCopies, ChecksumKernelMatchesTheCpuReference) {
   FDL_SKIP_WITHOUT_GPU();
-  for (size_t block_bytes : {size_t(8), size_t(2048), size_t(11520), size_t(98304), size_t(2) << 20}) {
+  // Sizes with an odd number of words and blocks off 16-byte alignment take the kernel's tail paths.
+  for (size_t block_bytes : {size_t(8), size_t(24), size_t(2048), size_t(11520), size_t(98304), (size_t(1) << 20) + 8,
+                             size_t(2) << 20}) {
     const int n = 5;
     std::vector<uint8_t> host(block_bytes * n);
     for (auto& b : host) b = uint8_t(rng()());
