@@ -70,7 +70,8 @@ struct SchedulerOptions {
   /// device, so the GPU does not wait for the host's output handling between steps. Only
   /// while nothing needs the host first: no prefilling requests and none waiting that a free
   /// sequence slot could admit (at --max-num-seqs the pipeline goes on), no speculation,
-  /// logprobs, penalties or KV tiers, and free blocks for every next slot. Outputs are the
+  /// logprobs or penalties, KV tiers only when their copies run on the device (the CUDA
+  /// model's), and free blocks for every next slot. Outputs are the
   /// same either way (a sequence that ends meanwhile drops its extra row). `--no-async-scheduling`.
   bool async_scheduling = true;
 };
@@ -87,8 +88,9 @@ struct EngineOptions {
   size_t kv_blocks = 0;
 };
 
-/// A token's log-probability under the final (temperature/top-k/top-p-adjusted) distribution
-/// it was drawn from; -inf for tokens that distribution excludes.
+/// A token's log-probability under the model's own distribution at that position: the
+/// log-softmax of the logits, before penalties, temperature, top-k, top-p and min-p (vLLM's
+/// default, "raw_logprobs"), so it does not depend on the sampling parameters.
 struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0.f;

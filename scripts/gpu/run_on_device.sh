@@ -17,27 +17,33 @@ export FLASHDLLM_SHARED=$D/shared
 STEPS=${STEPS:-tests bench hf}
 MODEL=${MODEL:-/tmp/l3-8b-bf16.gguf}
 log() { echo "[$(date +%T)] $*"; }
+failed=""  # steps that failed: the exit status is non-zero when any did
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 
 if [[ $STEPS == *tests* ]]; then
   log "GPU tests"
   # The opt-in tensor-core path runs in a process of its own: a fault there (a sticky CUDA
   # error) must not fail the default path's tests.
+  # The suites' own exit status decides (a pipe would report the last filter's).
   timeout ${TEST_TIMEOUT:-150} "$D/bin/test_gpu" --gtest_filter='-*TensorCore*' --gtest_output=xml:"$OUT/gpu_tests.xml" \
-    2>&1 | tee "$OUT/tests.txt" | grep -E "FAILED|PASSED|seed|ids equal|Failure|Expected|Which is|rel_error|error" | head -80
-  timeout 60 "$D/bin/test_gpu" --gtest_filter='*TensorCore*' --gtest_output=xml:"$OUT/gpu_tests_tc.xml" 2>&1 |
-    tee "$OUT/tests_tc.txt" | grep -E "FAILED|PASSED|seed|rel error|Failure|Expected|Which is|error" | head -30
+    >"$OUT/tests.txt" 2>&1 || { failed="$failed test_gpu"; }
+  grep -E "FAILED|PASSED|seed|ids equal|Failure|Expected|Which is|rel_error|error" "$OUT/tests.txt" | head -80
+  timeout 60 "$D/bin/test_gpu" --gtest_filter='*TensorCore*' --gtest_output=xml:"$OUT/gpu_tests_tc.xml" \
+    >"$OUT/tests_tc.txt" 2>&1 || { failed="$failed test_gpu(TensorCore)"; }
+  grep -E "FAILED|PASSED|seed|rel error|Failure|Expected|Which is|error" "$OUT/tests_tc.txt" | head -30
 fi
 if [[ $STEPS == *smoke* ]]; then  # the CLI and the server with --device cuda, end to end
   log "CLI and server smoke test"
-  timeout ${SMOKE_TIMEOUT:-180} bash scripts/gpu/smoke_cli.sh 2>&1 | tee "$OUT/smoke.txt" | grep -E "^(ok|FAIL|multiturn)"
+  timeout ${SMOKE_TIMEOUT:-180} bash scripts/gpu/smoke_cli.sh >"$OUT/smoke.txt" 2>&1 || failed="$failed smoke"
+  grep -E "^(ok|FAIL|multiturn)" "$OUT/smoke.txt"
 fi
 if [[ $STEPS == *refs* ]]; then  # greedy ids of every reference prompt: cuda against cpu, whole length
   log "greedy ids of every reference prompt, cuda vs cpu"
   for dev in cpu cuda; do
     timeout 200 python3 scripts/greedy_refs.py --flashdllm "$D/bin/flashdllm" --device $dev -o "$OUT/refs_$dev.jsonl"
   done
-  python3 scripts/greedy_refs.py --compare "$OUT/refs_cpu.jsonl" "$OUT/refs_cuda.jsonl" | tee "$OUT/refs.txt" | tail -1
+  python3 scripts/greedy_refs.py --compare "$OUT/refs_cpu.jsonl" "$OUT/refs_cuda.jsonl" >"$OUT/refs.txt" || failed="$failed refs"
+  tail -1 "$OUT/refs.txt"
 fi
 if [[ $STEPS == *bench* ]]; then
   if [ ! -f "$MODEL" ]; then
@@ -92,3 +98,7 @@ if [[ $STEPS == *hf* ]]; then
     --gen ${GEN:-128} --batches ${BATCHES:-1,64} --modes ${HF_MODES:-dynamic,static} --json "$OUT/hf.json"
 fi
 log "done"
+if [ -n "$failed" ]; then
+  echo "FAILED:$failed" >&2
+  exit 1
+fi

@@ -248,20 +248,26 @@ void run_generate(const GenerateOptions& opt) {
   }
   const GenerationResult result = generator.generate({request}, stream).at(0);
 
+  const bool open_line = !result.text.empty() && result.text.back() != '\n';
   if (opt.json) {
-    print_json_line({{"prompt_token_ids", result.prompt_ids},
-                     {"token_ids", result.generated_ids},
-                     {"text", result.text},
-                     {"finish_reason", result.finish_reason},
-                     {"matched_stop", result.matched_stop},
-                     {"seed", seed},
-                     {"timings", timings_json(result.timings, load_ms)},
-                     {"spec", spec_json(generator.spec_metrics())},
-                     {"kv_tiers", kv_tiers_json(generator.tier_metrics())}});
-  } else if (::isatty(STDOUT_FILENO) && !result.text.empty() && result.text.back() != '\n') {
+    nlohmann::json out = {{"prompt_token_ids", result.prompt_ids},
+                          {"token_ids", result.generated_ids},
+                          {"text", result.text},
+                          {"finish_reason", result.finish_reason},
+                          {"matched_stop", result.matched_stop},
+                          {"seed", seed},
+                          {"timings", timings_json(result.timings, load_ms)},
+                          {"spec", spec_json(generator.spec_metrics())}};
+    const KvTierMetrics tiers = generator.tier_metrics();
+    if (tiers.enabled) out["kv_tiers"] = kv_tiers_json(tiers);  // only with --kv-host-bytes / --kv-disk-bytes
+    print_json_line(out);
+  } else if (open_line && ::isatty(STDOUT_FILENO)) {
     write_stdout("\n");  // keep the shell prompt off the last line; pipes get exact text
   }
   flush_stdout();
+  // The stats line goes to stderr; when the text did not end its line and stdout is not a
+  // terminal, the line break goes to stderr too, so `2>&1` does not glue the two together.
+  if (!opt.json && open_line && !::isatty(STDOUT_FILENO)) std::fputc('\n', stderr);
   print_summary(result, load_ms, seed);
   if (spec.mode != SpecMode::Off) print_spec_summary(generator.spec_metrics(), opt.spec);
 }

@@ -68,12 +68,9 @@ void Scheduler::on_token(LiveSequence& s, int32_t token, std::span<const float> 
     return;
   }
   if (s.request.logprobs >= 0) {
-    if (s.request.sampling.has_penalties()) {
-      const auto penalized = s.sampler.penalized_logits(logits);
-      s.pending.tokens.push_back(with_logprobs(token, penalized, s.request.logprobs));
-    } else {
-      s.pending.tokens.push_back(with_logprobs(token, logits, s.request.logprobs));
-    }
+    // The model's own distribution (vLLM's default "raw_logprobs"): penalties, temperature
+    // and truncation shape the draw, not the reported probabilities.
+    s.pending.tokens.push_back(with_logprobs(token, logits, s.request.logprobs));
   } else {
     SampledToken t;
     t.id = token;

@@ -1,11 +1,10 @@
-// Model::load and the LlamaModel constructor: map the file, read the config, bind weights.
+// The LlamaModel constructor: map the file, read the config, bind weights.
 #include "model/llama_model.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "backend/cuda/cuda_model_factory.h"
 #include "flashdllm/sampling.h"
 
 namespace fdl {
@@ -141,25 +140,6 @@ void Model::collect_ids(std::vector<int32_t>& ids) {
   if (p.queued.empty()) throw std::logic_error("collect_ids: no submitted step to collect");
   ids = std::move(p.queued.front());
   p.queued.erase(p.queued.begin());
-}
-
-std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& opt) {
-  if (opt.n_threads < 0)
-    throw ModelError("Model::load: n_threads must be >= 0 (0 = all cores), got " +
-                     std::to_string(opt.n_threads));
-  if (opt.device == Device::Cuda) {
-#ifdef FLASHDLLM_HAVE_CUDA
-    return cuda::make_cuda_model(path, opt);
-#else
-    throw ModelError("--device cuda: this build has no CUDA backend (configure with nvcc on the PATH "
-                     "and -DFLASHDLLM_CUDA=ON)");
-#endif
-  }
-  if (opt.kv_dtype && *opt.kv_dtype != KvDtype::F32)
-    throw ModelError(std::string("--kv-cache-dtype ") + kv_dtype_name(*opt.kv_dtype) +
-                     ": the CPU backend keeps an f32 KV cache (16-bit caches are --device cuda only; use "
-                     "--kv-cache-dtype auto or f32)");
-  return std::make_unique<LlamaModel>(GgufFile::open(path, {}, opt.weights), opt);
 }
 
 std::optional<KvDtype> parse_kv_dtype(const std::string& s) {

@@ -206,6 +206,43 @@ TEST(EngineApi, LogprobsDescribeTheModelsDistribution) {
   for (const auto& t : plain.get(0).tokens) EXPECT_TRUE(std::isnan(t.logprob));
 }
 
+// Logprobs are the model's distribution, not the one sampling draws from: the first token's
+// alternatives after the same prompt are the same with greedy decoding and with penalties,
+// temperature and truncation (a prompt whose likely next token is in the prompt, so the
+// repetition penalty would move it).
+TEST(EngineApi, LogprobsDoNotDependOnTheSamplingParameters) {
+  const auto& m = test::stories_model();
+  Engine engine(*m.model, *m.tokenizer);
+  test::Collector col;
+  auto plain = test::greedy_request(encode_prompt(*m.tokenizer, "Lily had a red ball. Lily had a red"), 1);
+  plain.logprobs = 5;
+  auto shaped = test::sampled_request(plain.prompt_ids, 1, 11);
+  shaped.logprobs = 5;
+  shaped.sampling.temperature = 0.7f;
+  shaped.sampling.top_k = 3;
+  shaped.sampling.repeat_penalty = 1.5f;
+  shaped.sampling.frequency_penalty = 0.5f;
+  engine.submit(plain, col.sink(0));
+  engine.submit(shaped, col.sink(1));
+  ASSERT_TRUE(col.wait(2));
+  ASSERT_EQ(col.get(0).tokens.size(), 1u);
+  ASSERT_EQ(col.get(1).tokens.size(), 1u);
+  const auto a = col.get(0).tokens[0].top;  // get() returns a copy
+  const auto b = col.get(1).tokens[0].top;
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(b.size(), 5u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].id, b[i].id) << i;
+    EXPECT_FLOAT_EQ(a[i].logprob, b[i].logprob) << i;
+  }
+  // The reported token's logprob is its entry in the same distribution.
+  for (const auto& t : b) {
+    if (t.id == col.get(1).tokens[0].id) {
+      EXPECT_FLOAT_EQ(t.logprob, col.get(1).tokens[0].logprob);
+    }
+  }
+}
+
 TEST(EngineApi, BreakersTripAndResetByName) {
   const auto& m = test::stories_model();
   EngineOptions opt;

@@ -75,11 +75,29 @@ TEST(CliGenerate, StreamedTextEqualsJsonTextAndSummaryGoesToStderr) {
   for (const char* word : {"load", "prompt", "TTFT", "generated", "tok/s"}) {
     EXPECT_NE(streamed.err.find(word), std::string::npos) << "missing " << word << " in " << streamed.err;
   }
+  // stdout is a pipe here and the text does not end its line: the stats line starts on a
+  // line of its own (the break goes to stderr, stdout keeps the exact text).
+  ASSERT_FALSE(streamed.out.empty());
+  ASSERT_NE(streamed.out.back(), '\n');
+  EXPECT_EQ(streamed.err.rfind("\nflashdllm: load", 0), 0u) << streamed.err;
+  EXPECT_FALSE(j.contains("kv_tiers")) << "no tier section without tiers";
   const auto& t = j.at("timings");
   EXPECT_EQ(t.at("prompt_tokens"), j.at("prompt_token_ids").size());
   EXPECT_EQ(t.at("gen_tokens"), 40);
   EXPECT_GT(t.at("decode_tok_s").get<double>(), 0.0);
   EXPECT_GE(t.at("ttft_ms").get<double>(), t.at("prompt_ms").get<double>());
+}
+
+TEST(CliGenerate, JsonHasTheTierSectionWithTiers) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const CliResult r = run_cli({"generate", "-m", stories(), "-p", "Once", "--temp", "0", "-n", "8",
+                               "--kv-host-bytes", "1MiB", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = parse_cli_json(r);
+  ASSERT_TRUE(j.contains("kv_tiers")) << j.dump();
+  EXPECT_EQ(j.at("kv_tiers").at("enabled"), true);
+  EXPECT_TRUE(j.at("kv_tiers").contains("tiers"));
 }
 
 TEST(CliGenerate, StopStringEndsGenerationAndIsNotPrinted) {

@@ -1,7 +1,7 @@
 // cuda_model_factory.h — the entry points of the CUDA backend that the rest of the engine may
-// call. Plain C++ (no CUDA headers), so src/model can include it in every build; the
-// definitions exist only when the project is built with FLASHDLLM_CUDA (Model::load calls
-// them under FLASHDLLM_HAVE_CUDA).
+// call. Plain C++ (no CUDA headers), so src/loader can include it in every build; the
+// definitions exist only when the project is built with FLASHDLLM_CUDA (Model::load in
+// src/loader calls them under FLASHDLLM_HAVE_CUDA).
 #pragma once
 
 #include <filesystem>
