@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Multi-turn KV tiering benchmark (issue 3): returning-turn TTFT and total time for
+"""Multi-turn KV tiering benchmark: returning-turn TTFT and total time for
 
   recompute   tier 0 only: evicted prefix-cache blocks are dropped and recomputed
   host        tier 1 (host DRAM) under tier 0 (--kv-placement host)
@@ -14,14 +14,14 @@ wherever they now live). Tier 0 is sized so that the sessions' contexts together
 
 Configurations run one at a time, interleaved round by round (-r rounds, the order rotated
 each round), so slow drift of a shared machine hits all alike; the median over rounds is
-reported. Use -r 4 or more (a multiple of 4 gives every configuration every position). The check the issue asks
-for: auto is never slower than the best fixed choice by more than 10% (total time and mean
-returning-turn TTFT). Exit status 1 when it is.
+reported. Use -r 4 or more (a multiple of 4 gives every configuration every position). The
+acceptance check: auto is never slower than the best fixed choice by more than 10% (total
+time and mean returning-turn TTFT). Exit status 1 when it is.
 
 Usage (repository root, build/bin/flashdllm built, machine otherwise idle):
   python3 bench/bench_multiturn.py                      # codelm-16m and the 110m preset
   python3 bench/bench_multiturn.py --models ../shared/models/codelm-16m-f16.gguf -r 1 \\
-      --sessions 8 --turns 3                            # a quick smoke run
+      --sessions=8 --turns 3                            # a quick smoke run
 The 110m preset: build/bin/flashdllm tools make-model --preset 110m --dtype f16 \\
   --vocab-from ../shared/llama-cpp-vocab-fixtures/ggml-vocab-llama-spm.gguf -o models/bench-110m-f16.gguf
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Serving benchmark (issue 5): flashdllm's scheduler settings and llama.cpp's server, same
+"""Serving benchmark: flashdllm's scheduler settings and llama.cpp's server, same
 workload, same run.
 
 Each configuration starts its server on 127.0.0.1, runs bench/loadgen.py against it with the
@@ -12,8 +12,8 @@ one server at a time, so they never compete for the cores. Configurations:
   llama.cpp            llama-cpp-python's OpenAI server (bench/peer_llamacpp_server.sh)
 
 Reported per configuration: TTFT p50/p95/p99 of short requests and of all requests, ITL
-p50/p95 and stddev, output tok/s, completed req/s, errors; then the ratios the issue asks
-for: short-request p95 TTFT FCFS / buckets (target >= 2x at equal throughput), and
+p50/p95 and stddev, output tok/s, completed req/s, errors; then the target ratios:
+short-request p95 TTFT FCFS / buckets (target >= 2x at equal throughput), and
 flashdllm vs llama.cpp on p95 TTFT and throughput.
 
 Usage (repository root, build/bin/flashdllm built, `pip install 'llama-cpp-python[server]'`):
@@ -148,7 +148,7 @@ def update_doc(path: Path, body: str, header: str) -> None:
     if begin in text and end in text:
         text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
-        text = text.rstrip() + "\n\n## Serving: scheduler settings and llama.cpp's server (issue 5)\n\n" + block + "\n"
+        text = text.rstrip() + "\n\n## Serving: scheduler settings and llama.cpp's server\n\n" + block + "\n"
     path.write_text(text)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Self-verifying speculative decoding vs plain decoding (issue 4), on CPU.
+"""Self-verifying speculative decoding vs plain decoding, on CPU.
 
 For each model and prompt, `flashdllm generate --json --temp 0 --ignore-eos -n N -t T` runs
 with --spec off, lookup, lookahead and auto — each speculative mode with tree verification

@@ -26,7 +26,7 @@ reached, 130 when interrupted.
 Standard library only (it runs on machines that cannot install packages). Binds nothing;
 connects to --url (loopback in the project's runs).
 
-  python3 bench/serve_sessions.py --url http://127.0.0.1:8080/v1 --sessions 24 --rate 0.5 \\
+  python3 bench/serve_sessions.py --url http://127.0.0.1:8080/v1 --sessions=24 --rate 0.5 \\
       --turns 4-8 --first-tokens 1000-4000 --json out.json
 """
 from __future__ import annotations

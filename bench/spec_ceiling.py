@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How far draft-free speculation could go: zero-cost and cost-aware ceilings (issue 4).
+"""How far draft-free speculation could go: zero-cost and cost-aware ceilings.
 
 What is measured. For each model, workload (grounded, free) and prompt of bench/bench_spec.py
 (its MODELS dict), plain greedy decoding runs once (`flashdllm generate --temp 0 --ignore-eos

@@ -5,8 +5,8 @@ Runs the CLI once per case of ../shared/reference/{stories260K,codelm}_greedy.js
 prompt text, BOS as the reference says, temperature 0, n_predict tokens, EOS ignored) and
 writes one JSON line per case: file, index, whether the prompt tokenized to the reference's
 ids, and the generated ids. Compare two devices' files with --compare A B: every case's
-ids must be equal (the issue-6 acceptance point "greedy ids equal the CPU backend's for
-all reference prompts"), and the first step where each differs from the reference is
+ids must be equal (the CUDA backend's promise: greedy ids equal the CPU backend's for all
+reference prompts), and the first step where each differs from the reference is
 printed next to the reference's own near-tie step (its argmin_margin_step).
 
   python3 scripts/greedy_refs.py --device cpu  -o cpu.jsonl

@@ -1,4 +1,4 @@
-// bench_gpu — decode and prefill timings of the CUDA model (the issue-6 benchmark).
+// bench_gpu — decode and prefill timings of the CUDA model (the CUDA backend's benchmark).
 //
 //   bench_gpu -m model.gguf [--prompt 512] [--gen 128] [--batches 1,64] [--reps 3] [--sampling]
 //             [--trace] [--kv-cache-dtype auto|f32|f16|bf16] [--json out.json]
@@ -21,7 +21,7 @@
 //    (CudaModel::forward_sample, ids only cross PCIe) and sampled on the host (forward, then
 //    one fdl::Sampler per sequence over the copied rows).
 // The same call measures the device's copy bandwidth first (cudaMemcpy device to device of
-// 4 GiB, counted as read + write, median of 9), the measurement the issue's 4.26 TB/s comes
+// 4 GiB, counted as read + write, median of 9), the measurement the 4.26 TB/s above comes
 // from: the roofline of batch-1 decode is that bandwidth over the weight bytes, and each
 // decode line also gives its share of it, since machines of one kind differ by ~1-2%.
 // Two untimed warm-up runs per B and mode (they fill the KV arena and scratch and tune the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF Transformers peer for the issue-6 benchmark (run on the GPU machine, same run as bench_gpu).
+"""HF Transformers peer for the CUDA benchmark (run on the GPU machine, same run as bench_gpu).
 
 Builds LlamaForCausalLM from a LlamaConfig of the Llama-3-8B shape with random bf16 weights
 (no download), then times greedy generate() on random prompt ids:

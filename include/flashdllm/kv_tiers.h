@@ -4,8 +4,8 @@
 //
 // Identity: a block that leaves tier 0 gets an OffloadId (the tier-0 BlockId is given back to
 // the pool, so it can be reused at once). The OffloadId names the block until it is promoted
-// back (it then gets a fresh tier-0 BlockId) or discarded. A later session maps block-table
-// entries onto OffloadIds when a sequence is preempted (docs/KV_TIERS.md, "what is next").
+// back (it then gets a fresh tier-0 BlockId) or discarded. A preempted sequence's block table
+// is not mapped onto OffloadIds yet: its cached blocks go down through the prefix cache.
 //
 // Threading model: single-threaded, owned by the engine thread — no background thread.
 //  - tier 0 <-> tier 1 copies: where the pool's mirror copies asynchronously (the CUDA model,

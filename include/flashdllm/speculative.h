@@ -53,7 +53,7 @@ struct SpecOptions {
   /// matches (greedy) / by recursive rejection (sampling). Only on models whose
   /// Model::supports_tree_verification() is true (the CPU and CUDA models); elsewhere one linear
   /// draft as with false. Off by default: it measured 1-2% slower on stories260K (and
-  /// -5..+9% per mode on codelm-16m; docs/BENCHMARKS.md, session 6).
+  /// -5..+9% per mode on codelm-16m; docs/BENCHMARKS.md, "Tree verification").
   bool tree = false;
   /// Fraction of greedy speculating requests that also run a plain shadow copy whose ids
   /// are compared, step by step, with XXH3 fingerprints of the accepted ids. 0 = no audit.

@@ -1,6 +1,6 @@
-// Internal: the speculation circuit breaker (issue 4, "breaker"). Speculation must never
-// cost correctness or speed; this turns it off for every sequence when either signal over a
-// sliding window exceeds the threshold:
+// Internal: the speculation circuit breaker (docs/SPECULATIVE.md, "Fingerprint audit and
+// breaker"). Speculation must never cost correctness or speed; this turns it off for every
+// sequence when either signal over a sliding window exceeds the threshold:
 //  - audit: the fraction of audited steps whose fingerprint differed from the plain shadow;
 //  - slowdown: 1 - (tokens/ms of the last `window` speculating steps) / (tokens/ms plain
 //    decoding would have had on the same steps, from measured plain steps). A step whose time

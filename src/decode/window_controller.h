@@ -1,4 +1,4 @@
-// Internal: the adaptive speculation window (issue 4, "adaptive window").
+// Internal: the adaptive speculation window (docs/SPECULATIVE.md, "Adaptive window").
 //
 // StepCostModel: forward time as a + b * batch_tokens, fitted by exponentially decayed least
 // squares over the steps seen (a = fixed cost of a step: reading the weights, launching work;

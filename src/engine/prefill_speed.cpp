@@ -25,7 +25,7 @@ double measure_prefill_tok_per_s(Model& model, int block_size, int n_tokens) {
     model.forward(batch, kv, logits);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     kv.free_sequence(seq);
-    if (run > 0 && s > 0) best = std::max(best, double(n) / s);  // run 0 warms up
+    if (run > 0 && s > 0) best = std::max(best, double(n) / s);  // the first run warms up
   }
   return best;
 }

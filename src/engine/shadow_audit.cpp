@@ -1,4 +1,4 @@
-// Fingerprint audit with a plain shadow (issue 4, "fingerprint audit").
+// Fingerprint audit with a plain shadow (docs/SPECULATIVE.md, "Fingerprint audit and breaker").
 //
 // An audited greedy sequence gets, right after its prefill, a fork of its KV sequence (the
 // prompt blocks are shared by refcount) that decodes plainly, one token per step, in the

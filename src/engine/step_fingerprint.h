@@ -1,5 +1,6 @@
-// Internal: the audit fingerprint of one speculative step (issue 4, "fingerprint audit"):
-// XXH3-64 over the sampled token ids followed by, for each, its logit quantized to 1/64.
+// Internal: the audit fingerprint of one speculative step (docs/SPECULATIVE.md, "Fingerprint
+// audit and breaker"): XXH3-64 over the sampled token ids followed by, for each, its logit
+// quantized to 1/64.
 // Ids alone would miss a verification bug that happens to pick the same ids from wrong
 // logits (e.g. a stale KV row that only shifts values); the quantized logits catch that,
 // while the quantization keeps the fingerprint independent of last-bit differences.

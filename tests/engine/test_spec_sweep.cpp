@@ -1,4 +1,4 @@
-// The sweep from issue 4 (after a llama.cpp bug where prompt-lookup changed temperature-0
+// The window x n-gram sweep (after a llama.cpp bug where prompt-lookup changed temperature-0
 // output with the draft size, even at draft 0): every window x n-gram size, and lookahead,
 // gives the plain greedy ids.
 #include "spec_test_support.h"

@@ -1,8 +1,9 @@
 // Tree verification (SpecOptions::tree): greedy output with several candidates verified per
 // step is exactly plain greedy output — on every reference prompt of both models, on the
-// issue's "Lily had a red ball." sweep, and in mixed batches of tree, linear and plain
-// sequences — and every KV block returns to the pool. Each test also checks that trees were
-// actually verified (and, where candidates disagree, that a non-first branch won sometimes).
+// "Lily had a red ball." sweep of test_spec_sweep.cpp, and in mixed batches of tree, linear
+// and plain sequences — and every KV block returns to the pool. Each test also checks that
+// trees were actually verified (and, where candidates disagree, that a non-first branch won
+// sometimes).
 #include <iostream>
 
 #include "spec_test_support.h"

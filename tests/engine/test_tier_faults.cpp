@@ -1,4 +1,4 @@
-// Issue 3 acceptance: a bit flipped in a demoted block (tier 1 or tier 2) is detected, the
+// KV-tier acceptance: a bit flipped in a demoted block (tier 1 or tier 2) is detected, the
 // block is recomputed and the output does not change; a disk tier that fails (a path that
 // cannot be used, an injected EIO on write or on read) switches tier 2 off without a crash
 // and without changing the output.

@@ -1,4 +1,4 @@
-// Issue 3 acceptance: with tier 0 capped so small that cached blocks must move to tier 1 and
+// KV-tier acceptance: with tier 0 capped so small that cached blocks must move to tier 1 and
 // tier 2 during generation, greedy outputs equal those of an uncapped run (several prompts,
 // several sequences at once, two models; sampled requests too), and tier occupancy never
 // exceeds capacity.

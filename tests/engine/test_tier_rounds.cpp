@@ -1,4 +1,4 @@
-// Issue 3 acceptance, from a public bug report: tier 0 at 16 blocks, tier 1 at 8, tier 2 at
+// KV-tier acceptance, from a public bug report: tier 0 at 16 blocks, tier 1 at 8, tier 2 at
 // 32; 10 concurrent distinct ~200-token prompts, then 10 more, then the first 10 again.
 // Every request completes, no tier ever holds more than its cap, and the third round's
 // outputs equal the first's (and an uncapped run's).

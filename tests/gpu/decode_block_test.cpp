@@ -30,8 +30,8 @@ struct Shape {
 
 class AttentionBlock : public ::testing::TestWithParam<WType> {};
 
-/// The runs of a persistent kernel's check: run 2 is untraced (its outputs are kept in
-/// `untraced`), run 3 traced. The traced run's outputs must equal run 2's bit for bit, and
+/// The runs of a persistent kernel's check: the one with index 2 is untraced (its outputs are
+/// kept in `untraced`), the one with index 3 traced. The traced outputs equal the untraced bit for bit, and
 /// every block must have stamped every event (non-zero) in program order (`trace`:
 /// [events][blocks] globaltimer ns).
 void compare_traced_run(int run, std::vector<std::vector<float>> outs, std::vector<std::vector<float>>& untraced,
@@ -172,7 +172,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
     // The two paths sum each score's 128 products in different orders. With these random
     // weights (uniform in [-1, 1] over 4096 columns) q and the new k have elements of ~40, so
     // scores reach ~10^3 and their fp32 rounding (~10^-4 absolute) moves the softmax weights
-    // by up to ~10^-4 relative: a bound of 1e-5 failed once (2.3e-5, BF16, context 2, run 51).
+    // by up to ~10^-4 relative: a bound of 1e-5 failed once on the H200 (2.3e-5, BF16, context 2).
     EXPECT_LT(rel_error(to_host(attn, size_t(q_dim)), widen(to_host(attn_ref, size_t(q_dim)))), 1e-4) << where;
     EXPECT_LT(rel_error(to_host(y, size_t(s.wo_rows)), widen(to_host(y_ref, size_t(s.wo_rows)))), 1e-4) << where;
     compare_traced_run(run, {to_host(x_out, size_t(s.cols)), to_host(q, size_t(q_dim)), to_host(attn, size_t(q_dim)),

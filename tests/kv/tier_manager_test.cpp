@@ -469,7 +469,7 @@ TEST(TierManager, EveryBlockIsAccountedForUnderARandomWorkload) {
 namespace fdl {
 namespace {
 
-// The layering a later session builds on: preempt a whole sequence out of a KvCache into
+// The layering preemption into the tiers builds on: preempt a whole sequence out of a KvCache into
 // the lower tiers, let another sequence use tier 0, then bring every block back intact.
 TEST(TierManager, PreemptedSequenceComesBackIntactThroughTheTiers) {
   BlockPool pool(test::tier_shape(), 4);

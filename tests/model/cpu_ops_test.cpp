@@ -131,7 +131,7 @@ TEST_P(PagedAttention, MatchesDenseReference) {
   for (int run = 0; run < 8; ++run) {
     const int n_threads = 1 + run % 2;
     force_portable_kernels(run % 4 >= 2);
-    // Runs 4..7: large queries make most softmax weights underflow to zero (exp of -100s).
+    // The last four runs: large queries make most softmax weights underflow to zero (exp of -100s).
     if (run == 4)
       for (float& x : q) x *= 40.f;
     ThreadPool threads(n_threads);

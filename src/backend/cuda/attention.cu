@@ -365,7 +365,7 @@ void launch_tiles(const ArgsOf<TREE>& a, cudaStream_t stream) {
 // groups of 4 query heads (Llama-3-8B): 8 lanes of four float4s each, so a warp
 // works on four positions at once with two shuffle levels less, and at batch 1 each warp
 // finishes its share of a ~20-position split in one iteration. H200, batch-1 decode step:
-// 4.634 ms with 8 lanes, 4.67 with 16, 4.77 with 32 (docs/GPU.md, run 21).
+// 4.634 ms with 8 lanes, 4.67 with 16, 4.77 with 32 (docs/GPU.md, tuning log).
 // FLASHDLLM_ATTN_LANES=8|16|32 overrides (tuning knob, read once).
 int lanes_for(int head_dim, int gm) {
   int lanes = 1;

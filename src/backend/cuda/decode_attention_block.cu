@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   // (one rescale of the running state per step, not per position). The softmax runs in base 2
   // (scores scaled by log2(e) with the 1/sqrt(hd) scale; exp2f is one MUFU op, expf adds a
   // range reduction): the step is bound by its instruction count, 16 warps x (kU x GM) scores
-  // per SM (docs/GPU.md, session 9). Every running max m of this kernel, its partials included,
-  // is in that base.
+  // per SM (docs/GPU.md, tuning log, "fewer instructions per score"). Every running max m of
+  // this kernel, its partials included, is in that base.
   auto attend = [&](const Raw(&kr)[kU], const Raw(&vr)[kU], int j0) {
     float s[kU][GM];
 #pragma unroll

@@ -31,7 +31,7 @@ __device__ __forceinline__ float4 ldcg4(const float* p) { return __ldcg(reinterp
 ///     `target`, then the block meets (bar.sync): writes of every arrived block are visible.
 /// No full fences (CUTLASS's GenericBarrier does the same): a fence, like a release issued
 /// after them, would also wait for the thread's weight loads still in flight, an HBM round trip
-/// on every hand-off (measured: docs/GPU.md, session 6).
+/// on every hand-off (measured: docs/GPU.md, tuning log, "hand-offs without full fences").
 __device__ __forceinline__ void arrive(unsigned* counter) {
   __syncthreads();
   if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
@@ -177,7 +177,8 @@ __device__ __forceinline__ void norm_weight_prefetch(const NormIn& in, int cols,
 /// Each thread loads kNormBatch of its elements (x and add) before it stores any: a store to
 /// x_out between them would keep the compiler from hoisting the next loads over it (x_out may
 /// alias x for all it knows), and the prologue would pay one L2 round trip per element
-/// (measured: ~2 µs of a Llama-3-8B layer's kernels; docs/GPU.md, session 9). The sum keeps
+/// (measured: ~2 µs of a Llama-3-8B layer's kernels; docs/GPU.md, tuning log, "norm loads
+/// batched"). The sum keeps
 /// the per-thread element order, so the result is bit-identical.
 constexpr int kNormBatch = 8;
 template <int THREADS = kThreads>

@@ -170,7 +170,7 @@ __global__ void cast_kernel(const float* x, size_t count, WType type, void* dst)
 
 // Each row is scanned by one or more blocks, each with one SM's worth of loads in flight
 // (row_loads.cuh): 1024 threads, four 16-byte loads each (a kernel with one 4-byte load in
-// flight per thread of 512 was 0.05 ms slower per batch-64 step: docs/GPU.md, run 60). A row
+// flight per thread of 512 was 0.05 ms slower per batch-64 step: docs/GPU.md, tuning log). A row
 // of 128k floats read by one block takes ~8 L2 round trips; split over several blocks (rows
 // of a small batch; argmax_rows) it takes one, and the row's last block to finish reduces the
 // blocks' results (a counter per row, left at zero for the next launch).
@@ -266,7 +266,7 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
   const int threads = std::min(kNormMaxThreads, std::max(32, ((width + kNormPer - 1) / kNormPer + 31) / 32 * 32));
   // The kernel's registers cap its block below 1024 threads (115 registers: 512), so the
   // widest row it can take is that times kNormPer; wider rows would fail at launch with
-  // "too many resources requested" (found in session 13).
+  // "too many resources requested".
   static const int max_threads = [] {
     cudaFuncAttributes attr{};
     FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, add_rms_norm_kernel));

@@ -2,7 +2,7 @@
 //
 // A single block has only one SM's loads in flight, so a row of ~128k floats read one
 // 4-byte load per thread at a time is latency-bound (~16 KB in flight per L2 round trip).
-// for_each_in_row issues 16-byte loads, four per thread before using any, and calls
+// for_each_in_row makes 16-byte loads, four per thread before using any, and calls
 // f(index, value) for every element (in no particular order across threads; in increasing
 // index order within a thread).
 #pragma once
