@@ -23,6 +23,7 @@
 
 #include "flashdllm/gguf.h"
 #include "flashdllm/kv_cache.h"
+#include "flashdllm/sampling.h"  // RowSampling, PenaltyToken
 
 namespace fdl {
 
@@ -81,32 +82,6 @@ struct ModelConfig {
 /// path would see, so on the CPU its logits are bit-identical to that step's. Only models
 /// whose supports_tree_verification() is true accept trees (std::invalid_argument
 /// otherwise, before anything is written); so do malformed entries.
-/// How Model::forward_sample turns one logits row into a token: flashdllm/sampling.h's
-/// pipeline — the penalties of the row's PenaltyTokens, then top-k, top-p, min-p,
-/// temperature and one draw. The draw is given, so the caller's RNG stays where it is on the
-/// host (Sampler::next_uniform()). Plain data with a fixed layout (40 bytes): a GPU model
-/// copies an array of them as is.
-struct RowSampling {
-  float temperature = 0.0f;  ///< 0 = greedy: the argmax of the penalized row, lowest id on ties
-  int32_t top_k = 0;         ///< 0 = off
-  float top_p = 1.0f;        ///< 1 = off; in (0, 1]
-  float min_p = 0.0f;        ///< 0 = off; in [0, 1]
-  double uniform = 0.0;      ///< the draw, in [0, 1)
-  float repeat_penalty = 1.0f;     ///< applied to the row's PenaltyTokens (sampling.h, stage 1)
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  int32_t reserved = 0;            ///< keeps the layout free of implicit padding
-};
-
-/// One distinct token of a row's penalty window and how often it occurs there
-/// (Sampler::append_penalty_tokens). Each (row, token) pair at most once (not checked: a
-/// repeated pair is applied twice on the host and races on the GPU).
-struct PenaltyToken {
-  int32_t row = 0;    ///< index into forward_sample's rows
-  int32_t token = 0;  ///< in [0, n_vocab)
-  int32_t count = 0;  ///< occurrences in the window, >= 1
-};
-
 struct StepBatch {
   std::vector<int32_t> tokens;      ///< token ids, n_tokens
   std::vector<int32_t> positions;   ///< absolute positions, n_tokens

@@ -42,8 +42,31 @@
 
 namespace fdl {
 
-struct RowSampling;   // flashdllm/model.h
-struct PenaltyToken;  // flashdllm/model.h
+/// How Model::forward_sample turns one logits row into a token: this header's
+/// pipeline — the penalties of the row's PenaltyTokens, then top-k, top-p, min-p,
+/// temperature and one draw. The draw is given, so the caller's RNG stays where it is on the
+/// host (Sampler::next_uniform()). Plain data with a fixed layout (40 bytes): a GPU model
+/// copies an array of them as is.
+struct RowSampling {
+  float temperature = 0.0f;  ///< 0 = greedy: the argmax of the penalized row, lowest id on ties
+  int32_t top_k = 0;         ///< 0 = off
+  float top_p = 1.0f;        ///< 1 = off; in (0, 1]
+  float min_p = 0.0f;        ///< 0 = off; in [0, 1]
+  double uniform = 0.0;      ///< the draw, in [0, 1)
+  float repeat_penalty = 1.0f;     ///< applied to the row's PenaltyTokens (stage 1, penalize_logit)
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int32_t reserved = 0;            ///< keeps the layout free of implicit padding
+};
+
+/// One distinct token of a row's penalty window and how often it occurs there
+/// (Sampler::append_penalty_tokens). Each (row, token) pair at most once (not checked: a
+/// repeated pair is applied twice on the host and races on the GPU).
+struct PenaltyToken {
+  int32_t row = 0;    ///< index into forward_sample's rows
+  int32_t token = 0;  ///< in [0, n_vocab)
+  int32_t count = 0;  ///< occurrences in the window, >= 1
+};
 
 /// Stage 1 for one distinct token of the penalty window that occurs `count` (>= 1) times
 /// there: the repetition penalty (positive logits divided, others multiplied), then
@@ -123,7 +146,7 @@ class Sampler {
   /// the RNG. Greedy ignores u.
   int32_t sample_with_uniform(std::span<const float> logits, double u);
 
-  /// The RowSampling (model.h) of these parameters for a draw `u`: with the PenaltyTokens
+  /// The RowSampling (above) of these parameters for a draw `u`: with the PenaltyTokens
   /// append_penalty_tokens gives, what forward_sample needs to draw as sample_with_uniform
   /// does. Penalties that has_penalties() calls off are left neutral.
   static RowSampling row_sampling(const SamplingParams& params, double u);

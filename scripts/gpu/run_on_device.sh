@@ -52,7 +52,7 @@ if [[ $STEPS == *bench* ]]; then
   fi
   log "flashdllm bench"
   timeout ${BENCH_TIMEOUT:-240} "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
-    --batches ${BATCHES:-1,64} --reps ${REPS:-3} ${BENCH_FLAGS:-} --json "$OUT/bench.json"
+    --batches ${BATCHES:-1,64} --reps ${REPS:-3} ${BENCH_FLAGS:-} --json "$OUT/bench.json" || failed="$failed bench"
   B1X="timeout ${AB_TIMEOUT:-60} $D/bin/bench_gpu -m $MODEL --prompt ${PROMPT:-512} --gen ${GEN:-128} --batches 1 --reps 2"
   if [[ ${AB:-} == *tc* ]]; then    # prefill attention on tensor cores (opt-in path)
     log "flashdllm bench, FLASHDLLM_ATTN_TC=1 (batch 1)"
@@ -77,7 +77,7 @@ if [[ $STEPS == *bench* ]]; then
   if [ -n "${NOGRAPH:-}" ]; then
     log "flashdllm bench without CUDA graphs (batches ${NOGRAPH_BATCHES:-1})"
     FLASHDLLM_CUDA_GRAPHS=0 timeout 120 "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
-      --batches ${NOGRAPH_BATCHES:-1} --reps 2 --json "$OUT/bench_nograph.json"
+      --batches ${NOGRAPH_BATCHES:-1} --reps 2 --json "$OUT/bench_nograph.json" || failed="$failed bench(no graphs)"
   fi
 fi
 if [[ $STEPS == *sweep* ]]; then  # tuning: PDL off, GEMV variants, per-op profile
@@ -95,7 +95,8 @@ fi
 if [[ $STEPS == *hf* ]]; then
   log "HF Transformers peer"
   PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-300} python3 "$D/bench/hf_peer.py" --prompt ${PROMPT:-512} \
-    --gen ${GEN:-128} --batches ${BATCHES:-1,64} --modes ${HF_MODES:-dynamic,static} --json "$OUT/hf.json"
+    --gen ${GEN:-128} --batches ${BATCHES:-1,64} --modes ${HF_MODES:-dynamic,static} --json "$OUT/hf.json" ||
+    failed="$failed hf"
 fi
 log "done"
 if [ -n "$failed" ]; then

@@ -170,9 +170,10 @@ void Scheduler::drain_pipeline(bool process) {
         if (d.s != nullptr && !d.s->finished) finish(*d.s, "error", e.what());
     }
   }
-  // Whatever is still submitted (after a failure) is collected and dropped.
+  // Whatever is still submitted (after a failure) is collected and dropped; each collect
+  // takes its step off the queue, failing or not, so this ends (bounded all the same).
   std::vector<int32_t> ids;
-  while (ctx_.model.submitted_steps() > 0) {
+  for (size_t n = ctx_.model.submitted_steps(); n > 0 && ctx_.model.submitted_steps() > 0; --n) {
     try {
       ctx_.model.collect_ids(ids);
     } catch (...) {

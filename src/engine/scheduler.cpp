@@ -233,6 +233,7 @@ void Scheduler::forward(size_t logit_rows) {
   // n_vocab-float rows get copied or scanned on the host.
   ids_step_ = ctx_.model.prefers_device_sampling() && ids_only_step();
   step_logit_rows_ = logit_rows;
+  bool timed = true;  // the measured time is the forward's (see the prefetch below)
   if (ids_step_) {
     build_row_sampling(decode_, logit_rows);
     if (may_pipeline()) {
@@ -255,7 +256,11 @@ void Scheduler::forward(size_t logit_rows) {
         }
         throw;
       }
+      const auto tc = Clock::now();
       ctx_.model.collect_ids(step_ids_);
+      // The forward's time is its own only when the device was still busy after the host's
+      // prefetch; otherwise it holds host work, and the recompute speed skips this sample.
+      timed = ms_between(tc, Clock::now()) > 0.05;
     } else {
       ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, step_ids_);
     }
@@ -270,7 +275,7 @@ void Scheduler::forward(size_t logit_rows) {
   for (const auto& p : prefill_) prefill_tokens += p.take;
   // The recompute speed the cost rule uses: forwards that are mostly prompt tokens (a
   // dropped block comes back the same way). At least a block's worth, or timing noise wins.
-  if (ctx_.offload != nullptr && prefill_tokens >= size_t(ctx_.options.block_size) &&
+  if (timed && ctx_.offload != nullptr && prefill_tokens >= size_t(ctx_.options.block_size) &&
       2 * prefill_tokens >= ctx_.batch.size())
     ctx_.offload->observe_prefill(ctx_.batch.size(), ms / 1000.0);
   if (ctx_.trace != nullptr)

@@ -172,7 +172,8 @@ class Scheduler {
   void emit(LiveSequence& s, std::string_view piece);
   std::string detokenize(LiveSequence& s, int32_t token);
   void deliver(LiveSequence& s);
-  void release_kv(LiveSequence& s);
+  /// Frees `s`'s KV; `cache`: its fed full blocks go into the prefix cache first.
+  void release_kv(LiveSequence& s, bool cache = true);
   void drop_finished();
 
   EngineContext& ctx_;

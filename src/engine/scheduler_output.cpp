@@ -10,9 +10,9 @@ namespace fdl::engine {
 namespace {
 
 // Log-softmax of one row at the ids asked for: logprob of `token` and the `top_n` most
-// likely ids (descending, lower id first on ties). The row is what the sampler's penalties
-// left (vLLM's and OpenAI's convention: the model's distribution, before temperature and
-// truncation), so greedy requests get meaningful alternatives too.
+// likely ids (descending, lower id first on ties). The row is the model's raw logits (vLLM's
+// default, "raw_logprobs": the distribution before penalties, temperature and truncation),
+// so greedy requests get meaningful alternatives too.
 SampledToken with_logprobs(int32_t token, std::span<const float> row, int32_t top_n) {
   float max_logit = -std::numeric_limits<float>::infinity();
   for (float v : row) max_logit = std::max(max_logit, v);
@@ -115,7 +115,9 @@ void Scheduler::finish(LiveSequence& s, const char* reason, const std::string& e
   s.timings.decode_ms = s.timings.gen_tokens > 0 ? ms_between(s.first_token_at, s.last_token_at)
                                                  : 0.0;
   s.finished = true;
-  release_kv(s);
+  // A sequence that ends with an error may hold KV its failed step never computed: none of
+  // it goes into the prefix cache.
+  release_kv(s, why != "error");
   RequestOutput& out = s.pending;
   out.finished = true;
   out.finish_reason = reason;
@@ -130,14 +132,14 @@ void Scheduler::finish(LiveSequence& s, const char* reason, const std::string& e
   if (out.finish_reason == "error") ++counters_.failed;
 }
 
-void Scheduler::release_kv(LiveSequence& s) {
+void Scheduler::release_kv(LiveSequence& s, bool cache) {
   end_shadow(s);
   if (s.seq < 0) return;
   // Its full blocks stay findable for later requests with the same prefix (multi-turn chat,
   // shared system prompts); unused ones are evicted when the pool needs room.
   // Only positions whose token is in the context were fed with it: not the last sampled
   // token, and not a rejected draft beyond it.
-  if (opt_.prefix_cache && s.finished && !s.context.empty())
+  if (cache && opt_.prefix_cache && s.finished && !s.context.empty())
     cache_blocks(s, std::min(ctx_.kv.length(s.seq), s.context.size() - 1));
   ctx_.kv.free_sequence(s.seq);
   s.seq = -1;

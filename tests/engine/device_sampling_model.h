@@ -19,11 +19,13 @@ class ArgmaxPreferringModel final : public Model {
   KvShape kv_shape(int block_size) const override { return inner_.kv_shape(block_size); }
   int n_threads() const override { return inner_.n_threads(); }
   void forward(const StepBatch& b, KvCache& kv, std::vector<float>& logits) override {
+    fail_if_asked();
     ++logit_steps;
     inner_.forward(b, kv, logits);
   }
   void forward_sample(const StepBatch& b, KvCache& kv, std::span<const RowSampling> rows,
                       std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override {
+    fail_if_asked();
     ++ids_steps;
     for (const RowSampling& r : rows) sampled_rows += r.temperature > 0.0f ? 1 : 0;
     penalty_tokens += int(penalties.size());
@@ -44,6 +46,14 @@ class ArgmaxPreferringModel final : public Model {
     }
   }
   bool fail_next_collect = false;
+  // fail_next_forward: the next forward throws before computing anything, as a step that
+  // fails its checks does.
+  bool fail_next_forward = false;
+  void fail_if_asked() {
+    if (!fail_next_forward) return;
+    fail_next_forward = false;
+    throw std::runtime_error("forward: injected failure");
+  }
   bool prefers_device_sampling() const override { return true; }
   int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0, submits = 0, chained_tokens = 0;
 

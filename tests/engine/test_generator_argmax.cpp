@@ -324,5 +324,29 @@ TEST(AsyncScheduling, AFailedStepFoundByAnAbortEndsItsSequencesWithTheError) {
   EXPECT_EQ(f.pool.n_free(), f.pool.capacity());
 }
 
+// A sequence that ends with an error leaves nothing in the prefix cache: a prefill step that
+// failed its checks wrote no KV into the blocks it had reserved, and those must not serve the
+// same prompt afterwards (the engine ends everything with the error, as fail_all does here).
+TEST(AsyncScheduling, ASequenceEndedByAnErrorIsNotCached) {
+  const LoadedModel& m = codelm_model();
+  ArgmaxPreferringModel wrapped(*m.model);
+  SchedulerFixture f(wrapped, *m.tokenizer, {}, {});
+  std::vector<int32_t> prompt{1};
+  for (int i = 0; i < 47; ++i) prompt.push_back(int32_t(300 + (i * 37) % 900));  // three blocks
+  f.add(0, greedy_request(prompt, 40));
+  wrapped.fail_next_forward = true;
+  EXPECT_THROW(f.scheduler.step(), std::runtime_error);  // the prompt's prefill
+  f.scheduler.fail_all("error", "forward: injected failure");
+  ASSERT_EQ(f.records[0].finish_reason, "error");
+  f.add(1, greedy_request(prompt, 4));
+  f.run();
+  EXPECT_EQ(f.records[1].finish_reason, "length");
+  EXPECT_EQ(f.records[1].cached_prompt_tokens, 0);
+  // A sequence that ends normally is cached, as before.
+  f.add(2, greedy_request(prompt, 4));
+  f.run();
+  EXPECT_GE(f.records[2].cached_prompt_tokens, 32);
+}
+
 }  // namespace
 }  // namespace fdl::test

@@ -929,9 +929,11 @@ void CudaModel::submit_sample(const StepBatch& batch, KvCache& kv, std::span<con
 void CudaModel::collect_ids(std::vector<int32_t>& ids) {
   if (pending_count_ == 0) throw std::logic_error("collect_ids: no submitted step to collect");
   SubmittedStep& st = submitted_[pending_first_];
-  FDL_CUDA_CHECK(cudaEventSynchronize(st.copied));
+  // Off the queue first: a step whose wait fails (a device fault) is gone either way, so a
+  // drain after the error ends.
   pending_first_ = (pending_first_ + 1) % kMaxSubmitted;
   --pending_count_;
+  FDL_CUDA_CHECK(cudaEventSynchronize(st.copied));
   ids.assign(st.ids_at, st.ids_at + st.rows);
   if (pending_count_ == 0) collect_profile();
   const bool inherited = st.chained && chain_failed_;

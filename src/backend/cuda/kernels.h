@@ -335,7 +335,7 @@ void argmax_rows(const float* logits, int n_rows, int n_cols, int32_t* ids, cuda
 int argmax_blocks_per_row(int n_rows, int n_cols, int n_sm);
 size_t argmax_partial_bytes(int n_rows, int n_cols, int n_sm);
 
-/// One row's sampling parameters: the layout of fdl::RowSampling (flashdllm/model.h), which
+/// One row's sampling parameters: the layout of fdl::RowSampling (flashdllm/sampling.h), which
 /// cuda_model.cpp checks with static_asserts, so the host array is copied as is.
 struct RowSamplingDev {
   float temperature;
