@@ -123,8 +123,8 @@ void Scheduler::step_pipelined() {
   // The successor first: the device runs it while the host handles the step in flight.
   const bool next = submit_next(next_decode_);
   if (ctx_.trace != nullptr)
-    ctx_.trace->span(StepTrace::Track::Schedule, next ? "submit next" : "plan (none submitted)", t0,
-                     ms_between(t0, Clock::now()) * 1000.0, {{"step", counters_.steps}});
+    ctx_.trace->span_since(StepTrace::Track::Schedule, next ? "submit next" : "plan (none submitted)", t0,
+                           {{"step", counters_.steps}});
   try {
     finish_inflight(t0);
   } catch (...) {
@@ -143,8 +143,7 @@ void Scheduler::step_pipelined() {
     if (d.s != nullptr && d.s->finished) d.s = nullptr;
   drop_finished();
   if (ctx_.trace != nullptr)
-    ctx_.trace->span(StepTrace::Track::Schedule, "emit", t_emit, ms_between(t_emit, Clock::now()) * 1000.0,
-                     {{"step", counters_.steps}});
+    ctx_.trace->span_since(StepTrace::Track::Schedule, "emit", t_emit, {{"step", counters_.steps}});
   if (ctx_.offload != nullptr) {
     // Still while the successor runs: collect landed copies and bring back the cached
     // prefixes of the requests next in line (ended sequences' blocks are in the prefix cache

@@ -141,8 +141,7 @@ void Scheduler::step() {
   const auto ta = Clock::now();
   plan_prefill(budget);
   if (ctx_.trace != nullptr)
-    ctx_.trace->span(StepTrace::Track::Schedule, "plan prefill", ta, ms_between(ta, Clock::now()) * 1000.0,
-                     {{"step", counters_.steps}});
+    ctx_.trace->span_since(StepTrace::Track::Schedule, "plan prefill", ta, {{"step", counters_.steps}});
   for (auto& w : waiting_) ++w->waited_steps;
   if (ctx_.batch.size() == 0) prefetch_once();
   if (ctx_.batch.size() == 0 && ctx_.offload != nullptr && ctx_.offload->copies_async())
@@ -151,8 +150,8 @@ void Scheduler::step() {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
 
   if (ctx_.trace != nullptr)
-    ctx_.trace->span(StepTrace::Track::Schedule, "plan", t0, ms_between(t0, Clock::now()) * 1000.0,
-                     {{"step", counters_.steps}, {"waiting", waiting_.size()}, {"running", running_.size()}});
+    ctx_.trace->span_since(StepTrace::Track::Schedule, "plan", t0,
+                           {{"step", counters_.steps}, {"waiting", waiting_.size()}, {"running", running_.size()}});
   if (ctx_.batch.size() > 0) {
     size_t rows = decode_tokens;
     for (const auto& p : prefill_) rows += p.last ? 1 : 0;
@@ -182,17 +181,13 @@ void Scheduler::step() {
       }
     }
     finish_prefill(t0, t1);
-    for (auto& s : running_)
-      if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
-    drop_finished();
-    if (ctx_.trace != nullptr)
-      ctx_.trace->span(StepTrace::Track::Schedule, "emit", t1, ms_between(t1, Clock::now()) * 1000.0,
-                       {{"step", counters_.steps}});
-    return;
   }
+  const auto t_emit = Clock::now();
   for (auto& s : running_)
     if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
   drop_finished();
+  if (ctx_.trace != nullptr)
+    ctx_.trace->span_since(StepTrace::Track::Schedule, "emit", t_emit, {{"step", counters_.steps}});
 }
 
 bool Scheduler::ids_only_step() const {
@@ -504,8 +499,7 @@ void Scheduler::prefetch_once() {
   const auto t0 = Clock::now();
   prefetch_waiting();
   if (ctx_.trace != nullptr)
-    ctx_.trace->span(StepTrace::Track::Schedule, "prefetch", t0, ms_between(t0, Clock::now()) * 1000.0,
-                     {{"step", counters_.steps}});
+    ctx_.trace->span_since(StepTrace::Track::Schedule, "prefetch", t0, {{"step", counters_.steps}});
 }
 
 void Scheduler::prefetch_waiting() {
@@ -524,7 +518,8 @@ void Scheduler::prefetch_waiting() {
     // a slot frees up. Their paths are marked used first, last to first, so evictions take
     // other blocks, and the next in line's last.
     const size_t ahead = std::min(waiting_.size(), 2 * size_t(ctx_.options.max_sequences));
-    std::vector<size_t> want(ahead);
+    std::vector<size_t>& want = prefetch_want_;  // kept: this runs every step
+    want.assign(ahead, 0);
     for (size_t i = ahead; i-- > 0;) {
       const CachedPath path = cached_path(*waiting_[i]);
       want[i] = prefix_cache_.to_prefetch(waiting_[i]->request.cache_scope, path.tokens, path.max_blocks);

@@ -203,6 +203,7 @@ class Scheduler {
   /// A step was submitted (Model::submit_sample) and not collected: decode_ describes it.
   bool inflight_ = false;
   bool prefetch_due_ = false;           ///< this step's prefetch_waiting has not run yet
+  std::vector<size_t> prefetch_want_;   ///< prefetch_waiting's scratch
   std::vector<DecodeSlot> next_decode_;
   std::vector<const LiveSequence*> in_flight_seqs_;  ///< submit_next: decode_'s sequences, sorted
   std::vector<int32_t> outputs_, inputs_;

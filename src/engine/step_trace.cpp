@@ -37,6 +37,11 @@ void StepTrace::span(Track track, std::string name, Clock::time_point start, dou
                      {"args", std::move(args)}});
 }
 
+void StepTrace::span_since(Track track, std::string name, Clock::time_point start, nlohmann::json args) {
+  span(track, std::move(name), start, std::chrono::duration<double, std::micro>(Clock::now() - start).count(),
+       std::move(args));
+}
+
 void StepTrace::span_ending_now(Track track, std::string name, double dur_us,
                                 nlohmann::json args) {
   const auto end = Clock::now();

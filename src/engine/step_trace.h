@@ -28,6 +28,9 @@ class StepTrace {
   /// A span that started at `start` and lasted `dur_us`; `args` shows in the detail pane.
   void span(Track track, std::string name, Clock::time_point start, double dur_us,
             nlohmann::json args = nlohmann::json::object());
+  /// A span from `start` to now (work the engine thread just did).
+  void span_since(Track track, std::string name, Clock::time_point start,
+                  nlohmann::json args = nlohmann::json::object());
   /// A span that ended now and lasted `dur_us` (asynchronous transfers reported on completion).
   void span_ending_now(Track track, std::string name, double dur_us,
                        nlohmann::json args = nlohmann::json::object());
