@@ -1,5 +1,5 @@
 // Internal: the order in which the scheduler tries to admit waiting requests (the policy of
-// flashdllm/engine.h, SchedulerOptions). With length buckets on:
+// flashdllm/engine.h; SchedulerOptions in flashdllm/options.h). With length buckets on:
 //   1. requests that have waited max_wait_steps steps or more, oldest first (anti-starvation:
 //      nothing below can hold a request back longer than that);
 //   2. then by length class: short, medium, long;
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/live_sequence.h"
+#include "flashdllm/options.h"
 
 namespace fdl::engine {
 

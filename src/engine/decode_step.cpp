@@ -2,7 +2,6 @@
 // docs/SPECULATIVE.md): draft, one batched forward over every sequence's [next token,
 // drafts], acceptance token by token through the normal end conditions, KV rollback.
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 #include "decode/row_ops.h"
@@ -11,11 +10,6 @@
 
 
 namespace fdl::engine {
-namespace {
-
-constexpr size_t kNoRow = std::numeric_limits<size_t>::max();
-
-}  // namespace
 
 void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec::DraftTree& draft) {
   draft.clear();
@@ -133,16 +127,16 @@ void Scheduler::plan_decode() {
   // Drafts first (no memory taken), then make sure the blocks exist: without them the
   // drafts go, then audit shadows, then the youngest sequences are preempted (recompute).
   for (;;) {
-    drafts_.resize(seqs.size());
-    for (size_t r = 0; r < seqs.size(); ++r) plan_draft(*seqs[r], seqs.size(), speculate, drafts_[r]);
-    if (speculate && !prompts_pending && refresh_base(sp, seqs, drafts_, seqs.size() + n_shadows)) {
+    plan_.drafts.resize(seqs.size());
+    for (size_t r = 0; r < seqs.size(); ++r) plan_draft(*seqs[r], seqs.size(), speculate, plan_.drafts[r]);
+    if (speculate && !prompts_pending && refresh_base(sp, seqs, plan_.drafts, seqs.size() + n_shadows)) {
       speculate = false;
-      for (auto& d : drafts_) d.clear();
+      for (auto& d : plan_.drafts) d.clear();
     }
     size_t need = 0;
     for (size_t r = 0; r < seqs.size(); ++r) {
       LiveSequence& s = *seqs[r];
-      need += ctx_.kv.blocks_needed(s.seq, drafts_[r].size() + 1);
+      need += ctx_.kv.blocks_needed(s.seq, plan_.drafts[r].size() + 1);
       if (s.shadow) need += ctx_.kv.blocks_needed(s.shadow->seq, 1);
     }
     if (need <= ctx_.kv.pool().n_free()) break;
@@ -159,7 +153,7 @@ void Scheduler::plan_decode() {
 
   for (size_t r = 0; r < seqs.size(); ++r) {
     LiveSequence& s = *seqs[r];
-    const auto& draft = drafts_[r];
+    const auto& draft = plan_.drafts[r];
     const size_t row = ctx_.batch.size();
     const size_t pos = ctx_.kv.append_slots(s.seq, draft.size() + 1);
     ctx_.batch.add(s.last_token, static_cast<int32_t>(pos), s.seq, true);
@@ -171,10 +165,10 @@ void Scheduler::plan_decode() {
       for (size_t i = 0; i < draft.size(); ++i)
         ctx_.batch.add_child(draft.tokens[i], draft.parent[i] < 0 ? row : row + 1 + size_t(draft.parent[i]), true);
     }
-    drafted_ += draft.size();
-    decode_.push_back({&s, row, pos, kNoRow});
+    plan_.drafted += draft.size();
+    plan_.decodes.push_back({&s, row, pos, DecodeSlot::kNoRow});
   }
-  for (auto& d : decode_)
+  for (auto& d : plan_.decodes)
     if (d.s->shadow) {
       d.shadow_row = ctx_.batch.size();
       add_shadow_token(*d.s);
@@ -184,12 +178,12 @@ void Scheduler::plan_decode() {
 void Scheduler::finish_decode() {
   SpecMetrics& m = ctx_.spec.metrics;
   step_emitted_ = 0;
-  if (decode_.empty()) return;
+  if (plan_.decodes.empty()) return;
   size_t emitted = 0;
-  for (size_t r = 0; r < decode_.size(); ++r) {
-    const DecodeSlot& d = decode_[r];
-    emitted += verify(*d.s, drafts_[r], d.row, d.pos);
-    if (d.shadow_row != kNoRow && d.s->shadow) advance_shadow(*d.s, d.shadow_row);
+  for (size_t r = 0; r < plan_.decodes.size(); ++r) {
+    const DecodeSlot& d = plan_.decodes[r];
+    emitted += verify(*d.s, plan_.drafts[r], d.row, d.pos);
+    if (d.shadow_row != DecodeSlot::kNoRow && d.s->shadow) advance_shadow(*d.s, d.shadow_row);
   }
   ++m.steps;
   m.emitted += int64_t(emitted);
@@ -202,14 +196,14 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
   const bool tree = !draft.linear();
   const size_t before = s.context.size() - 1;  // the context ends with the fed token x0
   const int32_t x0 = s.last_token;
-  emitted_.clear();
+  output_.clear_sampled();
   emitted_q_.clear();
   path_.clear();
   int32_t node = -1;  // the last accepted node; -1 = the root x0
   int32_t last = -1;
   for (;;) {
     const size_t r = node < 0 ? row0 : row0 + 1 + size_t(node);
-    const auto row = logits_row(r);
+    const auto row = runner_.logits_row(r);
     // The node's children (after it in depth-first order): the candidates for this position.
     children_.clear();
     outputs_.clear();
@@ -222,7 +216,7 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     // (the tree attention reads exactly that path), and the sampler's penalty history already
     // holds them (on_token accepted each). One candidate: speculative sampling; several:
     // recursive rejection; none: a plain draw.
-    const int32_t tok = children_.empty() ? row_token(s, r)
+    const int32_t tok = children_.empty() ? runner_.row_token(s, r)
                         : children_.size() == 1 ? s.sampler.sample_against_draft(row, outputs_[0])
                                                 : s.sampler.sample_against_drafts(row, outputs_);
     int32_t next = -1;
@@ -231,7 +225,7 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     // gamma's evidence: the first child lost; did another one win?
     if (children_.size() > 1 && tok != outputs_[0]) sp.alternates.observe(next >= 0);
     emitted_q_.push_back(row.empty() ? 0 : quantize_logit(row[size_t(tok)]));  // empty: an argmax-only step
-    on_token(s, tok, row);
+    output_.on_token(s, tok, row);
     last = tok;
     if (next >= 0) {
       path_.push_back(next);
@@ -256,8 +250,8 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     }
     s.window.observe(main, std::min(accepted, main));
     if (s.shadow)
-      s.shadow->pending.push_back({s.n_sampled - emitted_.size(), s.n_sampled,
-                                   step_fingerprint(emitted_, emitted_q_)});
+      s.shadow->pending.push_back({s.n_sampled - output_.sampled().size(), s.n_sampled,
+                                   step_fingerprint(output_.sampled(), emitted_q_)});
   }
   if (sp.enabled()) {
     const SpecMode mode = sp.options.mode;
@@ -274,7 +268,7 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     ctx_.kv.truncate(s.seq, pos0 + accepted + 1);
     s.n_prefilled = pos0 + accepted + 1;  // every context token but the new last one is fed
   }
-  return emitted_.size();
+  return output_.sampled().size();
 }
 
 void Scheduler::feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t before,
@@ -300,7 +294,7 @@ void Scheduler::feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& dra
   outputs_.resize(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
     outputs_[i] = static_cast<int32_t>(
-        detail::scan_row(logits_row(children_[i] < 0 ? row0 : row0 + 1 + size_t(children_[i]))).argmax);
+        detail::scan_row(runner_.logits_row(children_[i] < 0 ? row0 : row0 + 1 + size_t(children_[i]))).argmax);
   const std::span<const int32_t> ctx(s.context);
   s.lookahead.feed_verification(ctx.first(before), inputs_, outputs_, accepted);
   s.lookahead.feed_history(ctx, s.lookahead_fed);

@@ -6,7 +6,11 @@
 #include <vector>
 
 #include "engine/spec_state.h"
-#include "flashdllm/generator.h"
+#include "flashdllm/kv_cache.h"
+#include "flashdllm/metrics.h"
+#include "flashdllm/model.h"
+#include "flashdllm/options.h"
+#include "flashdllm/tokenizer.h"
 
 namespace fdl::engine {
 

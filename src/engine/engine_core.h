@@ -16,8 +16,12 @@
 #include "engine/kv_offload.h"
 #include "engine/spec_state.h"
 #include "engine/step_trace.h"
-#include "flashdllm/generator.h"
+#include "flashdllm/kv_cache.h"
 #include "flashdllm/kv_tiers.h"
+#include "flashdllm/metrics.h"
+#include "flashdllm/model.h"
+#include "flashdllm/options.h"
+#include "flashdllm/tokenizer.h"
 
 namespace fdl::engine {
 

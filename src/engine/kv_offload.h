@@ -23,7 +23,11 @@
 #include <string>
 #include <vector>
 
-#include "flashdllm/generator.h"
+#include "flashdllm/kv_cache.h"
+#include "flashdllm/kv_tiers.h"
+#include "flashdllm/metrics.h"
+#include "flashdllm/model.h"
+#include "flashdllm/options.h"
 #include "kv/placement_policy.h"
 #include "kv/storage_profile.h"
 

@@ -11,7 +11,10 @@
 #include "decode/lookahead_pool.h"
 #include "decode/stop_matcher.h"
 #include "decode/window_controller.h"
-#include "flashdllm/engine.h"
+#include "flashdllm/kv_cache.h"
+#include "flashdllm/request.h"
+#include "flashdllm/sampling.h"
+#include "flashdllm/tokenizer.h"
 
 namespace fdl::engine {
 

@@ -20,8 +20,6 @@
 namespace fdl::engine {
 namespace {
 
-constexpr size_t kNoShadowRow = static_cast<size_t>(-1);
-
 // Whether a sequence's next token can still be followed by another: otherwise it ends by
 // length with that token (on_token's conditions), and the step after must not feed it.
 bool continues_after_next(const LiveSequence& s, size_t n_ctx) {
@@ -37,19 +35,19 @@ bool Scheduler::admission_possible() const {
 }
 
 bool Scheduler::may_pipeline() const {
-  if (!opt_.async_scheduling || !ids_step_ || !ctx_.model.prefers_device_sampling()) return false;
+  if (!opt_.async_scheduling || !ctx_.model.prefers_device_sampling()) return false;
   // Waiting requests that could be admitted need a planned step, which needs this one's
   // tokens first: submitting now would only put one more scheduler iteration between two
   // tokens. Those that wait for a free sequence slot do not hold the pipeline up.
   if (admission_possible()) return false;
-  if (ctx_.spec.enabled() || drafted_ > 0 || !prefill_.empty()) return false;
+  if (ctx_.spec.enabled() || plan_.drafted > 0 || !plan_.prefills.empty()) return false;
   // Synchronous tier copies run on the engine thread between forwards; device copies are
   // ordered against the step in flight by the copy streams (a copy group waits for the work
   // submitted before it; a step waits for the pulls of the blocks it writes).
   if (ctx_.offload != nullptr && !ctx_.offload->copies_async()) return false;
-  for (const auto& d : decode_)
+  for (const auto& d : plan_.decodes)
     if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
-  return !decode_.empty();
+  return !plan_.decodes.empty();
 }
 
 bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
@@ -59,9 +57,9 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
   // re-admitted after a preemption with its whole context found in the prefix cache) needs a
   // planned step, or the pipeline would leave it out until the others end.
   // (Sorted pointers and a binary search: O(n log n) per step on the host, while the GPU runs
-  // the step in flight, instead of a scan of decode_ per running sequence.)
+  // the step in flight, instead of a scan of the decodes per running sequence.)
   in_flight_seqs_.clear();
-  for (const DecodeSlot& d : decode_) in_flight_seqs_.push_back(d.s);
+  for (const DecodeSlot& d : plan_.decodes) in_flight_seqs_.push_back(d.s);
   std::sort(in_flight_seqs_.begin(), in_flight_seqs_.end(), std::less<>());  // a total order of pointers
   for (const auto& s : running_) {
     if (s->finished) continue;
@@ -69,9 +67,9 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
     if (!std::binary_search(in_flight_seqs_.begin(), in_flight_seqs_.end(), s.get(), std::less<>())) return false;
   }
   size_t need = 0;
-  for (const DecodeSlot& d : decode_)
+  for (const DecodeSlot& d : plan_.decodes)
     if (d.s != nullptr && !d.s->finished && continues_after_next(*d.s, size_t(ctx_.options.n_ctx))) {
-      next.push_back({d.s, d.row, 0, kNoShadowRow});  // row: where its token comes from
+      next.push_back({d.s, d.row, 0, DecodeSlot::kNoRow});  // row: where its token comes from
       need += ctx_.kv.blocks_needed(d.s->seq, 1);
     }
   if (next.empty()) return false;
@@ -84,30 +82,27 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
     ctx_.batch.add(previous_step_id(int32_t(d.row)), static_cast<int32_t>(d.pos), d.s->seq, true);
     d.row = r;
   }
-  // Uniforms now, in the order the synchronous loop draws them (each sequence's next one);
-  // no penalty tokens (sequences with penalties never pipeline), and prefill_ is empty.
-  build_row_sampling(next, next.size());
-  ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
-  ctx_.stats.n_decode_tokens += static_cast<int64_t>(next.size());
-  ++ctx_.stats.n_forwards;
+  // No penalty tokens: sequences with penalties never pipeline.
+  runner_.submit(next);
   return true;
 }
 
 void Scheduler::finish_inflight(Clock::time_point t0) {
-  emitted_.clear();  // on_token appends to it for the audit fingerprint, which these steps skip
-  ctx_.model.collect_ids(step_ids_);
+  output_.clear_sampled();  // on_token appends to it for the audit fingerprint, which these steps skip
+  runner_.collect();
+  const std::vector<int32_t>& ids = runner_.ids();
   const auto t1 = Clock::now();
   ctx_.stats.forward_ms += ms_between(t0, t1);
   if (ctx_.trace != nullptr)
     ctx_.trace->span(StepTrace::Track::Compute, "forward (pipelined)", t0, ms_between(t0, t1) * 1000.0,
-                     {{"step", counters_.steps}, {"decodes", decode_.size()}});
+                     {{"step", counters_.steps}, {"decodes", plan_.decodes.size()}});
   size_t emitted = 0;
-  for (const DecodeSlot& d : decode_) {
+  for (const DecodeSlot& d : plan_.decodes) {
     if (d.s == nullptr || d.s->finished) continue;  // ended while the step ran
-    if (d.row >= step_ids_.size())
-      throw std::logic_error("Model::collect_ids returned " + std::to_string(step_ids_.size()) + " ids, row " +
+    if (d.row >= ids.size())
+      throw std::logic_error("Model::collect_ids returned " + std::to_string(ids.size()) + " ids, row " +
                              std::to_string(d.row) + " expected");
-    on_token(*d.s, step_ids_[d.row], {});
+    output_.on_token(*d.s, ids[d.row], {});
     if (!d.s->finished) d.s->n_prefilled = d.pos + 1;
     ++emitted;
   }
@@ -128,7 +123,7 @@ void Scheduler::step_pipelined() {
   try {
     finish_inflight(t0);
   } catch (...) {
-    if (next) decode_.swap(next_decode_);  // what is still submitted (drain_pipeline drops it)
+    if (next) plan_.decodes.swap(next_decode_);  // what is still submitted (drain_pipeline drops it)
     throw;
   }
   const auto t_emit = Clock::now();
@@ -136,10 +131,9 @@ void Scheduler::step_pipelined() {
   // Rows of the successor whose sequence ended with this step are dropped.
   for (DecodeSlot& d : next_decode_)
     if (d.s->finished) d.s = nullptr;
-  decode_.swap(next_decode_);
-  for (auto& s : running_)
-    if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
-  for (DecodeSlot& d : decode_)  // a sink may have ended its request
+  plan_.decodes.swap(next_decode_);
+  output_.deliver_ready(running_);
+  for (DecodeSlot& d : plan_.decodes)  // a sink may have ended its request
     if (d.s != nullptr && d.s->finished) d.s = nullptr;
   drop_finished();
   if (ctx_.trace != nullptr)
@@ -165,23 +159,16 @@ void Scheduler::drain_pipeline(bool process) {
       // The step failed (a NaN row, a device error): its sequences' KV holds a slot whose
       // token they never got, so they cannot go on. They end with the error, as a failed
       // step ends everything it ran in the synchronous loop; the others are not touched.
-      for (const DecodeSlot& d : decode_)
-        if (d.s != nullptr && !d.s->finished) finish(*d.s, "error", e.what());
+      for (const DecodeSlot& d : plan_.decodes)
+        if (d.s != nullptr && !d.s->finished) output_.finish(*d.s, "error", e.what());
     }
   }
   // Whatever is still submitted (after a failure) is collected and dropped; each collect
   // takes its step off the queue, failing or not, so this ends (bounded all the same).
-  std::vector<int32_t> ids;
-  for (size_t n = ctx_.model.submitted_steps(); n > 0 && ctx_.model.submitted_steps() > 0; --n) {
-    try {
-      ctx_.model.collect_ids(ids);
-    } catch (...) {
-    }
-  }
-  decode_.clear();
+  runner_.drop_submitted();
+  plan_.decodes.clear();
   if (process) {
-    for (auto& s : running_)
-      if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
+    output_.deliver_ready(running_);
     drop_finished();
   }
 }

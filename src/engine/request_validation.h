@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "flashdllm/generator.h"
+#include "flashdllm/request.h"
 
 namespace fdl::engine {
 

@@ -4,7 +4,8 @@
 
 #include <cstddef>
 
-#include "flashdllm/engine.h"
+#include "flashdllm/model.h"
+#include "flashdllm/options.h"
 
 namespace fdl::engine {
 

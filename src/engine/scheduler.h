@@ -1,43 +1,39 @@
 // Internal: the scheduler — continuous batching over a Model and its paged KV cache.
-// The policy is described in flashdllm/engine.h and docs/SCHEDULER.md; this class runs it:
-// each step() is one Model::forward over the decode tokens (and drafts) of the running
-// sequences plus prompt chunks, followed by sampling, verification, rollback, output
-// delivery and the release of finished sequences.
+// The policy is described in flashdllm/engine.h and docs/SCHEDULER.md. Each step() is
+// plan → run → output (the split of docs/DESIGN.md):
+//   1. schedule() makes the StepPlan (step_plan.h): the decode token and draft of every
+//      decoding sequence, prompt chunks within the token budget, admissions, the KV slots
+//      they take (preempting or evicting when blocks run out)   decode_step.cpp, scheduler_admission.cpp
+//   2. a ModelRunner runs its forward (model_runner.h)
+//   3. update_from_output() verifies drafts, accepts tokens, rolls the KV back and advances
+//      prompts; the OutputProcessor (output_processor.h) turns each token into text, stops,
+//      logprobs and deliveries                                    decode_step.cpp, scheduler.cpp
+// Memory (preemption, the prefix cache, tier prefetch) is scheduler_memory.cpp; async
+// scheduling (a step submitted and processed by the next step()) pipelined_step.cpp; the
+// speculation audit shadow_audit.cpp.
 //
 // Owned by Generator (called inline) and by Engine (called on the engine thread).
 // Thread-safety: none. Sinks run inside step() and abort().
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "decode/draft_policy.h"
 #include "decode/draft_tree.h"
 #include "engine/engine_context.h"
 #include "engine/live_sequence.h"
+#include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/prefix_cache.h"
+#include "engine/scheduler_counters.h"
+#include "engine/step_plan.h"
 
 namespace fdl::engine {
-
-/// Counters the scheduler keeps (EngineMetrics mirrors them).
-struct SchedulerCounters {
-  int64_t steps = 0;
-  int64_t submitted = 0;
-  int64_t finished = 0;
-  int64_t aborted = 0;
-  int64_t failed = 0;
-  int64_t preemptions = 0;
-  int64_t prompt_tokens = 0;
-  int64_t prefill_computed = 0;
-  int64_t recomputed = 0;
-  int64_t generated = 0;
-  int64_t prefix_queries = 0;
-  int64_t prefix_hits = 0;
-};
 
 class Scheduler {
  public:
@@ -71,11 +67,13 @@ class Scheduler {
 
  private:
   using SeqPtr = std::unique_ptr<LiveSequence>;
-  /// A decode token of the step: its sequence (null in a submitted step once the sequence
-  /// ended while the step ran: its row is dropped), logits row and KV slot.
-  struct DecodeSlot { LiveSequence* s; size_t row; size_t pos; size_t shadow_row; };
 
-  // --- admission and memory (scheduler.cpp) ---
+  // --- plan (scheduler.cpp, decode_step.cpp, scheduler_admission.cpp) ---
+  /// Fills plan_ and the context's batch for this step (empty when nothing can run).
+  void schedule();
+  /// Adds every decoding sequence's next token (and draft) to the batch.
+  void plan_decode();
+  void plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec::DraftTree& draft);
   /// Requests with max_new_tokens == 0 finish at once.
   void finish_trivial();
   /// Prompt chunks for this step within `budget` tokens: continues admitted prompts, admits
@@ -86,18 +84,42 @@ class Scheduler {
   bool admit(LiveSequence& s, size_t reserve);
   /// Tokens of `s`'s prompt to prefill this step under `budget`.
   size_t chunk_for(const LiveSequence& s, size_t budget) const;
+  LengthClass classify(size_t prompt_tokens) const;
+
+  // --- run (scheduler.cpp) ---
+  /// Runs plan_'s forward: ids sampled on the device when the model prefers it and nothing
+  /// needs logits, submitted for the next step() when the step may pipeline.
+  void run_plan();
+  /// Whether every logits row of the step is consumed by one draw — no logprobs, drafts or
+  /// audits; penalties go along as PenaltyTokens — so a model that samples on its device may
+  /// return ids only (Model::forward_sample).
+  bool ids_only_step() const;
+
+  // --- output (scheduler.cpp, decode_step.cpp) ---
+  /// After the forward: verification and tokens for the decodes, the speculation cost
+  /// model, prompt progress; `t0`: when the step began.
+  void update_from_output(Clock::time_point t0);
+  /// Acceptance, rollback, tokens for each decoding sequence.
+  void finish_decode();
+  size_t verify(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t pos0);
+  /// Tree verification: rows and pool updates of the nodes verified below `node` (-1 = the
+  /// root), see decode_step.cpp.
+  void feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t before,
+                            int32_t x0, size_t accepted);
+  void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
+  /// Delivers what the step produced and drops the finished sequences.
+  void deliver_step();
+  void drop_finished();
+
+  // --- memory (scheduler_memory.cpp) ---
   /// Makes `n` pool blocks free: evicts unused prefix-cache blocks, then drops audit
   /// shadows, then preempts running sequences youngest first (never `keep`, never one with
   /// tokens in this step's batch). False when even that is not enough.
   bool reclaim(size_t n, const LiveSequence* keep);
-  /// True when `s` already has tokens in this step's batch (never preempted or shadow-dropped).
-  bool in_this_step(const LiveSequence* s) const;
   void preempt(LiveSequence& s);
-  /// Starts tier-2 promotions of the cached blocks of waiting requests (spare blocks only).
-  void prefetch_waiting();
-  /// This step's prefetch_waiting (traced), once: in a step whose ids the device samples, the
-  /// forward is submitted first and this runs while it computes.
-  void prefetch_once();
+  /// Frees `s`'s KV; `cache`: its fed full blocks go into the prefix cache first.
+  void release_kv(LiveSequence& s, bool cache = true);
+  void cache_blocks(const LiveSequence& s, size_t n_tokens);
   /// The part of `s`'s context the prefix cache may serve: its tokens and how many whole
   /// blocks of them.
   struct CachedPath {
@@ -110,39 +132,15 @@ class Scheduler {
   /// Starts bringing `s`'s offloaded prefix blocks back (want: how many, 0 = count them),
   /// demoting colder cached blocks for room; returns how many were started (0: no room).
   size_t prefetch_prefix(const LiveSequence& s, size_t want = 0);
-  void cache_blocks(const LiveSequence& s, size_t n_tokens);
-  LengthClass classify(size_t prompt_tokens) const;
-
-  // --- the step (scheduler.cpp, decode_step.cpp) ---
-  /// Adds every decoding sequence's next token (and draft) to the batch.
-  void plan_decode();
-  void plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec::DraftTree& draft);
-  /// After the forward: acceptance, rollback, tokens for each decoding sequence.
-  void finish_decode();
-  size_t verify(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t pos0);
-  /// Tree verification: rows and pool updates of the nodes verified below `node` (-1 = the
-  /// root), see decode_step.cpp.
-  void feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t before,
-                            int32_t x0, size_t accepted);
-  void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
-  void forward(size_t logit_rows);
-  /// Row `row` of this step's logits; empty in an ids-only step (no row was copied).
-  std::span<const float> logits_row(size_t row) const;
-  /// The token row `row` yields for `s` when it verifies no draft: the sampler's draw from
-  /// the logits, or in an ids-only step the id the model sampled.
-  int32_t row_token(LiveSequence& s, size_t row);
-  /// Whether every logits row of the step is consumed by one draw — no logprobs, drafts or
-  /// audits; penalties go along as PenaltyTokens — so a model that samples on its device may
-  /// return ids only (Model::forward_sample).
-  bool ids_only_step() const;
-  /// Per logits row of an ids-only step, its RowSampling: the sequence's parameters and,
-  /// unless greedy, the uniform its sampler's RNG gives next (so the RNG stream is sample()'s);
-  /// and its penalty window's tokens.
-  void build_row_sampling(std::span<const DecodeSlot> decodes, size_t logit_rows);
+  /// Starts tier-2 promotions of the cached blocks of waiting requests (spare blocks only).
+  void prefetch_waiting();
+  /// This step's prefetch_waiting (traced), once: in a step whose ids the device samples, the
+  /// forward is submitted first and this runs while it computes.
+  void prefetch_once();
 
   // --- async scheduling (pipelined_step.cpp) ---
-  /// Whether the step just planned may be submitted (Model::submit_sample) and processed by
-  /// the next step(): decodes only, ids only, nothing that needs the host between steps.
+  /// Whether the ids-only step just planned may be submitted (Model::submit_sample) and
+  /// processed by the next step(): decodes only, nothing that needs the host between steps.
   bool may_pipeline() const;
   /// Whether a waiting request could be admitted by a planned step now (a sequence slot is
   /// free); requests that wait for one do not stop the pipeline.
@@ -166,51 +164,34 @@ class Scheduler {
   void advance_shadow(LiveSequence& s, size_t row);
   void end_shadow(LiveSequence& s);
 
-  // --- per token (scheduler_output.cpp) ---
-  void on_token(LiveSequence& s, int32_t token, std::span<const float> logits);
-  void finish(LiveSequence& s, const char* reason, const std::string& error = {});
-  void emit(LiveSequence& s, std::string_view piece);
-  std::string detokenize(LiveSequence& s, int32_t token);
-  void deliver(LiveSequence& s);
-  /// Frees `s`'s KV; `cache`: its fed full blocks go into the prefix cache first.
-  void release_kv(LiveSequence& s, bool cache = true);
-  void drop_finished();
-
   EngineContext& ctx_;
   SchedulerOptions opt_;
   PrefixCache prefix_cache_;
   spec::DraftPolicy policy_;
   SchedulerCounters counters_;
+  OutputProcessor output_;
+  ModelRunner runner_;
   uint64_t arrivals_ = 0;
   std::deque<SeqPtr> waiting_;   ///< preempted requests go back to the front
   std::vector<SeqPtr> running_;  ///< admission order (oldest first)
 
-  // step scratch, reused
-  std::vector<DecodeSlot> decode_;
-  std::vector<spec::DraftTree> drafts_;
+  StepPlan plan_;  ///< this step's (reused); in a submitted step, the step in flight
+  /// A step was submitted (Model::submit_sample) and not collected: plan_.decodes describes it.
+  bool inflight_ = false;
+  size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
+  bool prefetch_due_ = false;  ///< this step's prefetch_waiting has not run yet
+  const std::function<void()> prefetch_hook_ = [this] { prefetch_once(); };
+
+  // scratch, reused across steps
   std::vector<spec::Draft> candidates_;  ///< tree verification: the drafters' candidates
   spec::DraftTreeBuilder tree_builder_;
   std::vector<int32_t> path_, children_;  ///< tree verification: accepted nodes, a node's children
-  struct PrefillSlot { LiveSequence* s; size_t take; bool last; };
-  std::vector<PrefillSlot> prefill_;
-  size_t drafted_ = 0;
-  bool ids_step_ = false;               ///< this step's forward returned ids, not logits
-  size_t step_logit_rows_ = 0;
-  std::vector<int32_t> step_ids_;       ///< per logits row, in an ids-only step
-  std::vector<RowSampling> row_sampling_;  ///< per logits row, in an ids-only step
-  std::vector<PenaltyToken> penalty_tokens_;  ///< the rows' penalty windows, in an ids-only step
-  size_t step_emitted_ = 0;  ///< tokens the decode part of this step produced
-  /// A step was submitted (Model::submit_sample) and not collected: decode_ describes it.
-  bool inflight_ = false;
-  bool prefetch_due_ = false;           ///< this step's prefetch_waiting has not run yet
-  std::vector<size_t> prefetch_want_;   ///< prefetch_waiting's scratch
-  std::vector<DecodeSlot> next_decode_;
-  std::vector<const LiveSequence*> in_flight_seqs_;  ///< submit_next: decode_'s sequences, sorted
+  std::vector<size_t> prefetch_want_;     ///< prefetch_waiting's
+  std::vector<DecodeSlot> next_decode_;   ///< submit_next's successor step
+  std::vector<const LiveSequence*> in_flight_seqs_;  ///< submit_next: plan_.decodes' sequences, sorted
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;
-  std::vector<int32_t> emitted_;
   std::vector<int32_t> emitted_q_;  ///< quantized logit of each emitted token (audit)
-  std::vector<TokenProb> dist_;
 };
 
 }  // namespace fdl::engine

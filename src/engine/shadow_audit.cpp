@@ -40,10 +40,10 @@ void Scheduler::add_shadow_token(LiveSequence& s) {
 void Scheduler::advance_shadow(LiveSequence& s, size_t row) {
   SpecState& sp = ctx_.spec;
   ShadowCopy& sh = *s.shadow;
-  const int32_t tok = sh.sampler.sample(logits_row(row));
+  const int32_t tok = sh.sampler.sample(runner_.logits_row(row));
   sh.sampler.accept(tok);
   sh.ids.push_back(tok);
-  sh.logits_q.push_back(quantize_logit(logits_row(row)[size_t(tok)]));
+  sh.logits_q.push_back(quantize_logit(runner_.logits_row(row)[size_t(tok)]));
   sh.last_token = tok;
   while (!sh.pending.empty() && sh.pending.front().end <= sh.base + sh.ids.size()) {
     const auto p = sh.pending.front();

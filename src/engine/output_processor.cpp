@@ -1,10 +1,11 @@
-// Per-token bookkeeping of the scheduler: end conditions, streaming text through the
-// detokenizer and the stop matcher, log-probabilities, deliveries to the request's sink.
+// OutputProcessor: per-token bookkeeping (design in output_processor.h).
+#include "engine/output_processor.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "engine/scheduler.h"
+#include "engine/scheduler_counters.h"
 
 namespace fdl::engine {
 namespace {
@@ -40,13 +41,13 @@ SampledToken with_logprobs(int32_t token, std::span<const float> row, int32_t to
 
 }  // namespace
 
-std::string Scheduler::detokenize(LiveSequence& s, int32_t token) {
+std::string OutputProcessor::detokenize(LiveSequence& s, int32_t token) {
   // A model vocabulary may be padded past the tokenizer's; such ids have no text.
-  if (token >= ctx_.tokenizer.n_vocab()) return {};
+  if (token >= tokenizer_.n_vocab()) return {};
   return s.detokenizer.push(token);
 }
 
-void Scheduler::on_token(LiveSequence& s, int32_t token, std::span<const float> logits) {
+void OutputProcessor::on_token(LiveSequence& s, int32_t token, std::span<const float> logits) {
   const auto now = Clock::now();
   auto& timings = s.timings;
   if (timings.gen_tokens == 0) {
@@ -59,10 +60,10 @@ void Scheduler::on_token(LiveSequence& s, int32_t token, std::span<const float> 
   ++timings.gen_tokens;
   ++s.n_sampled;
   ++counters_.generated;
-  emitted_.push_back(token);  // the speculative step's fingerprint covers what was sampled
+  sampled_.push_back(token);  // the speculative step's fingerprint covers what was sampled
 
   const bool end_of_generation =
-      token < ctx_.tokenizer.n_vocab() && ctx_.tokenizer.is_eog(token);
+      token < tokenizer_.n_vocab() && tokenizer_.is_eog(token);
   if (end_of_generation && !s.request.ignore_eos) {
     finish(s, "stop");
     return;
@@ -90,7 +91,7 @@ void Scheduler::on_token(LiveSequence& s, int32_t token, std::span<const float> 
   // The next decode step would store this token at position prompt + n_generated - 1;
   // stopping when prompt + generated reaches n_ctx keeps every sequence within n_ctx.
   const bool context_full =
-      s.request.prompt_ids.size() + s.n_generated >= size_t(ctx_.options.n_ctx);
+      s.request.prompt_ids.size() + s.n_generated >= n_ctx_;
   if (hit_max || context_full) {
     finish(s, "length");
     return;
@@ -98,7 +99,7 @@ void Scheduler::on_token(LiveSequence& s, int32_t token, std::span<const float> 
   s.last_token = token;
 }
 
-void Scheduler::finish(LiveSequence& s, const char* reason, const std::string& error) {
+void OutputProcessor::finish(LiveSequence& s, const char* reason, const std::string& error) {
   const std::string why = reason;
   if (why == "stop" || why == "length") {
     if (!s.stop.stopped()) {
@@ -117,7 +118,7 @@ void Scheduler::finish(LiveSequence& s, const char* reason, const std::string& e
   s.finished = true;
   // A sequence that ends with an error may hold KV its failed step never computed: none of
   // it goes into the prefix cache.
-  release_kv(s, why != "error");
+  release_kv_(s, why != "error");
   RequestOutput& out = s.pending;
   out.finished = true;
   out.finish_reason = reason;
@@ -132,24 +133,7 @@ void Scheduler::finish(LiveSequence& s, const char* reason, const std::string& e
   if (out.finish_reason == "error") ++counters_.failed;
 }
 
-void Scheduler::release_kv(LiveSequence& s, bool cache) {
-  end_shadow(s);
-  if (s.seq < 0) return;
-  // Its full blocks stay findable for later requests with the same prefix (multi-turn chat,
-  // shared system prompts); unused ones are evicted when the pool needs room.
-  // Only positions whose token is in the context were fed with it: not the last sampled
-  // token, and not a rejected draft beyond it.
-  if (cache && opt_.prefix_cache && s.finished && !s.context.empty())
-    cache_blocks(s, std::min(ctx_.kv.length(s.seq), s.context.size() - 1));
-  ctx_.kv.free_sequence(s.seq);
-  s.seq = -1;
-}
-
-void Scheduler::emit(LiveSequence& s, std::string_view piece) {
-  if (!piece.empty()) s.pending.text.append(piece);
-}
-
-void Scheduler::deliver(LiveSequence& s) {
+void OutputProcessor::deliver(LiveSequence& s) {
   if (s.sink) {
     try {
       s.sink(s.pending);
@@ -173,6 +157,11 @@ void Scheduler::deliver(LiveSequence& s) {
   s.pending.tokens.clear();
   s.pending.text.clear();
   if (finished) s.pending.finished = true;
+}
+
+void OutputProcessor::deliver_ready(const std::vector<std::unique_ptr<LiveSequence>>& seqs) {
+  for (const auto& s : seqs)
+    if (s->finished || !s->pending.tokens.empty() || !s->pending.text.empty()) deliver(*s);
 }
 
 }  // namespace fdl::engine
