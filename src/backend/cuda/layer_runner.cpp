@@ -1,0 +1,335 @@
+// LayerRunner: the kernels of a forward in the CPU forward's order (layer_runner.h).
+#include "backend/cuda/layer_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace fdl::cuda {
+
+LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, KvDtype kv_dtype, int n_sm,
+                         cudaStream_t stream, const CudaKnobs& knobs, OpProfiler& prof)
+    : config_(config), weights_(weights), stream_(stream), prof_(prof) {
+  const ModelConfig& c = config_;
+  FDL_CUBLAS_CHECK(cublasCreate(&cublas_));
+  FDL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // A workspace of our own, so cuBLAS never allocates while a step is captured in a graph.
+  cublas_workspace_.grow(kCublasWorkspaceBytes);
+  FDL_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), kCublasWorkspaceBytes));
+  if (knobs.gemm_tune) lt_gemm_ = std::make_unique<LtGemm>(stream_, cublas_workspace_.get(), kCublasWorkspaceBytes);
+  // Plain fp32 SGEMM for F32 weights (no TF32): the F32 path stays close to the CPU's.
+  FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  fuse_enabled_ = knobs.fuse;
+  // Prefill attention on tensor cores (fp16 operands) where the prefill GEMMs already round
+  // activations to 16 bits (F16/BF16 weights); an F32 model keeps the fp32 tiles, so it stays
+  // as close to the CPU backend as before. FLASHDLLM_ATTN_TC=0/1 overrides.
+  attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
+  if (knobs.attn_tc) attn_tc_ = *knobs.attn_tc;
+  if (kv_dtype != KvDtype::F32) attn_tc_ = true;  // the fp32 tiles read an fp32 cache only
+  // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
+  // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
+  // keep the kernels they replace.
+  if (fuse_enabled_ && !weights_.layers.empty()) {
+    // Every layer must pass (the weight types may differ from layer to layer: a tensor kept
+    // at higher precision turns its fused matrix F32), with one block count for all; 0 = off.
+    auto same_for_all_layers = [&](auto blocks_for) {
+      const int first = blocks_for(weights_.layers[0]);
+      for (const CudaLayer& L : weights_.layers)
+        if (blocks_for(L) != first) return 0;
+      return first;
+    };
+    const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim, kv_dtype};
+    if (knobs.attn_block)
+      attn_block_groups_ = same_for_all_layers([&](const CudaLayer& L) {
+        return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm);
+      });
+    if (knobs.ffn_block)
+      ffn_blocks_ = same_for_all_layers(
+          [&](const CudaLayer& L) { return ffn_block_blocks(L.gate_up.view, L.down.view, n_sm); });
+    // The final norm and the output projection of one token (FLASHDLLM_OUTPUT_BLOCK=0: the
+    // add_rms_norm + gemv pair).
+    if (knobs.output_block && output_block_supported(weights_.output.view)) output_blocks_ = n_sm;
+    if (attn_block_groups_ > 0)
+      block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
+    block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
+    if (knobs.decode_trace && trace_per_layer() > 0) {
+      trace_.grow(size_t(c.n_layer) * trace_per_layer());
+      FDL_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_.bytes(), stream_));
+    }
+  }
+}
+
+LayerRunner::~LayerRunner() {
+  if (cublas_) cublasDestroy(cublas_);
+}
+
+bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight) {
+  const ModelConfig& c = config_;
+  const size_t d = size_t(c.n_embd), q = size_t(c.n_head) * c.head_dim, kvd = size_t(c.n_head_kv) * c.head_dim,
+               ff = size_t(c.n_ff), nn = size_t(n), mm = size_t(std::max(m, 1));
+  // Visits every scratch buffer with the room this step needs: first to ask whether any must
+  // grow (submitted steps still running use them: wait for those first), then to grow them.
+  auto each = [&](auto&& f) {
+    f(x_, nn * d);
+    f(x2_, d);  // the fused single-token path's second residual buffer
+    f(xn_, nn * d);
+    f(proj_, nn * d);
+    f(qkv_, nn * (q + 2 * kvd));
+    f(q_, nn * q);
+    f(attn_, nn * q);
+    f(gu_, nn * 2 * ff);
+    f(h_, nn * ff);
+    f(out_rows_, mm * d);
+    f(logits_, mm * size_t(c.n_vocab));
+    f(partial_, attention_partial_floats(n, c.n_head, c.head_dim, splits));
+    if (n > kGemvMaxTokens) f(xh_, std::max(nn, mm) * std::max({d, q, ff}));
+  };
+  bool grows = ids_.size() < mm;
+  each([&](auto& buf, size_t count) { grows |= buf.size() < count; });
+  if (!grows) return false;
+  if (steps_in_flight) FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  bool moved = false;
+  each([&](auto& buf, size_t count) { moved |= buf.grow(count); });
+  if (ids_.size() < mm) {
+    // The last step's ids move along: a previous_step_id of the next step reads them.
+    DeviceBuffer<int32_t> ids(mm);
+    if (ids_.size() > 0)
+      FDL_CUDA_CHECK(cudaMemcpyAsync(ids.get(), ids_.get(), ids_.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before the old buffer is freed
+    ids_ = std::move(ids);
+    moved = true;
+  }
+  return moved;
+}
+
+WType LayerRunner::gemm_input_type(const DeviceMatrix& W, int n) const {
+  return n > kGemvMaxTokens ? W.type : WType::F32;
+}
+
+void LayerRunner::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
+  if (n <= 0) return;
+  const auto* X = static_cast<const float*>(Xv);
+  if (n <= kGemvMaxTokens) return gemv(W, X, n, Y, stream_);
+  const float alpha = 1.f, beta = 0.f;
+  const int rows = int(W.rows), cols = int(W.cols);
+  // Row-major Y[n][rows] = X[n][cols] · Wᵀ is column-major Yᵀ = W(ᵀ as stored) · Xᵀ.
+  if (W.type == WType::F32) {
+    FDL_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha,
+                                 static_cast<const float*>(W.data), cols, X, cols, &beta, Y, rows));
+    return;
+  }
+  // X is already in W's type when it comes from a producer that wrote gemm_input_type().
+  if (lt_gemm_ && n <= kTunedGemmMaxTokens) return lt_gemm_->run(W, Xv, n, Y);
+  const cudaDataType_t t = W.type == WType::F16 ? CUDA_R_16F : CUDA_R_16BF;
+  FDL_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, W.data, t, cols,
+                                Xv, t, cols, &beta, Y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void LayerRunner::run(int n, int m, const StepInputs& in) {
+  const ModelConfig& c = config_;
+  const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
+  const int block_size = in.kv.block_size;
+  embed_rows(weights_.token_embd.view, in.tokens, ids_.get(), n, x_.get(), stream_);
+  prof_.mark(kEmbed);
+  KvLayerView kv = in.kv;
+  AttentionArgs att;
+  att.q = q_.get();
+  att.out = attn_.get();
+  att.positions = in.positions;
+  att.table_off = in.table_off;
+  att.tables = in.tables;
+  att.n_tokens = n;
+  att.n_head = c.n_head;
+  att.scale = 1.0f / std::sqrt(float(c.head_dim));
+  att.n_splits = in.splits;
+  att.tile_starts = in.tile_starts;
+  att.n_tiles = in.n_tiles;
+  att.tensor_cores = attn_tc_;
+  att.tc_bf16 = weights_.layers[0].qkv.view.type == WType::BF16;  // operands in the weights' type
+  att.max_tile_rows = in.max_tile_rows;
+  att.partial = partial_.get();
+  const AttentionTree tree{in.tree_base, in.tree_mask};  // null without trees: the kernels without masks
+  // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
+  const bool fused = n == 1 && fuse_enabled_;
+  if (fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0))  // every layer's hand-off counters start at zero
+    FDL_CUDA_CHECK(cudaMemsetAsync(block_sync_.get(), 0, block_sync_.bytes(), stream_));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const CudaLayer& L = weights_.layers[size_t(l)];
+    kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
+    if (fused) {
+      run_fused_layer(l, in, kv, att);
+      continue;
+    }
+    // x += (previous layer's FFN output); xn = norm(x). Layer 0 has nothing to add.
+    const WType qkv_in = gemm_input_type(L.qkv.view, n);
+    void* xn_in = qkv_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
+    add_rms_norm(x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), xn_in, nullptr, n, d, c.rms_eps,
+                 true, stream_, qkv_in);
+    prof_.mark(kNorm);
+    matmul(L.qkv.view, xn_in, n, qkv_.get());
+    prof_.mark(kQkv);
+    rope_qkv_store(qkv_.get(), in.cos_sin, in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(), stream_);
+    prof_.mark(kRope);
+    att.kv = kv;
+    paged_attention(att, stream_, tree);
+    prof_.mark(kAttention);
+    if (gemm_input_type(L.wo.view, n) != WType::F32) {
+      cast_f32(attn_.get(), size_t(n) * size_t(c.n_head) * c.head_dim, L.wo.view.type, xh_.get(), stream_);
+      matmul(L.wo.view, xh_.get(), n, proj_.get());
+    } else {
+      matmul(L.wo.view, attn_.get(), n, proj_.get());
+    }
+    prof_.mark(kWo);
+    const WType gu_in = gemm_input_type(L.gate_up.view, n);
+    void* xn2 = gu_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
+    add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in);
+    prof_.mark(kNorm);
+    matmul(L.gate_up.view, xn2, n, gu_.get());
+    prof_.mark(kGateUp);
+    const WType down_in = gemm_input_type(L.down.view, n);
+    void* h_in = down_in == WType::F32 ? static_cast<void*>(h_.get()) : static_cast<void*>(xh_.get());
+    silu_mul(gu_.get(), h_in, n, c.n_ff, stream_, down_in);
+    prof_.mark(kSilu);
+    matmul(L.down.view, h_in, n, proj_.get());
+    prof_.mark(kDown);
+  }
+  if (m == 0) return;
+  if (fused && output_blocks_ > 0) {  // one token (m == 1): norm and projection in one kernel
+    OutputBlockArgs o;
+    o.type = weights_.output.view.type;
+    o.w = weights_.output.view.data;
+    o.rows = weights_.output.view.rows;
+    o.cols = int(weights_.output.view.cols);
+    o.in = NormIn{x_.get(), proj_.get(), weights_.output_norm.get(), nullptr, c.rms_eps};
+    o.y = logits_.get();
+    o.blocks = output_blocks_;
+    decode_output_block(o, stream_);
+    prof_.mark(kOutput);
+    return;
+  }
+  // Only the rows that want logits: x + last FFN output, final norm, output projection.
+  const WType out_in = gemm_input_type(weights_.output.view, m);
+  void* rows_in = out_in == WType::F32 ? static_cast<void*>(out_rows_.get()) : static_cast<void*>(xh_.get());
+  add_rms_norm(x_.get(), proj_.get(), weights_.output_norm.get(), rows_in, in.row_idx, m, d, c.rms_eps, false, stream_,
+               out_in);
+  matmul(weights_.output.view, rows_in, m, logits_.get());
+  prof_.mark(kOutput);
+}
+
+// Residual stream: x_ -> (attention norm, fused into qkv) -> x2_ -> (FFN norm, fused into
+// gate_up) -> x_, so a layer ends with it in x_ as on the unfused path. A kernel reads one
+// buffer and its block 0 writes the other: no block overwrites what another still reads.
+void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView& kv, AttentionArgs& att) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  const NormIn attn_in{x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), x2_.get(), c.rms_eps};
+  if (attn_block_groups_ > 0) {
+    run_attention_block(l, in, kv, attn_in, att.scale);
+  } else {
+    gemv_norm_rope_qkv(L.qkv.view, attn_in, in.cos_sin, in.positions, in.dst_block, c.n_head, c.rope_dim, kv,
+                       q_.get(), stream_);
+    prof_.mark(kQkv);
+    att.kv = kv;
+    paged_attention(att, stream_);
+    prof_.mark(kAttention);
+    gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
+    prof_.mark(kWo);
+  }
+  const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps};
+  if (ffn_blocks_ > 0) {
+    run_ffn_block(l, ffn_in);
+  } else {
+    gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_);
+    prof_.mark(kGateUp);
+    gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
+    prof_.mark(kDown);
+  }
+}
+
+// The FFN half of a batch-1 layer as one kernel: norm, gate/up + SwiGLU, down (kernels.h:
+// decode_ffn_block), its output in proj_ as down's would be.
+void LayerRunner::run_ffn_block(int l, const NormIn& ffn_in) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  FfnBlockArgs f;
+  f.type = L.gate_up.view.type;
+  f.w_gate_up = L.gate_up.view.data;
+  f.w_down = L.down.view.data;
+  f.down_rows = L.down.view.rows;
+  f.cols = int(L.gate_up.view.cols);
+  f.n_ff = c.n_ff;
+  f.in = ffn_in;
+  f.h = h_.get();
+  f.y = proj_.get();
+  f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + size_t(c.n_head_kv) + 1;
+  f.blocks = ffn_blocks_;
+  if (trace_.get())
+    f.trace = trace_.get() + size_t(l) * trace_per_layer() + size_t(kAttnTraceEvents) * attn_trace_blocks();
+  decode_ffn_block(f, stream_);
+  prof_.mark(kFfnBlock);
+}
+
+// The attention half of a batch-1 layer as one kernel: norm, QKV, RoPE/KV store, attention,
+// wo (kernels.h: decode_attention_block), its output in proj_ as wo's would be.
+void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayerView& kv, const NormIn& attn_in,
+                                      float scale) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  AttentionBlockArgs b;
+  b.type = L.qkv.view.type;
+  b.wqkv = L.qkv.view.data;
+  b.wo = L.wo.view.data;
+  b.wo_rows = L.wo.view.rows;
+  b.cols = int(L.qkv.view.cols);
+  b.in = attn_in;
+  b.cos_sin = in.cos_sin;
+  b.positions = in.positions;
+  b.dst_block = in.dst_block;
+  b.tables = in.tables;
+  b.table_off = in.table_off;
+  b.n_head = c.n_head;
+  b.rope_dim = c.rope_dim;
+  b.scale = scale;
+  b.kv = kv;
+  b.q_out = q_.get();
+  b.attn_out = attn_.get();
+  b.partial = block_partial_.get();
+  b.y = proj_.get();
+  b.sync = block_sync_.get() + size_t(l) * sync_per_layer();
+  b.blocks_per_group = attn_block_groups_;
+  if (trace_.get()) b.trace = trace_.get() + size_t(l) * trace_per_layer();
+  decode_attention_block(b, stream_);
+  prof_.mark(kAttnBlock);
+}
+
+size_t LayerRunner::trace_per_layer() const {
+  return size_t(kAttnTraceEvents) * attn_trace_blocks() + size_t(kFfnTraceEvents) * size_t(ffn_blocks_);
+}
+
+void LayerRunner::clear_decode_trace() {
+  if (trace_.get()) FDL_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_.bytes(), stream_));
+}
+
+DecodeTrace LayerRunner::decode_trace() const {
+  DecodeTrace t;
+  if (trace_.get() == nullptr) return t;
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<uint64_t> all(trace_.size());
+  FDL_CUDA_CHECK(cudaMemcpy(all.data(), trace_.get(), trace_.bytes(), cudaMemcpyDeviceToHost));
+  t.n_layer = config_.n_layer;
+  t.attn_events = kAttnTraceEvents;
+  t.attn_blocks = int(attn_trace_blocks());
+  t.ffn_events = kFfnTraceEvents;
+  t.ffn_blocks = ffn_blocks_;
+  const size_t na = size_t(t.attn_events) * size_t(t.attn_blocks), nf = size_t(t.ffn_events) * size_t(t.ffn_blocks);
+  for (int l = 0; l < t.n_layer; ++l) {
+    const uint64_t* p = all.data() + size_t(l) * trace_per_layer();
+    t.attn.insert(t.attn.end(), p, p + na);
+    t.ffn.insert(t.ffn.end(), p + na, p + na + nf);
+  }
+  return t;
+}
+
+}  // namespace fdl::cuda
