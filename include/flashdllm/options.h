@@ -60,7 +60,7 @@ struct GeneratorOptions {
   size_t kv_blocks = 0;
   /// Lower KV tiers (host DRAM, disk) under the prefix cache; off unless configured.
   KvTierOptions kv_tiers{};
-  /// Async scheduling: SchedulerOptions::async_scheduling (flashdllm/engine.h); `--no-async-scheduling`.
+  /// Async scheduling: SchedulerOptions::async_scheduling (below); `--no-async-scheduling`.
   /// An Engine runs it only when both this and EngineOptions::scheduler's flag are set.
   bool async_scheduling = true;
   /// When set, a Chrome trace-event JSON (Perfetto opens it) of the last generate() call is

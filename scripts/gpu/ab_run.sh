@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: the bench_gpu binaries staged by ab_stage.sh, alternated ROUNDS
-# times (batch-1 greedy decode, prompt 512, 128 new tokens, 2 repetitions each), then one
+# times (greedy decode at BATCHES, default 1; prompt 512, 128 new tokens, 2 repetitions each), then one
 # `--trace` run of each (docs/GPU.md: where a layer's time goes). Makes the Llama-3-8B-shape
-# BF16 model first if it is not there. Prints one line per run.
+# BF16 model first if it is not there. Prints one line per run and batch size.
 #   ROUNDS=3 BATCHES=1 TRACE=1 bash scripts/gpu/ab_run.sh
 # Variants that differ only by environment (A/B knobs read at model load) go in
 # .device/ab/VARIANTS, one per line: LABEL BINARY [VAR=VALUE ...]; without that file every
@@ -41,7 +41,7 @@ bench() {  # bench LABEL BINARY [VAR=VALUE ...] -- bench_gpu flags
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in "${variants[@]}"; do
     read -r -a f <<<"$v"
-    echo "== ${f[0]} round $r: $(bench "${f[@]}" -- --batches "${BATCHES:-1}" --reps 2 | grep -E '^batch' | head -1)"
+    bench "${f[@]}" -- --batches "${BATCHES:-1}" --reps 2 | grep -E '^batch' | sed "s/^/== ${f[0]} round $r: /"
   done
 done
 if [ "${TRACE:-1}" = 1 ]; then

@@ -11,7 +11,8 @@
 //   the host while the device computes, then the ids are collected.
 // - Submit: queued (Model::submit_sample) and collected by collect() in a later scheduler
 //   step (async scheduling, pipelined_step.cpp).
-// The forward's time goes to GeneratorStats::forward_ms and, for steps that are mostly prompt
+// The forward's time goes to GeneratorStats::forward_ms (a submitted step's when it is
+// collected, by the scheduler) and, for steps that are mostly prompt
 // tokens, to the KV tiers' recompute-speed estimate; with a trace, a "forward" span.
 //
 // Errors: the model's exceptions propagate; a model that returns fewer rows than asked is a

@@ -35,7 +35,7 @@ bool Scheduler::admission_possible() const {
 }
 
 bool Scheduler::may_pipeline() const {
-  if (!opt_.async_scheduling || !ctx_.model.prefers_device_sampling()) return false;
+  if (!opt_.async_scheduling || !ctx_.model.prefers_device_sampling() || !ids_only_step()) return false;
   // Waiting requests that could be admitted need a planned step, which needs this one's
   // tokens first: submitting now would only put one more scheduler iteration between two
   // tokens. Those that wait for a free sequence slot do not hold the pipeline up.
@@ -84,6 +84,10 @@ bool Scheduler::submit_next(std::vector<DecodeSlot>& next) {
   }
   // No penalty tokens: sequences with penalties never pipeline.
   runner_.submit(next);
+  // From here the plan describes the successor: decode slots only, one token each.
+  plan_.prefills.clear();
+  plan_.drafted = 0;
+  plan_.decode_tokens = next.size();
   return true;
 }
 

@@ -5,11 +5,12 @@
 // The model input itself (token ids, positions, KV slots, which rows want logits) is the
 // EngineContext's StepBatch, filled while planning because reserving KV slots is part of the
 // plan; this records which sequence owns which part of it. Logits rows come in batch order:
-// every decode slot's rows (its next token, then its draft nodes, then its audit shadow's
-// token), then one row per completing prompt.
+// every decode slot's token and draft rows, then the audit shadows' rows, then one row per
+// completing prompt.
 //
-// Sequences are borrowed from the scheduler's queues: a plan is valid for one step. A slot's
-// sequence is null in a submitted (pipelined) step once the sequence ended while the step ran.
+// Sequences are borrowed from the scheduler's queues: a plan is valid for one step. In a
+// submitted (pipelined) successor step the plan holds decode slots only (one token each, no
+// drafts, prompts or shadows), and a slot's sequence is null once it ended while the step ran.
 // Thread-safety: none (the scheduler's thread).
 #pragma once
 
@@ -43,12 +44,14 @@ struct PrefillSlot {
 
 struct StepPlan {
   std::vector<DecodeSlot> decodes;
-  std::vector<spec::DraftTree> drafts;  ///< per decode slot (empty: a plain decode)
+  /// Per decode slot (empty: a plain decode); clear() keeps the trees' memory, so only the
+  /// first decodes.size() entries belong to this step.
+  std::vector<spec::DraftTree> drafts;
   std::vector<PrefillSlot> prefills;
   size_t drafted = 0;        ///< draft tokens in the batch
   size_t decode_tokens = 0;  ///< batch tokens of the decode part (drafts and shadows included)
 
-  /// Empties the plan; the vectors keep their memory.
+  /// Empties the plan for the next step (the vectors keep their memory).
   void clear() {
     decodes.clear();
     prefills.clear();
