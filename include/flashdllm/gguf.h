@@ -214,6 +214,10 @@ class GgufWriter {
   /// exception thrown by a Filler is propagated after the same cleanup.
   /// When the writer's alignment is not 32, `general.alignment` is added automatically.
   void write(const std::filesystem::path& path) const;
+  /// The same file as bytes in memory (GgufFile::from_bytes reads them), the tensors filled
+  /// in place; `label` names the file in error messages. Throws as write() does, except for
+  /// I/O (std::bad_alloc when the file does not fit in memory).
+  std::vector<uint8_t> to_bytes(const std::string& label = "<memory>") const;
 
  private:
   struct Impl;

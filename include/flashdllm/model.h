@@ -153,9 +153,14 @@ std::optional<KvDtype> parse_kv_dtype(const std::string& s);
 class Model {
  public:
   virtual ~Model() = default;
-  /// Load a GGUF model (keeps the file mapped) for `opt.device`. Throws GgufError /
-  /// ModelError (also for Device::Cuda in a build without CUDA or on a machine without a GPU).
+  /// Load a model for `opt.device` from a GGUF file (kept mapped) or a Hugging Face model
+  /// directory (config.json, safetensors, tokenizer.json; read as a GGUF in memory, see
+  /// src/hf/hf_checkpoint.h). Throws GgufError / ModelError (also for Device::Cuda in a build
+  /// without CUDA or on a machine without a GPU, and for a directory that cannot be read).
   static std::unique_ptr<Model> load(const std::filesystem::path& path, const ModelOptions& opt = {});
+  /// The GGUF a model is loaded from: `path` opened with `backing`, or a Hugging Face model
+  /// directory read into memory. Throws GgufError, or ModelError for a directory.
+  static GgufFile open_file(const std::filesystem::path& path, GgufBacking backing = GgufBacking::Mmap);
 
   virtual const ModelConfig& config() const = 0;
   virtual const GgufFile& gguf() const = 0;

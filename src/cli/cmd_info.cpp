@@ -255,7 +255,7 @@ void print_plain(const nlohmann::json& j) {
 }
 
 void run_info(const InfoOptions& opt) {
-  const GgufFile gguf = GgufFile::open(resolve_model_path(opt.model));
+  const GgufFile gguf = Model::open_file(resolve_model_path(opt.model));
   const nlohmann::json j = describe(gguf);
   if (opt.json) {
     print_json_line(j);

@@ -15,6 +15,7 @@
 #include "cli/model_path.h"
 #include "cli/text_escape.h"
 #include "flashdllm/gguf.h"
+#include "flashdllm/model.h"
 #include "flashdllm/tokenizer.h"
 
 namespace fdl::cli {
@@ -31,7 +32,7 @@ struct TokenizeOptions {
 
 void run_tokenize(const TokenizeOptions& opt) {
   const std::string text = opt.file.empty() ? opt.text : read_text_file("-f", opt.file);
-  const GgufFile gguf = GgufFile::open(resolve_model_path(opt.model));
+  const GgufFile gguf = Model::open_file(resolve_model_path(opt.model));
   const auto tokenizer = Tokenizer::from_gguf(gguf);
   const std::vector<int32_t> ids = tokenizer->encode(text, !opt.no_bos, opt.parse_special);
 

@@ -21,8 +21,15 @@ fs::path checked(const fs::path& p, const char* source) {
   if (ec || !fs::exists(status)) {
     throw CliError("model file '" + p.string() + "' (" + source + ") does not exist");
   }
+  if (fs::is_directory(status)) {
+    // A Hugging Face model directory (src/hf reads it); anything else is named here.
+    if (!fs::is_regular_file(p / "config.json", ec))
+      throw CliError("model path '" + p.string() + "' (" + source +
+                     ") is a directory without a config.json (expected a GGUF file or a Hugging Face model directory)");
+    return p;
+  }
   if (!fs::is_regular_file(status)) {
-    throw CliError("model path '" + p.string() + "' (" + source + ") is not a regular file");
+    throw CliError("model path '" + p.string() + "' (" + source + ") is not a regular file or directory");
   }
   return p;
 }
@@ -40,7 +47,7 @@ fs::path resolve_model_path(const std::string& explicit_path) {
     if (fs::is_regular_file(candidate, ec)) return candidate;
   }
   throw CliError(
-      "no model given: pass -m FILE.gguf or set FLASHDLLM_MODEL (for a quick test, download "
+      "no model given: pass -m FILE.gguf (or a Hugging Face model directory) or set FLASHDLLM_MODEL (for a quick test, download "
       "stories260K.gguf from huggingface.co/ggml-org/models (tinyllamas) into models/, or "
       "create one with `flashdllm tools make-model --preset tiny -o models/tiny.gguf`)");
 }

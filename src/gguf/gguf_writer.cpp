@@ -167,6 +167,18 @@ class TempFile {
 
 }  // namespace
 
+namespace {
+/// Where everything goes in the file: the header, metadata and tensor table bytes, each
+/// tensor's offset in the data section, and the sizes.
+struct FileLayout {
+  std::vector<uint8_t> head;
+  std::vector<uint64_t> offsets;
+  uint64_t data_start = 0;
+  uint64_t data_size = 0;
+  uint64_t largest = 0;
+};
+}  // namespace
+
 struct GgufWriter::Impl {
   struct Kv {
     std::string key;
@@ -183,6 +195,9 @@ struct GgufWriter::Impl {
   uint64_t alignment;
   std::vector<Kv> kvs;
   std::vector<Tensor> tensors;
+
+  /// The file's layout; `label` names it in errors.
+  FileLayout layout(const std::string& label) const;
 
   void set(std::string key, GgufType type, std::vector<uint8_t> payload) {
     if (key.empty()) throw GgufError("GgufWriter: metadata key is empty");
@@ -325,8 +340,8 @@ void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<uint64_
   impl_->tensors.push_back({std::move(name), type, std::move(ne), std::move(fill), *bytes});
 }
 
-void GgufWriter::write(const std::filesystem::path& path) const {
-  const Impl& w = *impl_;
+FileLayout GgufWriter::Impl::layout(const std::string& label) const {
+  const Impl& w = *this;
   std::vector<Impl::Kv> kvs = w.kvs;
   bool has_alignment = false;
   for (const auto& kv : kvs) {
@@ -335,12 +350,12 @@ void GgufWriter::write(const std::filesystem::path& path) const {
     uint32_t a = 0;
     if (kv.type == GgufType::UINT32) std::memcpy(&a, kv.payload.data(), 4);
     if (kv.type != GgufType::UINT32 || a != w.alignment)
-      throw GgufError(path.string() + ": general.alignment must be the UINT32 " +
+      throw GgufError(label + ": general.alignment must be the UINT32 " +
                       std::to_string(w.alignment) + " the writer was constructed with");
   }
   if (!has_alignment && w.alignment != gguf_detail::kDefaultAlignment) {
     if (w.alignment > UINT32_MAX)
-      throw GgufError(path.string() + ": alignment " + std::to_string(w.alignment) +
+      throw GgufError(label + ": alignment " + std::to_string(w.alignment) +
                       " does not fit general.alignment (UINT32)");
     std::vector<uint8_t> p;
     put<uint32_t>(p, static_cast<uint32_t>(w.alignment));
@@ -372,6 +387,12 @@ void GgufWriter::write(const std::filesystem::path& path) const {
     put<uint64_t>(head, offsets.back());
   }
   const uint64_t data_start = *gguf_detail::align_up(head.size(), w.alignment);
+  return {std::move(head), std::move(offsets), data_start, data_size, largest};
+}
+
+void GgufWriter::write(const std::filesystem::path& path) const {
+  const Impl& w = *impl_;
+  const auto [head, offsets, data_start, data_size, largest] = w.layout(path.string());
 
   const std::filesystem::path resolved = resolve_output(path);
   TempFile out(path.string(), resolved);
@@ -387,6 +408,18 @@ void GgufWriter::write(const std::filesystem::path& path) const {
     out.write(buf.get(), t.n_bytes);
   }
   out.commit();
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes(const std::string& label) const {
+  const Impl& w = *impl_;
+  const FileLayout l = w.layout(label);
+  std::vector<uint8_t> bytes(l.data_start + l.data_size, 0);
+  std::memcpy(bytes.data(), l.head.data(), l.head.size());
+  for (size_t i = 0; i < w.tensors.size(); ++i) {
+    const auto& t = w.tensors[i];
+    t.fill(std::span<uint8_t>(bytes.data() + l.data_start + l.offsets[i], t.n_bytes));
+  }
+  return bytes;
 }
 
 }  // namespace fdl

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include "gguf/raw_gguf.h"
 #include "test_support.h"
@@ -24,6 +25,23 @@ bool has_pattern(const GgufTensorInfo& t, uint8_t seed) {
   for (size_t i = 0; i < t.n_bytes; ++i)
     if (t.data[i] != static_cast<uint8_t>(i * 31 + seed)) return false;
   return true;
+}
+
+TEST(GgufRoundTrip, InMemoryBytesEqualTheWrittenFile) {
+  GgufWriter w(64);  // a non-default alignment adds general.alignment
+  w.set_string("general.architecture", "llama");
+  w.add_tensor("a", GgmlType::F32, {3, 5}, pattern(1));
+  w.add_tensor("b", GgmlType::F16, {7}, pattern(2));
+  const auto path = scratch("in_memory.gguf");
+  w.write(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> bytes = w.to_bytes("mem");
+  EXPECT_EQ(bytes, file);
+  const GgufFile f = GgufFile::from_bytes(bytes, "mem");
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_TRUE(has_pattern(f.tensor("a"), 1));
+  EXPECT_TRUE(has_pattern(f.tensor("b"), 2));
 }
 
 TEST(GgufRoundTrip, EveryScalarAndArrayType) {

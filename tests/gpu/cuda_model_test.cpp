@@ -55,6 +55,9 @@ INSTANTIATE_TEST_SUITE_P(Stories260K, CudaGreedy,
                          [](const auto& info) { return "case" + std::to_string(info.param.index); });
 INSTANTIATE_TEST_SUITE_P(CodeLm16M, CudaGreedy, ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-f16.gguf")),
                          [](const auto& info) { return "case" + std::to_string(info.param.index); });
+INSTANTIATE_TEST_SUITE_P(CodeLm16MHfDirectory, CudaGreedy,
+                         ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-hf")),
+                         [](const auto& info) { return "case" + std::to_string(info.param.index); });
 
 /// Logits of the last prompt token (one forward over the whole prompt), then of `extra`
 /// decode steps feeding back the CPU's greedy choice, on both models.

@@ -1,6 +1,6 @@
 // Greedy continuations must equal llama.cpp's (stories260K, 128 tokens, EOS not stopping) and
-// HF Transformers' fp32 run (codelm-16m, 64 tokens) for every reference case, starting from
-// the reference prompt ids. Where a case's smallest top-1/top-2 margin is below 1e-3, only
+// HF Transformers' fp32 run (codelm-16m as GGUF and as a Hugging Face directory, 64 tokens)
+// for every reference case, starting from the reference prompt ids. Where a case's smallest top-1/top-2 margin is below 1e-3, only
 // the ids before its argmin_margin_step are compared (see binding_prefix).
 #include "model/model_test_util.h"
 
@@ -53,6 +53,10 @@ INSTANTIATE_TEST_SUITE_P(Stories260K, ReferenceGreedy,
                          [](const auto& info) { return "case" + std::to_string(info.param.index); });
 INSTANTIATE_TEST_SUITE_P(CodeLm16M, ReferenceGreedy,
                          ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-f16.gguf")),
+                         [](const auto& info) { return "case" + std::to_string(info.param.index); });
+// The same model from its Hugging Face directory (safetensors, config.json, tokenizer.json).
+INSTANTIATE_TEST_SUITE_P(CodeLm16MHfDirectory, ReferenceGreedy,
+                         ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-hf")),
                          [](const auto& info) { return "case" + std::to_string(info.param.index); });
 
 }  // namespace

@@ -31,15 +31,12 @@ bool device_available(std::string* why) {
   return ok;
 }
 
-std::unique_ptr<Model> make_cuda_model(const std::filesystem::path& path, const ModelOptions& opt) {
-  std::string why;
-  if (!device_available(&why)) throw ModelError("--device cuda: " + why);
-  // The weights are copied to the GPU once, so the zero-copy mapping is the cheapest source.
-  GgufFile file = GgufFile::open(path, {}, GgufBacking::Mmap);
+std::unique_ptr<Model> make_cuda_model(GgufFile file, const ModelOptions& opt) {
+  const std::string path = file.path();
   try {
     return std::make_unique<CudaModel>(std::move(file), opt);
   } catch (const CudaError& e) {
-    throw ModelError(path.string() + ": --device cuda: " + e.what());
+    throw ModelError(path + ": --device cuda: " + e.what());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "flashdllm/gguf.h"
 #include "flashdllm/model.h"
 
 namespace fdl::cuda {
@@ -16,8 +17,9 @@ namespace fdl::cuda {
 /// (no device, driver too old, ...). Cheap after the first call. Thread-safe.
 bool device_available(std::string* why = nullptr);
 
-/// Loads a Llama-family GGUF onto GPU 0 (see cuda_model.h). Throws ModelError with a one-line
-/// message when no device is usable or the weights do not fit, GgufError for a bad file.
-std::unique_ptr<Model> make_cuda_model(const std::filesystem::path& path, const ModelOptions& opt);
+/// Loads a Llama-family model onto GPU 0 (see cuda_model.h) from `file` (a mapped GGUF, or a
+/// Hugging Face directory read as one); check device_available() first. Throws ModelError with
+/// a one-line message when the weights do not fit or the device fails.
+std::unique_ptr<Model> make_cuda_model(GgufFile file, const ModelOptions& opt);
 
 }  // namespace fdl::cuda

@@ -1,0 +1,181 @@
+// A Hugging Face model directory as an in-memory GGUF (see hf_checkpoint.h).
+#include "hf/hf_checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashdllm/dtype.h"
+#include "hf/hf_config.h"
+#include "hf/hf_tokenizer.h"
+#include "hf/safetensors.h"
+
+namespace fdl::hf {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& path, bool required) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!required) return json();
+    throw HfError(path.string() + ": cannot open (" + std::strerror(errno) + ")");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw HfError(path.string() + ": not valid JSON: " + e.what());
+  }
+}
+
+std::string shape_str(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// One GGUF tensor and where its bytes come from.
+struct Binding {
+  std::string gguf_name;
+  const SafetensorsTensor* src;
+  std::vector<uint64_t> hf_shape;  ///< expected, outermost first
+  int permute_heads = 0;           ///< > 0: reorder rows from rotate-half to interleaved pairs
+};
+
+class Mapper {
+ public:
+  Mapper(const SafetensorsCheckpoint& ckpt, const fs::path& dir) : ckpt_(ckpt), dir_(dir) {}
+
+  void bind(const std::string& hf_name, std::string gguf_name, std::vector<uint64_t> shape, int permute_heads = 0) {
+    const SafetensorsTensor* t = ckpt_.find(hf_name);
+    if (!t) throw HfError(dir_.string() + ": missing tensor '" + hf_name + "'");
+    if (t->shape != shape)
+      throw HfError(dir_.string() + ": tensor '" + hf_name + "' has shape " + shape_str(t->shape) + ", expected " +
+                    shape_str(shape));
+    if (t->dtype != "F32" && t->dtype != "F16" && t->dtype != "BF16")
+      throw HfError(dir_.string() + ": tensor '" + hf_name + "' has dtype " + t->dtype +
+                    " (supported: F32, F16, BF16)");
+    used_.insert(hf_name);
+    bindings_.push_back({std::move(gguf_name), t, std::move(shape), permute_heads});
+  }
+  void skip(const std::string& hf_name) { used_.insert(hf_name); }
+
+  /// Every checkpoint tensor must be bound or skipped on purpose.
+  void check_all_used() const {
+    for (const SafetensorsTensor* t : ckpt_.tensors()) {
+      if (used_.count(t->name)) continue;
+      if (t->name.size() >= 23 && t->name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer, recomputed
+      throw HfError(dir_.string() + ": tensor '" + t->name + "' is not used by the llama model plan (" +
+                    "a bias, an expert or another architecture's tensor): refusing to run without it");
+    }
+  }
+  const std::vector<Binding>& bindings() const { return bindings_; }
+
+ private:
+  const SafetensorsCheckpoint& ckpt_;
+  fs::path dir_;
+  std::set<std::string> used_;
+  std::vector<Binding> bindings_;
+};
+
+GgmlType ggml_type_of(const std::string& dtype) {
+  if (dtype == "F16") return GgmlType::F16;
+  if (dtype == "BF16") return GgmlType::BF16;
+  return GgmlType::F32;
+}
+
+float element_as_f32(const std::string& dtype, const uint8_t* p) {
+  if (dtype == "F32") {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return dtype == "F16" ? fp16_to_fp32(h) : bf16_to_fp32(h);
+}
+
+void add_tensor(GgufWriter& w, const Binding& b) {
+  const SafetensorsTensor& t = *b.src;
+  std::vector<uint64_t> ne(b.hf_shape.rbegin(), b.hf_shape.rend());  // ggml order: innermost first
+  if (b.hf_shape.size() == 1) {
+    const size_t elem = t.dtype == "F32" ? 4 : 2;
+    w.add_tensor(b.gguf_name, GgmlType::F32, ne, [&t, elem](std::span<uint8_t> out) {
+      for (size_t i = 0; i < t.n_elements(); ++i) {
+        const float f = element_as_f32(t.dtype, t.data + i * elem);
+        std::memcpy(out.data() + 4 * i, &f, 4);
+      }
+    });
+    return;
+  }
+  if (b.permute_heads == 0) {
+    w.add_tensor(b.gguf_name, ggml_type_of(t.dtype), ne,
+                 [&t](std::span<uint8_t> out) { std::memcpy(out.data(), t.data, t.n_bytes); });
+    return;
+  }
+  const size_t rows = b.hf_shape[0], row_bytes = t.n_bytes / rows;
+  const size_t head_rows = rows / size_t(b.permute_heads), half = head_rows / 2;
+  w.add_tensor(b.gguf_name, ggml_type_of(t.dtype), ne, [&t, rows, row_bytes, head_rows, half](std::span<uint8_t> out) {
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t head = r / head_rows, in_head = r % head_rows;
+      const size_t src = head * head_rows + (in_head % 2) * half + in_head / 2;
+      std::memcpy(out.data() + r * row_bytes, t.data + src * row_bytes, row_bytes);
+    }
+  });
+}
+
+}  // namespace
+
+bool is_hf_directory(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(path / "config.json", ec);
+}
+
+GgufFile open_hf_directory(const fs::path& dir) {
+  if (!is_hf_directory(dir))
+    throw HfError(dir.string() + ": not a Hugging Face model directory (no config.json in it)");
+  const json config = read_json(dir / "config.json", true);
+  GgufWriter w;
+  const HfModelShape s = write_model_metadata(config, (dir / "config.json").string(), w);
+  const json tokenizer = read_json(dir / "tokenizer.json", true);
+  const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
+  w.set_string("general.name", dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string());
+  write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(), w);
+
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
+  Mapper m(ckpt, dir);
+  const uint64_t d = uint64_t(s.n_embd), q = uint64_t(s.n_head) * uint64_t(s.head_dim),
+                 kv = uint64_t(s.n_head_kv) * uint64_t(s.head_dim), ff = uint64_t(s.n_ff), v = uint64_t(s.n_vocab);
+  m.bind("model.embed_tokens.weight", "token_embd.weight", {v, d});
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string hf = "model.layers." + std::to_string(l) + ".", gg = "blk." + std::to_string(l) + ".";
+    m.bind(hf + "input_layernorm.weight", gg + "attn_norm.weight", {d});
+    m.bind(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, s.n_head);
+    m.bind(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, s.n_head_kv);
+    m.bind(hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv, d});
+    m.bind(hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {d, q});
+    m.bind(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d});
+    m.bind(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {ff, d});
+    m.bind(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {ff, d});
+    m.bind(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, ff});
+  }
+  m.bind("model.norm.weight", "output_norm.weight", {d});
+  if (!s.tied_output)
+    m.bind("lm_head.weight", "output.weight", {v, d});
+  else if (ckpt.find("lm_head.weight"))
+    m.skip("lm_head.weight");  // tied: the embedding is the output matrix
+  m.check_all_used();
+  for (const Binding& b : m.bindings()) add_tensor(w, b);
+  return GgufFile::from_bytes(w.to_bytes(dir.string()), dir.string());
+}
+
+}  // namespace fdl::hf

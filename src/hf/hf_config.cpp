@@ -1,0 +1,175 @@
+// config.json -> llama.* GGUF metadata (see hf_config.h).
+#include "hf/hf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace fdl::hf {
+namespace {
+
+using nlohmann::json;
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, std::string label) : j_(j), label_(std::move(label)) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw HfError(label_ + ": " + what); }
+
+  const json* find(const char* key) const {
+    const auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  int positive_int(const char* key) const {
+    const json* v = find(key);
+    if (!v) fail("missing key '" + std::string(key) + "'");
+    return positive_int_value(key, *v);
+  }
+  int positive_int_or(const char* key, int def) const {
+    const json* v = find(key);
+    return v ? positive_int_value(key, *v) : def;
+  }
+  double positive_number(const json& v, const std::string& key) const {
+    if (!v.is_number()) fail("key '" + key + "' must be a number, got " + std::string(v.type_name()));
+    const double d = v.get<double>();
+    if (!(d > 0) || !std::isfinite(d)) fail("key '" + key + "' = " + v.dump() + " must be a positive finite number");
+    return d;
+  }
+  double positive_number_or(const char* key, double def) const {
+    const json* v = find(key);
+    return v ? positive_number(*v, key) : def;
+  }
+  std::string string_or(const char* key, std::string def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_string()) fail("key '" + std::string(key) + "' must be a string, got " + std::string(v->type_name()));
+    return v->get<std::string>();
+  }
+  bool bool_or(const char* key, bool def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_boolean()) fail("key '" + std::string(key) + "' must be true or false, got " + v->dump());
+    return v->get<bool>();
+  }
+
+ private:
+  int positive_int_value(const std::string& key, const json& v) const {
+    if (!v.is_number_integer()) fail("key '" + key + "' must be an integer, got " + v.dump());
+    const auto i = v.get<int64_t>();
+    if (i <= 0 || i > std::numeric_limits<int>::max())
+      fail("key '" + key + "' = " + std::to_string(i) + " is out of range (1 .. 2^31-1)");
+    return int(i);
+  }
+
+  const json& j_;
+  std::string label_;
+};
+
+/// RoPE parameters: transformers 5 keeps them in `rope_parameters`, 4 in `rope_theta` and
+/// `rope_scaling`.
+void write_rope(const ConfigReader& r, const json& config, GgufWriter& w) {
+  const json* params = r.find("rope_parameters");
+  const json* scaling = r.find("rope_scaling");
+  if (params && !params->is_object()) r.fail("key 'rope_parameters' must be an object");
+  if (scaling && !scaling->is_object()) r.fail("key 'rope_scaling' must be an object");
+  double theta = r.positive_number_or("rope_theta", 10000.0);
+  if (params && params->contains("rope_theta")) theta = r.positive_number(params->at("rope_theta"), "rope_parameters.rope_theta");
+  w.set_float32("llama.rope.freq_base", float(theta));
+
+  const json* s = params ? params : scaling;
+  const std::string where = params ? "rope_parameters" : "rope_scaling";
+  if (!s) return;
+  std::string type = "default";
+  for (const char* k : {"rope_type", "type"})
+    if (s->contains(k)) {
+      if (!s->at(k).is_string()) r.fail("key '" + where + "." + k + "' must be a string");
+      type = s->at(k).get<std::string>();
+      break;
+    }
+  const auto number = [&](const char* k) {
+    if (!s->contains(k)) r.fail("rope type '" + type + "' needs '" + where + "." + k + "'");
+    return r.positive_number(s->at(k), where + "." + k);
+  };
+  if (type == "default") return;
+  if (type == "linear") {
+    w.set_string("llama.rope.scaling.type", "linear");
+    w.set_float32("llama.rope.scaling.factor", float(number("factor")));
+    return;
+  }
+  if (type == "llama3") {
+    w.set_string("llama.rope.scaling.type", "llama3");
+    w.set_float32("llama.rope.scaling.factor", float(number("factor")));
+    w.set_float32("llama.rope.scaling.low_freq_factor", float(number("low_freq_factor")));
+    w.set_float32("llama.rope.scaling.high_freq_factor", float(number("high_freq_factor")));
+    const double orig = number("original_max_position_embeddings");
+    if (orig != std::floor(orig) || orig > std::numeric_limits<int>::max())
+      r.fail("key '" + where + ".original_max_position_embeddings' must be an integer");
+    w.set_uint32("llama.rope.scaling.original_context_length", uint32_t(orig));
+    return;
+  }
+  r.fail("unsupported RoPE type '" + type + "' in '" + where + "' (supported: default, linear, llama3)");
+}
+
+}  // namespace
+
+HfModelShape write_model_metadata(const json& config, const std::string& label, GgufWriter& w) {
+  if (!config.is_object()) throw HfError(label + ": not a JSON object");
+  const ConfigReader r(config, label);
+  const std::string model_type = r.string_or("model_type", "");
+  if (model_type != "llama" && model_type != "mistral")
+    r.fail("unsupported model_type '" + model_type +
+           "' (supported from a Hugging Face directory: llama, and mistral without sliding-window attention)");
+
+  HfModelShape s;
+  s.n_embd = r.positive_int("hidden_size");
+  s.n_layer = r.positive_int("num_hidden_layers");
+  s.n_head = r.positive_int("num_attention_heads");
+  s.n_head_kv = r.positive_int_or("num_key_value_heads", s.n_head);
+  s.n_ff = r.positive_int("intermediate_size");
+  s.n_vocab = r.positive_int("vocab_size");
+  if (r.find("head_dim")) {
+    s.head_dim = r.positive_int("head_dim");
+  } else {
+    if (s.n_embd % s.n_head != 0)
+      r.fail("hidden_size " + std::to_string(s.n_embd) + " is not a multiple of num_attention_heads " +
+             std::to_string(s.n_head) + " and no head_dim is given");
+    s.head_dim = s.n_embd / s.n_head;
+  }
+  if (s.head_dim % 2 != 0) r.fail("head_dim " + std::to_string(s.head_dim) + " must be even (RoPE rotates pairs)");
+  s.tied_output = r.bool_or("tie_word_embeddings", false);
+  const int n_ctx = r.positive_int("max_position_embeddings");
+
+  // Keys that change the math and are not supported: refused, never ignored.
+  const std::string act = r.string_or("hidden_act", "silu");
+  if (act != "silu") r.fail("unsupported hidden_act '" + act + "' (supported: silu)");
+  if (r.bool_or("attention_bias", false)) r.fail("attention_bias = true: Q/K/V/O biases are not supported for llama");
+  if (r.bool_or("mlp_bias", false)) r.fail("mlp_bias = true: FFN biases are not supported for llama");
+  if (const json* sw = r.find("sliding_window"))
+    if (!sw->is_number_integer() || sw->get<int64_t>() < n_ctx)
+      r.fail("sliding_window = " + sw->dump() + " (shorter than max_position_embeddings " + std::to_string(n_ctx) +
+             "): sliding-window attention is not supported");
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "num_local_experts", "num_experts",
+                          "n_routed_experts"})
+    if (r.find(key)) r.fail("key '" + std::string(key) + "' is set: not supported for llama");
+  if (const json* tp = r.find("pretraining_tp"); tp && !tp->is_number_integer())
+    r.fail("key 'pretraining_tp' must be an integer");
+
+  w.set_string("general.architecture", "llama");
+  w.set_uint32("llama.context_length", uint32_t(n_ctx));
+  w.set_uint32("llama.embedding_length", uint32_t(s.n_embd));
+  w.set_uint32("llama.block_count", uint32_t(s.n_layer));
+  w.set_uint32("llama.feed_forward_length", uint32_t(s.n_ff));
+  w.set_uint32("llama.attention.head_count", uint32_t(s.n_head));
+  w.set_uint32("llama.attention.head_count_kv", uint32_t(s.n_head_kv));
+  w.set_uint32("llama.attention.key_length", uint32_t(s.head_dim));
+  w.set_uint32("llama.attention.value_length", uint32_t(s.head_dim));
+  w.set_uint32("llama.rope.dimension_count", uint32_t(s.head_dim));
+  w.set_uint32("llama.vocab_size", uint32_t(s.n_vocab));
+  w.set_float32("llama.attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));
+  write_rope(r, config, w);
+  return s;
+}
+
+}  // namespace fdl::hf

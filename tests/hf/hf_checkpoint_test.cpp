@@ -1,0 +1,212 @@
+// A Hugging Face model directory read as GGUF: codelm-16m-hf must give exactly the tensors,
+// metadata and tokenizer of codelm-16m-f16.gguf (llama.cpp's conversion of the same weights),
+// and every unsupported or malformed input must be refused with a message naming it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "flashdllm/gguf.h"
+#include "flashdllm/tokenizer.h"
+#include "hf/hf_checkpoint.h"
+#include "hf/hf_config.h"
+#include "hf/hf_tokenizer.h"
+#include "test_support.h"
+
+namespace fdl::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+const GgufFile& hf_codelm() {
+  static const GgufFile f = hf::open_hf_directory(model_path("codelm-16m-hf"));
+  return f;
+}
+const GgufFile& gguf_codelm() {
+  static const GgufFile f = GgufFile::open(model_path("codelm-16m-f16.gguf"));
+  return f;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return json::parse(s.str());
+}
+
+TEST(HfDirectory, TensorsEqualTheConvertedGguf) {
+  const GgufFile& hf = hf_codelm();
+  const GgufFile& gg = gguf_codelm();
+  ASSERT_EQ(hf.tensors().size(), gg.tensors().size());
+  for (const GgufTensorInfo& t : gg.tensors()) {
+    const GgufTensorInfo* h = hf.find_tensor(t.name);
+    ASSERT_NE(h, nullptr) << t.name;
+    EXPECT_EQ(h->type_id, t.type_id) << t.name;
+    EXPECT_EQ(h->n_dims, t.n_dims) << t.name;
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(h->ne[d], t.ne[d]) << t.name << " dim " << d;
+    ASSERT_EQ(h->n_bytes, t.n_bytes) << t.name;
+    // Q and K rows reordered for the interleaved RoPE, norms widened to F32: byte for byte.
+    EXPECT_EQ(std::memcmp(h->data, t.data, t.n_bytes), 0) << t.name;
+  }
+}
+
+TEST(HfDirectory, MetadataTheModelReadsEqualsTheGguf) {
+  const GgufFile& hf = hf_codelm();
+  const GgufFile& gg = gguf_codelm();
+  EXPECT_EQ(hf.get_string("general.architecture"), "llama");
+  for (const char* key : {"llama.context_length", "llama.embedding_length", "llama.block_count",
+                          "llama.feed_forward_length", "llama.attention.head_count", "llama.attention.head_count_kv"})
+    EXPECT_EQ(hf.get_uint(key), gg.get_uint(key)) << key;
+  for (const char* key : {"llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon"})
+    EXPECT_FLOAT_EQ(float(hf.get_float(key)), float(gg.get_float(key))) << key;
+  EXPECT_EQ(hf.path(), model_path("codelm-16m-hf").string());
+}
+
+TEST(HfDirectory, TokenizerEqualsTheGguf) {
+  const GgufFile& hf = hf_codelm();
+  const GgufFile& gg = gguf_codelm();
+  EXPECT_EQ(hf.get_string("tokenizer.ggml.model"), gg.get_string("tokenizer.ggml.model"));
+  EXPECT_EQ(hf.get_string("tokenizer.ggml.pre"), gg.get_string("tokenizer.ggml.pre"));
+  EXPECT_EQ(hf.array_strings("tokenizer.ggml.tokens"), gg.array_strings("tokenizer.ggml.tokens"));
+  EXPECT_EQ(hf.array_strings("tokenizer.ggml.merges"), gg.array_strings("tokenizer.ggml.merges"));
+  EXPECT_EQ(hf.array_int("tokenizer.ggml.token_type"), gg.array_int("tokenizer.ggml.token_type"));
+  EXPECT_EQ(hf.get_uint("tokenizer.ggml.bos_token_id"), gg.get_uint("tokenizer.ggml.bos_token_id"));
+  EXPECT_EQ(hf.get_uint("tokenizer.ggml.eos_token_id"), gg.get_uint("tokenizer.ggml.eos_token_id"));
+  EXPECT_FALSE(hf.get_bool_or("tokenizer.ggml.add_bos_token", true));
+}
+
+TEST(HfDirectory, TokenizerMatchesLlamaCppOnEveryReferenceString) {
+  const auto tok = Tokenizer::from_gguf(hf_codelm());
+  const json ref = read_json(reference_path("codelm_tokenizer.json"));
+  ASSERT_EQ(ref["cases"].size(), 76u);
+  for (const json& c : ref["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    EXPECT_EQ(tok->encode(text, false, false), c["ids"].get<std::vector<int32_t>>()) << text;
+    EXPECT_EQ(tok->encode(text, false, true), c["ids_parse_special"].get<std::vector<int32_t>>()) << text;
+  }
+}
+
+// --- refusals: a copy of codelm-16m-hf with one file changed ---
+
+class HfDirectoryErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch_dir() / ("hf-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
+      fs::copy_file(model_path("codelm-16m-hf") / f, dir_ / f);
+    fs::create_symlink(fs::absolute(model_path("codelm-16m-hf") / "model.safetensors"), dir_ / "model.safetensors");
+    config_ = read_json(dir_ / "config.json");
+    tokenizer_ = read_json(dir_ / "tokenizer.json");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const char* name, const json& j) { std::ofstream(dir_ / name) << j.dump(); }
+  std::string error() {
+    write("config.json", config_);
+    write("tokenizer.json", tokenizer_);
+    try {
+      hf::open_hf_directory(dir_);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+      return what;
+    }
+    ADD_FAILURE() << "no error";
+    return {};
+  }
+  fs::path dir_;
+  json config_, tokenizer_;
+};
+
+TEST_F(HfDirectoryErrors, TheUnchangedCopyLoads) {
+  write("config.json", config_);
+  EXPECT_NO_THROW(hf::open_hf_directory(dir_));
+}
+TEST_F(HfDirectoryErrors, UnknownModelType) {
+  config_["model_type"] = "gemma2";
+  EXPECT_THAT(error(), HasSubstr("unsupported model_type 'gemma2'"));
+}
+TEST_F(HfDirectoryErrors, MathChangingKeys) {
+  config_["attention_bias"] = true;
+  EXPECT_THAT(error(), HasSubstr("attention_bias"));
+  config_["attention_bias"] = false;
+  config_["hidden_act"] = "gelu";
+  EXPECT_THAT(error(), HasSubstr("hidden_act 'gelu'"));
+  config_["hidden_act"] = "silu";
+  config_["sliding_window"] = 256;
+  EXPECT_THAT(error(), HasSubstr("sliding_window"));
+  config_.erase("sliding_window");
+  config_["num_local_experts"] = 8;
+  EXPECT_THAT(error(), HasSubstr("num_local_experts"));
+  config_.erase("num_local_experts");
+  config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}};
+  EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'yarn'"));
+}
+TEST_F(HfDirectoryErrors, BadValues) {
+  config_["hidden_size"] = -4;
+  EXPECT_THAT(error(), HasSubstr("hidden_size"));
+  config_["hidden_size"] = "384";
+  EXPECT_THAT(error(), HasSubstr("must be an integer"));
+  config_.erase("hidden_size");
+  EXPECT_THAT(error(), HasSubstr("missing key 'hidden_size'"));
+}
+TEST_F(HfDirectoryErrors, ShapeDisagreesWithConfig) {
+  config_["intermediate_size"] = 1000;
+  EXPECT_THAT(error(), HasSubstr("has shape [1024, 384], expected [1000, 384]"));
+}
+TEST_F(HfDirectoryErrors, UntiedOutputWithoutLmHead) {
+  config_["tie_word_embeddings"] = false;
+  EXPECT_THAT(error(), HasSubstr("missing tensor 'lm_head.weight'"));
+}
+TEST_F(HfDirectoryErrors, TensorsTheModelDoesNotUse) {
+  config_["num_hidden_layers"] = 7;  // layer 7's tensors are left over
+  EXPECT_THAT(error(), HasSubstr("model.layers.7."));
+  EXPECT_THAT(error(), HasSubstr("not used"));
+}
+TEST_F(HfDirectoryErrors, Tokenizers) {
+  tokenizer_["model"]["type"] = "Unigram";
+  EXPECT_THAT(error(), HasSubstr("unsupported tokenizer model 'Unigram'"));
+  tokenizer_["model"]["type"] = "BPE";
+  tokenizer_["model"]["byte_fallback"] = true;
+  EXPECT_THAT(error(), HasSubstr("byte_fallback"));
+  tokenizer_["model"]["byte_fallback"] = false;
+  tokenizer_["pre_tokenizer"] = {{"type", "Whitespace"}};
+  EXPECT_THAT(error(), HasSubstr("unsupported pre_tokenizer \"Whitespace\""));
+  tokenizer_["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  tokenizer_["normalizer"] = {{"type", "Lowercase"}};
+  EXPECT_THAT(error(), HasSubstr("unsupported normalizer \"Lowercase\""));
+  tokenizer_["normalizer"] = nullptr;
+  tokenizer_["model"]["vocab"]["Ġzzz-new"] = 9000;
+  EXPECT_THAT(error(), HasSubstr("vocab_size is 8192"));
+}
+TEST_F(HfDirectoryErrors, NotJson) {
+  std::ofstream(dir_ / "config.json") << "{\"model_type\": ";
+  EXPECT_THROW(
+      {
+        try {
+          hf::open_hf_directory(dir_);
+        } catch (const hf::HfError& e) {
+          EXPECT_THAT(e.what(), HasSubstr("config.json: not valid JSON"));
+          throw;
+        }
+      },
+      hf::HfError);
+}
+TEST_F(HfDirectoryErrors, MissingFiles) {
+  fs::remove(dir_ / "tokenizer.json");
+  write("config.json", config_);
+  EXPECT_THROW(hf::open_hf_directory(dir_), hf::HfError);
+  fs::remove(dir_ / "config.json");
+  EXPECT_FALSE(hf::is_hf_directory(dir_));
+  EXPECT_THROW(hf::open_hf_directory(dir_), hf::HfError);
+}
+
+}  // namespace
+}  // namespace fdl::test
