@@ -25,6 +25,32 @@ TEST(CliGenerate, EmptyPromptStartsFromBos) {
   EXPECT_EQ(j.at("text").get<std::string>().rfind(" Once upon a time", 0), 0u) << j.at("text");
 }
 
+// -m DIR: a Hugging Face model directory gives the prompt ids, output ids and text of the
+// GGUF converted from it; `info` and `tokenize` read it too; a directory without config.json
+// is one clear error.
+TEST(CliGenerate, HuggingFaceDirectoryEqualsItsGguf) {
+  FDL_REQUIRE_CLI();
+  const std::string dir = model_path("codelm-16m-hf").string(), gguf = model_path("codelm-16m-f16.gguf").string();
+  FDL_REQUIRE_FILE(gguf);
+  const auto run = [](const std::string& m) {
+    const CliResult r = run_cli({"generate", "-m", m, "-p", "def fibonacci(n):", "--temp", "0", "-n", "24",
+                                 "--ignore-eos", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return parse_cli_json(r);
+  };
+  const auto from_dir = run(dir), from_gguf = run(gguf);
+  EXPECT_EQ(from_dir.at("prompt_token_ids"), from_gguf.at("prompt_token_ids"));
+  EXPECT_EQ(from_dir.at("token_ids"), from_gguf.at("token_ids"));
+  EXPECT_EQ(from_dir.at("text"), from_gguf.at("text"));
+  const CliResult info = run_cli({"info", "-m", dir});
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("tokenizer:     gpt2, vocab 8192"), std::string::npos) << info.out;
+  const CliResult empty = run_cli({"generate", "-m", scratch_dir().string(), "-p", "x"});
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_NE(empty.err.find("is a directory without a config.json"), std::string::npos) << empty.err;
+  EXPECT_EQ(count_lines(empty.err), 1) << empty.err;
+}
+
 // --spec-tree on|off: the same greedy ids as plain decoding either way; the JSON reports the
 // tree metrics (none with off).
 TEST(CliGenerate, SpecTreeOnAndOffGiveThePlainIds) {
