@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <unordered_set>
 
 namespace fdl {
 namespace {
@@ -20,14 +21,24 @@ class Binder {
 
   [[noreturn]] void fail(const std::string& what) const { throw ModelError(f_.path() + ": " + what); }
 
-  const GgufTensorInfo& find(const std::string& name) const {
+  const GgufTensorInfo& find(const std::string& name) {
     const GgufTensorInfo* t = f_.find_tensor(name);
     if (!t) fail("missing tensor '" + name + "'");
+    used_.insert(name);
     return *t;
   }
 
+  /// A tensor the plan does not read (a bias, an expert, another architecture's tensor) would
+  /// mean the file describes other math than the one run: refused, never ignored.
+  void check_all_used() const {
+    for (const GgufTensorInfo& t : f_.tensors())
+      if (!used_.count(t.name))
+        fail("tensor '" + t.name + "' is not used by the llama model plan (a bias, an expert or another " +
+             "architecture's tensor): refusing to run without it");
+  }
+
   /// A matrix of `rows` rows of `cols` (ggml ne = {cols, rows}).
-  cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows) const {
+  cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows) {
     const GgufTensorInfo& t = find(name);
     if (t.n_dims != 2 || t.ne[0] != uint64_t(cols) || t.ne[1] != uint64_t(rows))
       fail("tensor '" + name + "' has shape " + shape_str(t) + ", expected [" +
@@ -69,6 +80,7 @@ class Binder {
  private:
   const GgufFile& f_;
   LlamaWeights& w_;
+  std::unordered_set<std::string> used_;
 };
 
 }  // namespace
@@ -127,6 +139,7 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
   } else if (c.rope_llama3) {
     w.rope_freq_factors = llama3_rope_factors(c);
   }
+  b.check_all_used();
   return w;
 }
 

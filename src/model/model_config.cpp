@@ -129,6 +129,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = std::string(arch->str);
   MetaReader m(f, c.arch);
+  // Mixtral-style files are labelled llama; their expert FFNs are not run by this model.
+  if (const GgufValue* experts = f.find(m.key("expert_count")); experts && experts->u64 + uint64_t(experts->i64) > 0)
+    m.fail("mixture-of-experts models ('" + m.key("expert_count") + "' = " +
+           std::to_string(experts->u64 + uint64_t(experts->i64)) + ") are not supported");
   c.name = m.string_or("general.name", "");
   c.n_embd = m.positive_int("embedding_length");
   c.n_layer = m.positive_int("block_count");

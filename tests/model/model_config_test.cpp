@@ -141,6 +141,20 @@ TEST(ModelConfig, MissingTensorIsNamed) {
   expect_model_error([&] { Model::load(path); }, {"missing tensor 'blk.1.ffn_down.weight'"});
 }
 
+TEST(ModelConfig, TensorTheModelDoesNotUseIsRefused) {
+  TinyLlamaSpec s;
+  s.extra_tensors["blk.0.attn_q.bias"] = {64};  // a Qwen2-style bias in a file labelled llama
+  const auto path = write_tiny_llama("extra.gguf", s);
+  expect_model_error([&] { Model::load(path); }, {"tensor 'blk.0.attn_q.bias' is not used", "refusing"});
+}
+
+TEST(ModelConfig, MixtureOfExpertsIsRefusedByName) {
+  TinyLlamaSpec s;
+  s.extra_u32_keys["llama.expert_count"] = 8;
+  const auto path = write_tiny_llama("moe.gguf", s);
+  expect_model_error([&] { Model::load(path); }, {"mixture-of-experts", "llama.expert_count' = 8"});
+}
+
 TEST(ModelConfig, UnsupportedDtypeListsTheSupportedOnes) {
   TinyLlamaSpec s;
   s.type_override["blk.0.ffn_up.weight"] = GgmlType::Q4_0;

@@ -33,6 +33,7 @@ struct TinyLlamaSpec {
   std::map<std::string, uint32_t> extra_u32_keys;
   std::map<std::string, std::string> extra_string_keys;
   std::optional<std::vector<float>> rope_freqs;  ///< writes rope_freqs.weight
+  std::map<std::string, std::vector<uint64_t>> extra_tensors;  ///< F32 tensors the model does not use
   /// tensor -> {element index -> value} written over the generated values (a NaN, say)
   std::map<std::string, std::map<size_t, float>> set_values;
 };
@@ -146,6 +147,7 @@ inline std::filesystem::path write_tiny_llama(const std::string& name, const Tin
     w.add_tensor("rope_freqs.weight", GgmlType::F32, {f.size()},
                  [f](std::span<uint8_t> out) { std::memcpy(out.data(), f.data(), f.size() * 4); });
   }
+  for (const auto& [tname, ne] : s.extra_tensors) add(tname, ne, false);
   const std::filesystem::path path = scratch_dir() / name;
   w.write(path);
   return path;
