@@ -14,46 +14,12 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "model/llama_model.h"
+#include "model/step_batch_check.h"
 
 namespace fdl {
 
 void LlamaModel::validate(const StepBatch& b, const KvCache& kv) {
-  const size_t n = b.tokens.size();
-  if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
-    throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " +
-                                std::to_string(n) + ", positions " + std::to_string(b.positions.size()) +
-                                ", seqs " + std::to_string(b.seqs.size()) + ", want_logits " +
-                                std::to_string(b.want_logits.size()) + ")");
-  const KvShape& s = kv.pool().shape();
-  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim ||
-      s.dtype != KvDtype::F32)
-    throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) +
-                                ", kv heads " + std::to_string(s.n_kv_head) + ", head dim " +
-                                std::to_string(s.head_dim) + ", " + kv_dtype_name(s.dtype) +
-                                ") does not match the model (f32)");
-  tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
-  for (size_t i = 0; i < n; ++i) {
-    if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
-      throw std::out_of_range("forward: token " + std::to_string(i) + " has id " +
-                              std::to_string(b.tokens[i]) + " outside [0, " +
-                              std::to_string(config_.n_vocab) + ")");
-    const size_t len = kv.length(b.seqs[i]);  // throws std::out_of_range for a dead sequence
-    const int32_t slot = tree_.slot(i);         // the position, unless a tree token
-    if (slot < 0 || size_t(slot) >= len)
-      throw std::out_of_range("forward: token " + std::to_string(i) + " position " +
-                              std::to_string(b.positions[i]) + (slot != b.positions[i] ? " (tree slot " +
-                              std::to_string(slot) + ")" : std::string()) + " is not a reserved slot of sequence " +
-                              std::to_string(b.seqs[i]) + " (length " + std::to_string(len) +
-                              "; call append_slots first)");
-    // Writing K/V into a block another sequence shares would change that sequence too.
-    const BlockId block = kv.block_table(b.seqs[i])[size_t(slot) / size_t(s.block_size)];
-    if (kv.pool().meta(block).ref_count != 1)
-      throw std::invalid_argument("forward: token " + std::to_string(i) + " slot " +
-                                  std::to_string(slot) + " of sequence " +
-                                  std::to_string(b.seqs[i]) + " lies in block " + std::to_string(block) +
-                                  " shared with another sequence (forked); truncate and "
-                                  "append_slots to get a private slot");
-  }
+  check_step_batch(b, kv, config_, KvDtype::F32, tree_);
 }
 
 void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache& kv) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "flashdllm/sampling.h"
+#include "model/step_batch_check.h"
 
 namespace fdl::cuda {
 
@@ -120,51 +121,22 @@ KvDtype CudaModel::resolve_kv_dtype(std::optional<KvDtype> want) const {
   return *want;
 }
 
-// The same checks, messages and exception types as the CPU model's validate (trees through
-// the same TokenTreeLayout), plus the size limit of the ancestor masks.
+// The CPU model's checks (model/step_batch_check.h), plus previous_step_id references in a
+// submit_sample step and the size limit of the ancestor masks.
 void CudaModel::validate(const StepBatch& b, const KvCache& kv, long chain_rows) {
-  const size_t n = b.tokens.size();
-  if (b.positions.size() != n || b.seqs.size() != n || b.want_logits.size() != n)
-    throw std::invalid_argument("forward: StepBatch vectors differ in length (tokens " + std::to_string(n) +
-                                ", positions " + std::to_string(b.positions.size()) + ", seqs " +
-                                std::to_string(b.seqs.size()) + ", want_logits " +
-                                std::to_string(b.want_logits.size()) + ")");
-  const KvShape& s = kv.pool().shape();
-  if (s.n_layer != config_.n_layer || s.n_kv_head != config_.n_head_kv || s.head_dim != config_.head_dim ||
-      s.dtype != kv_dtype_)
-    throw std::invalid_argument("forward: KV cache shape (layers " + std::to_string(s.n_layer) + ", kv heads " +
-                                std::to_string(s.n_kv_head) + ", head dim " + std::to_string(s.head_dim) + ", " +
-                                kv_dtype_name(s.dtype) + ") does not match the model (" + kv_dtype_name(kv_dtype_) +
-                                ")");
-  tree_.resolve(b);  // throws std::invalid_argument for a malformed tree
-  for (size_t i = 0; i < n; ++i) {
-    if (b.tokens[i] < 0 && chain_rows != kNoChain) {  // submit_sample's previous_step_id
+  NegativeTokenCheck chained;
+  if (chain_rows != kNoChain)  // submit_sample's previous_step_id
+    chained = [chain_rows](size_t i, int32_t token) {
       if (chain_rows < 0)
         throw std::invalid_argument("submit_sample: token " + std::to_string(i) +
                                     " refers to the previous step's ids, but no submit_sample step ran since the "
                                     "last other forward");
-      if (previous_step_row(b.tokens[i]) >= chain_rows)
+      if (previous_step_row(token) >= chain_rows)
         throw std::out_of_range("submit_sample: token " + std::to_string(i) + " refers to row " +
-                                std::to_string(previous_step_row(b.tokens[i])) + " of a previous step with " +
+                                std::to_string(previous_step_row(token)) + " of a previous step with " +
                                 std::to_string(chain_rows) + " rows");
-    } else if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
-      throw std::out_of_range("forward: token " + std::to_string(i) + " has id " + std::to_string(b.tokens[i]) +
-                              " outside [0, " + std::to_string(config_.n_vocab) + ")");
-    const size_t len = kv.length(b.seqs[i]);  // throws std::out_of_range for a dead sequence
-    const int32_t slot = tree_.slot(i);        // the position, unless a tree token
-    if (slot < 0 || size_t(slot) >= len)
-      throw std::out_of_range("forward: token " + std::to_string(i) + " position " + std::to_string(b.positions[i]) +
-                              (slot != b.positions[i] ? " (tree slot " + std::to_string(slot) + ")" : std::string()) +
-                              " is not a reserved slot of sequence " + std::to_string(b.seqs[i]) + " (length " +
-                              std::to_string(len) + "; call append_slots first)");
-    const BlockId block = kv.block_table(b.seqs[i])[size_t(slot) / size_t(s.block_size)];
-    if (kv.pool().meta(block).ref_count != 1)
-      throw std::invalid_argument("forward: token " + std::to_string(i) + " slot " + std::to_string(slot) +
-                                  " of sequence " + std::to_string(b.seqs[i]) + " lies in block " +
-                                  std::to_string(block) +
-                                  " shared with another sequence (forked); truncate and append_slots to get a "
-                                  "private slot");
-  }
+    };
+  check_step_batch(b, kv, config_, kv_dtype_, tree_, chained);
   // After the per-token checks, so a batch the CPU model refuses with std::out_of_range is
   // refused the same way here whatever its tree's size.
   if (tree_.window() > TokenTreeLayout::kMaskWindow)
