@@ -284,7 +284,7 @@ void run_bench(const BenchOptions& opt) {
 void add_bench_command(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill (pp) and decode (tg) throughput");
-  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-m,--model", opt->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt tokens to prefill")->capture_default_str();
   cmd->add_option("-n,--n-gen", opt->n_gen, "Tokens to decode one at a time")->capture_default_str();
   cmd->add_option("-r,--repetitions", opt->repetitions, "Measured repetitions (after one warm-up)")

@@ -277,7 +277,7 @@ void run_generate(const GenerateOptions& opt) {
 void add_generate_command(CLI::App& app) {
   auto opt = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Complete a prompt, streaming the text");
-  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-m,--model", opt->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   auto* prompt = cmd->add_option("-p,--prompt", opt->prompt, "Prompt text (\"\" = start from BOS)");
   auto* file = cmd->add_option("-f,--file", opt->prompt_file, "Read the prompt from this file");
   prompt->excludes(file);

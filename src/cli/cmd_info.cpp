@@ -269,7 +269,7 @@ void run_info(const InfoOptions& opt) {
 void add_info_command(CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Show a model's architecture, size and tokenizer");
-  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-m,--model", opt->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->callback([opt] { run_info(*opt); });
 }

@@ -250,7 +250,7 @@ void add_multiturn_command(CLI::App& app) {
   auto o = std::make_shared<MultiturnOptions>();
   CLI::App* cmd = app.add_subcommand(
       "multiturn", "Multi-turn chat workload on the engine (KV tier benchmark; JSON on stdout)");
-  cmd->add_option("-m,--model", o->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--sessions", o->sessions, "Chat sessions")->capture_default_str();
   cmd->add_option("--turns", o->turns, "Turns per session")->capture_default_str();

@@ -110,7 +110,7 @@ void add_profile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "profile", "Measure (or show the cached) storage profile used for KV tier placement");
   cmd->add_option("-m,--model", opt->model,
-                  "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+                  "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_option("--kv-disk-path", opt->disk_path, "Directory of the disk KV tier to measure");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--refresh", opt->refresh, "Measure again even if a cached profile exists");

@@ -236,7 +236,7 @@ void run_serve(const ServeOptions& o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/SERVER.md)");
-  cmd->add_option("-m,--model", o->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0 = any free port, printed on stderr)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");

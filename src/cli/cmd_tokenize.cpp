@@ -52,7 +52,7 @@ void run_tokenize(const TokenizeOptions& opt) {
 void add_tokenize_command(CLI::App& app) {
   auto opt = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text");
-  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: $FLASHDLLM_MODEL or stories260K)");
+  cmd->add_option("-m,--model", opt->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   auto* text = cmd->add_option("--text,-p,--prompt", opt->text, "Text to tokenize");
   auto* file = cmd->add_option("-f,--file", opt->file, "Tokenize the bytes of this file instead");
   text->excludes(file);

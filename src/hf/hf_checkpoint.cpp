@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -22,12 +23,27 @@ using nlohmann::json;
 
 namespace {
 
+// The largest JSON file read (tokenizer.json of a 256k vocabulary is ~35 MB).
+constexpr uintmax_t kMaxJsonBytes = uintmax_t(256) << 20;
+
 json read_json(const fs::path& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) {
     if (!required) return json();
-    throw HfError(path.string() + ": cannot open (" + std::strerror(errno) + ")");
+    throw HfError(path.string() + ": does not exist");
   }
+  // A FIFO or a device would block or never end: regular files only.
+  if (fs::is_directory(st)) throw HfError(path.string() + ": is a directory, expected a JSON file");
+  if (!fs::is_regular_file(st)) throw HfError(path.string() + ": is not a regular file");
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) throw HfError(path.string() + ": cannot stat (" + ec.message() + ")");
+  if (size == 0) throw HfError(path.string() + ": is empty");
+  if (size > kMaxJsonBytes)
+    throw HfError(path.string() + ": " + std::to_string(size) + " bytes, above the limit of " +
+                  std::to_string(kMaxJsonBytes) + " for a JSON file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw HfError(path.string() + ": cannot open (" + std::strerror(errno) + ")");
   std::stringstream text;
   text << in.rdbuf();
   try {
@@ -146,11 +162,10 @@ GgufFile open_hf_directory(const fs::path& dir) {
   const json config = read_json(dir / "config.json", true);
   GgufWriter w;
   const HfModelShape s = write_model_metadata(config, (dir / "config.json").string(), w);
-  const json tokenizer = read_json(dir / "tokenizer.json", true);
-  const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
   w.set_string("general.name", dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string());
-  write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(), w);
 
+  // The weights first: their shapes bound what config.json may claim (vocab_size sizes the
+  // tokenizer's tables below).
   const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
   Mapper m(ckpt, dir);
   const uint64_t d = uint64_t(s.n_embd), q = uint64_t(s.n_head) * uint64_t(s.head_dim),
@@ -174,6 +189,11 @@ GgufFile open_hf_directory(const fs::path& dir) {
   else if (ckpt.find("lm_head.weight"))
     m.skip("lm_head.weight");  // tied: the embedding is the output matrix
   m.check_all_used();
+
+  const json tokenizer = read_json(dir / "tokenizer.json", true);
+  const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
+  write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(),
+                           (dir / "tokenizer_config.json").string(), w);
   for (const Binding& b : m.bindings()) add_tensor(w, b);
   return GgufFile::from_bytes(w.to_bytes(dir.string()), dir.string());
 }

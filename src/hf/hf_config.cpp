@@ -57,10 +57,12 @@ class ConfigReader {
  private:
   int positive_int_value(const std::string& key, const json& v) const {
     if (!v.is_number_integer()) fail("key '" + key + "' must be an integer, got " + v.dump());
-    const auto i = v.get<int64_t>();
-    if (i <= 0 || i > std::numeric_limits<int>::max())
-      fail("key '" + key + "' = " + std::to_string(i) + " is out of range (1 .. 2^31-1)");
-    return int(i);
+    // Unsigned values above INT64_MAX must not wrap into negatives in the check or the message.
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max())
+                              : v.get<int64_t>() >= 1 && v.get<int64_t>() <= std::numeric_limits<int>::max();
+    if (!in_range) fail("key '" + key + "' = " + v.dump() + " is out of range (1 .. 2^31-1)");
+    return int(v.get<int64_t>());
   }
 
   const json& j_;

@@ -96,14 +96,28 @@ std::optional<std::string> special_text(const json& tokenizer_config, const char
 }  // namespace
 
 void write_tokenizer_metadata(const json& tokenizer, const json& tokenizer_config, const json& config, int n_vocab,
-                              const std::string& label, GgufWriter& w) {
-  const Reader r(label);
+                              const std::string& label, const std::string& config_label, GgufWriter& w) {
+  const Reader r(label), rc(config_label);
   if (!tokenizer.is_object()) r.fail("not a JSON object");
+  if (!tokenizer_config.is_null() && !tokenizer_config.is_object()) rc.fail("not a JSON object");
   const json& model = r.member(tokenizer, "model", "tokenizer");
   const std::string type = r.string_member(model, "type", "model");
   if (type != "BPE") r.fail("unsupported tokenizer model '" + type + "' (supported: byte-level BPE)");
   if (r.bool_member_or(model, "byte_fallback", false, "model"))
     r.fail("BPE with byte_fallback (SentencePiece-style) is not supported from tokenizer.json yet; use the GGUF");
+  // Settings that change the segmentation and have no llama.cpp equivalent.
+  if (model.contains("dropout") && !model.at("dropout").is_null() &&
+      !(model.at("dropout").is_number() && model.at("dropout").get<double>() == 0.0))
+    r.fail("model.dropout = " + model.at("dropout").dump() + ": BPE dropout is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(key) && !model.at(key).is_null() && !(model.at(key).is_string() && model.at(key).get<std::string>().empty()))
+      r.fail("model." + std::string(key) + " = " + model.at(key).dump() + " is not supported for byte-level BPE");
+  if (tokenizer.contains("decoder") && !tokenizer.at("decoder").is_null() &&
+      !(tokenizer.at("decoder").is_object() && tokenizer.at("decoder").value("type", "") == "ByteLevel"))
+    r.fail("unsupported decoder " +
+           (tokenizer.at("decoder").is_object() ? json(tokenizer.at("decoder").value("type", "?")).dump()
+                                                : tokenizer.at("decoder").dump()) +
+           " (supported: ByteLevel)");
   if (tokenizer.contains("normalizer") && !tokenizer.at("normalizer").is_null()) {
     const json& n = tokenizer.at("normalizer");
     if (!n.is_object() || n.value("type", "") != "NFC")
@@ -111,6 +125,11 @@ void write_tokenizer_metadata(const json& tokenizer, const json& tokenizer_confi
              " (supported: none, NFC)");
   }
   const std::string pre = pre_tokenizer_name(r, r.member(tokenizer, "pre_tokenizer", "tokenizer"));
+  // llama.cpp takes ignore_merges from the pre-tokenizer (Llama 3's sets it): they must agree.
+  const bool ignore_merges = pre == "llama-bpe";
+  if (r.bool_member_or(model, "ignore_merges", false, "model") != ignore_merges)
+    r.fail(std::string("model.ignore_merges = ") + (ignore_merges ? "false" : "true") + " does not match the " + pre +
+           " pre-tokenizer's (" + (ignore_merges ? "true" : "false") + ")");
 
   // Tokens by id: the BPE vocabulary, then the added tokens (which may extend it).
   std::vector<std::string> tokens;
@@ -142,6 +161,23 @@ void write_tokenizer_metadata(const json& tokenizer, const json& tokenizer_confi
       put(token_id(r, r.member(a, "id", "added_tokens"), "added_tokens " + json(text).dump()), text,
           special ? kControl : kUserDefined, "added_tokens");
     }
+  }
+  // Byte-level BPE spells every byte as one symbol (GPT-2's byte-to-unicode table: printable
+  // Latin-1 bytes as themselves, the other 68 as U+0100 onwards); without one of them some
+  // text could not be encoded at all.
+  for (uint32_t byte = 0, shifted = 0; byte < 256; ++byte) {
+    const bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
+    const uint32_t cp = printable ? byte : 256 + shifted++;
+    std::string symbol;
+    if (cp < 0x80) {
+      symbol.push_back(char(cp));
+    } else {
+      symbol.push_back(char(0xC0 | (cp >> 6)));
+      symbol.push_back(char(0x80 | (cp & 0x3F)));
+    }
+    if (!vocab.contains(symbol))
+      r.fail("model.vocab lacks the byte symbol " + json(symbol).dump() + " (byte " + std::to_string(byte) +
+             "): a byte-level vocabulary needs all 256");
   }
   if (tokens.size() > size_t(n_vocab))
     r.fail("the tokenizer has ids up to " + std::to_string(tokens.size() - 1) + " but config.json's vocab_size is " +
@@ -181,9 +217,13 @@ void write_tokenizer_metadata(const json& tokenizer, const json& tokenizer_confi
     return std::nullopt;
   };
   const auto special_id = [&](const char* tc_key, const char* config_key) -> std::optional<int32_t> {
+    if (tokenizer_config.is_object() && tokenizer_config.contains(tc_key) && !tokenizer_config.at(tc_key).is_null() &&
+        !special_text(tokenizer_config, tc_key))
+      rc.fail(std::string(tc_key) + " must be a string or an object with \"content\", got " +
+              tokenizer_config.at(tc_key).dump());
     if (const auto text = special_text(tokenizer_config, tc_key)) {
       if (const auto id = id_of(*text)) return id;
-      r.fail("tokenizer_config.json's " + std::string(tc_key) + " " + json(*text).dump() + " is not in the vocabulary");
+      rc.fail(std::string(tc_key) + " " + json(*text).dump() + " is not in the vocabulary");
     }
     if (config.is_object() && config.contains(config_key)) {
       const json& v = config.at(config_key);
@@ -203,7 +243,8 @@ void write_tokenizer_metadata(const json& tokenizer, const json& tokenizer_confi
   // with a special token adds one (Llama 3's).
   bool add_bos = false;
   if (tokenizer_config.is_object() && tokenizer_config.contains("add_bos_token") &&
-      tokenizer_config.at("add_bos_token").is_boolean()) {
+      !tokenizer_config.at("add_bos_token").is_null()) {
+    if (!tokenizer_config.at("add_bos_token").is_boolean()) rc.fail("add_bos_token must be true or false");
     add_bos = tokenizer_config.at("add_bos_token").get<bool>();
   } else if (tokenizer.contains("post_processor") && tokenizer.at("post_processor").is_object()) {
     std::vector<const json*> stack{&tokenizer.at("post_processor")};
@@ -219,6 +260,26 @@ void write_tokenizer_metadata(const json& tokenizer, const json& tokenizer_confi
   }
   if (add_bos && !bos) r.fail("the tokenizer adds a BOS token but names none");
   w.set_bool("tokenizer.ggml.add_bos_token", add_bos);
+
+  // The chat template: one string, or named templates ("default" is the main one).
+  if (tokenizer_config.is_object() && tokenizer_config.contains("chat_template") &&
+      !tokenizer_config.at("chat_template").is_null()) {
+    const json& t = tokenizer_config.at("chat_template");
+    if (t.is_string()) {
+      w.set_string("tokenizer.chat_template", t.get<std::string>());
+    } else if (t.is_array()) {
+      for (const json& named : t) {
+        if (!named.is_object() || !named.contains("name") || !named.at("name").is_string() ||
+            !named.contains("template") || !named.at("template").is_string())
+          rc.fail("chat_template entries must be objects with string \"name\" and \"template\"");
+        const std::string name = named.at("name").get<std::string>();
+        w.set_string(name == "default" ? "tokenizer.chat_template" : "tokenizer.chat_template." + name,
+                     named.at("template").get<std::string>());
+      }
+    } else {
+      rc.fail("chat_template must be a string or a list of named templates");
+    }
+  }
 }
 
 }  // namespace fdl::hf

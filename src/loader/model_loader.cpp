@@ -15,6 +15,8 @@
 namespace fdl {
 
 GgufFile Model::open_file(const std::filesystem::path& path, GgufBacking backing) {
+  if (path.extension() == ".safetensors" || path.filename() == "config.json")
+    throw ModelError(path.string() + ": pass the Hugging Face model directory that holds it, not the file");
   if (!hf::is_hf_directory(path)) return GgufFile::open(path, {}, backing);
   try {
     return hf::open_hf_directory(path);

@@ -10,11 +10,14 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "flashdllm/gguf.h"
 #include "flashdllm/tokenizer.h"
 #include "hf/hf_checkpoint.h"
 #include "hf/hf_config.h"
 #include "hf/hf_tokenizer.h"
+#include "hf/safetensors.h"
 #include "test_support.h"
 
 namespace fdl::test {
@@ -186,6 +189,72 @@ TEST_F(HfDirectoryErrors, Tokenizers) {
   tokenizer_["model"]["vocab"]["Ġzzz-new"] = 9000;
   EXPECT_THAT(error(), HasSubstr("vocab_size is 8192"));
 }
+TEST_F(HfDirectoryErrors, HugeVocabularyIsCheckedAgainstTheWeightsFirst) {
+  config_["vocab_size"] = 300000000;  // would size the tokenizer tables before the shape check
+  EXPECT_THAT(error(), HasSubstr("expected [300000000, 384]"));
+  config_["num_hidden_layers"] = nlohmann::json::number_unsigned_t(1) << 63;
+  EXPECT_THAT(error(), HasSubstr("num_hidden_layers' = 9223372036854775808 is out of range"));
+}
+TEST_F(HfDirectoryErrors, TokenizerSettingsWithoutAnEquivalentAreRefused) {
+  tokenizer_["model"]["dropout"] = 0.5;
+  EXPECT_THAT(error(), HasSubstr("BPE dropout"));
+  tokenizer_["model"]["dropout"] = nullptr;
+  tokenizer_["model"]["continuing_subword_prefix"] = "##";
+  EXPECT_THAT(error(), HasSubstr("continuing_subword_prefix"));
+  tokenizer_["model"]["continuing_subword_prefix"] = nullptr;
+  tokenizer_["model"]["ignore_merges"] = true;
+  EXPECT_THAT(error(), HasSubstr("ignore_merges"));
+  tokenizer_["model"]["ignore_merges"] = false;
+  tokenizer_["decoder"] = {{"type", "WordPiece"}};
+  EXPECT_THAT(error(), HasSubstr("unsupported decoder \"WordPiece\""));
+  tokenizer_["decoder"] = nullptr;
+  tokenizer_["model"]["vocab"].erase("\u0120");  // the space byte's symbol
+  EXPECT_THAT(error(), HasSubstr("lacks the byte symbol"));
+}
+TEST_F(HfDirectoryErrors, TokenizerConfig) {
+  json tc = read_json(dir_ / "tokenizer_config.json");
+  tc["add_bos_token"] = "yes";
+  write("tokenizer_config.json", tc);
+  EXPECT_THAT(error(), HasSubstr("tokenizer_config.json: add_bos_token must be true or false"));
+  tc["add_bos_token"] = false;
+  tc["bos_token"] = "<|nope|>";
+  write("tokenizer_config.json", tc);
+  EXPECT_THAT(error(), HasSubstr("tokenizer_config.json: bos_token \"<|nope|>\" is not in the vocabulary"));
+  write("tokenizer_config.json", json::array());
+  EXPECT_THAT(error(), HasSubstr("tokenizer_config.json: not a JSON object"));
+}
+TEST_F(HfDirectoryErrors, ChatTemplateIsCarried) {
+  json tc = read_json(dir_ / "tokenizer_config.json");
+  tc["chat_template"] = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  write("tokenizer_config.json", tc);
+  write("config.json", config_);
+  const GgufFile f = hf::open_hf_directory(dir_);
+  EXPECT_EQ(f.get_string("tokenizer.chat_template"), tc["chat_template"].get<std::string>());
+  tc["chat_template"] = json::array({{{"name", "default"}, {"template", "A"}}, {{"name", "tool_use"}, {"template", "B"}}});
+  write("tokenizer_config.json", tc);
+  const GgufFile g = hf::open_hf_directory(dir_);
+  EXPECT_EQ(g.get_string("tokenizer.chat_template"), "A");
+  EXPECT_EQ(g.get_string("tokenizer.chat_template.tool_use"), "B");
+}
+TEST_F(HfDirectoryErrors, FilesThatAreNotRegularFiles) {
+  fs::remove(dir_ / "tokenizer.json");
+  ASSERT_EQ(::mkfifo((dir_ / "tokenizer.json").c_str(), 0644), 0);  // must not block
+  write("config.json", config_);
+  EXPECT_THAT(
+      [&] {
+        try {
+          hf::open_hf_directory(dir_);
+        } catch (const hf::HfError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      HasSubstr("tokenizer.json: is not a regular file"));
+  fs::remove(dir_ / "model.safetensors");
+  ASSERT_EQ(::mkfifo((dir_ / "model.safetensors").c_str(), 0644), 0);
+  EXPECT_THROW(hf::open_hf_directory(dir_), hf::SafetensorsError);
+}
+
 TEST_F(HfDirectoryErrors, NotJson) {
   std::ofstream(dir_ / "config.json") << "{\"model_type\": ";
   EXPECT_THROW(
