@@ -161,7 +161,16 @@ GgufFile open_hf_directory(const fs::path& dir) {
     throw HfError(dir.string() + ": not a Hugging Face model directory (no config.json in it)");
   const json config = read_json(dir / "config.json", true);
   GgufWriter w;
-  const HfModelShape s = write_model_metadata(config, (dir / "config.json").string(), w);
+  // A value of an unexpected JSON type deep in a file surfaces as json::exception: named here.
+  const auto named = [](const fs::path& file, auto&& step) {
+    try {
+      return step();
+    } catch (const json::exception& e) {
+      throw HfError(file.string() + ": unexpected value: " + e.what());
+    }
+  };
+  const HfModelShape s =
+      named(dir / "config.json", [&] { return write_model_metadata(config, (dir / "config.json").string(), w); });
   w.set_string("general.name", dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string());
 
   // The weights first: their shapes bound what config.json may claim (vocab_size sizes the
@@ -192,8 +201,10 @@ GgufFile open_hf_directory(const fs::path& dir) {
 
   const json tokenizer = read_json(dir / "tokenizer.json", true);
   const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
-  write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(),
-                           (dir / "tokenizer_config.json").string(), w);
+  named(dir / "tokenizer.json", [&] {
+    write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(),
+                             (dir / "tokenizer_config.json").string(), w);
+  });
   for (const Binding& b : m.bindings()) add_tensor(w, b);
   return GgufFile::from_bytes(w.to_bytes(dir.string()), dir.string());
 }

@@ -80,6 +80,17 @@ void write_rope(const ConfigReader& r, const json& config, GgufWriter& w) {
   if (params && params->contains("rope_theta")) theta = r.positive_number(params->at("rope_theta"), "rope_parameters.rope_theta");
   w.set_float32("llama.rope.freq_base", float(theta));
 
+  // Both present (a config edited by hand, or converted between layouts): they must not
+  // disagree silently, so a non-default rope_scaling next to rope_parameters is refused.
+  if (params && scaling) {
+    std::string t = "default";
+    for (const char* k : {"rope_type", "type"})
+      if (scaling->contains(k) && scaling->at(k).is_string()) {
+        t = scaling->at(k).get<std::string>();
+        break;
+      }
+    if (t != "default") r.fail("both rope_parameters and rope_scaling (type '" + t + "') are set: keep one");
+  }
   const json* s = params ? params : scaling;
   const std::string where = params ? "rope_parameters" : "rope_scaling";
   if (!s) return;
@@ -139,6 +150,9 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
              std::to_string(s.n_head) + " and no head_dim is given");
     s.head_dim = s.n_embd / s.n_head;
   }
+  if (s.n_head % s.n_head_kv != 0)
+    r.fail("num_attention_heads " + std::to_string(s.n_head) + " is not a multiple of num_key_value_heads " +
+           std::to_string(s.n_head_kv));
   if (s.head_dim % 2 != 0) r.fail("head_dim " + std::to_string(s.head_dim) + " must be even (RoPE rotates pairs)");
   s.tied_output = r.bool_or("tie_word_embeddings", false);
   const int n_ctx = r.positive_int("max_position_embeddings");

@@ -58,8 +58,8 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) 
     ChatRequest r = parse_chat_request(body);  // validate the request before the config check
     if (!ctx.options.chat_template) {
       throw ApiError(400,
-                     "this model has no known chat template (its GGUF has no "
-                     "tokenizer.chat_template in a recognised format): start the server with "
+                     "this model has no known chat template (its GGUF or tokenizer_config.json has "
+                     "no chat template in a recognised format): start the server with "
                      "--chat-template llama2|llama3|chatml, or use /v1/completions",
                      "messages", "invalid_request_error", "chat_template_missing");
     }

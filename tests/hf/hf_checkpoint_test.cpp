@@ -152,6 +152,13 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}};
   EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'yarn'"));
 }
+TEST_F(HfDirectoryErrors, ConfigNamesItsOwnKeys) {
+  config_["num_key_value_heads"] = 4;  // 6 heads
+  EXPECT_THAT(error(), HasSubstr("num_attention_heads 6 is not a multiple of num_key_value_heads 4"));
+  config_["num_key_value_heads"] = 2;
+  config_["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THAT(error(), HasSubstr("both rope_parameters and rope_scaling"));
+}
 TEST_F(HfDirectoryErrors, BadValues) {
   config_["hidden_size"] = -4;
   EXPECT_THAT(error(), HasSubstr("hidden_size"));
@@ -180,6 +187,8 @@ TEST_F(HfDirectoryErrors, Tokenizers) {
   tokenizer_["model"]["byte_fallback"] = true;
   EXPECT_THAT(error(), HasSubstr("byte_fallback"));
   tokenizer_["model"]["byte_fallback"] = false;
+  tokenizer_["pre_tokenizer"] = {{"type", 5}};
+  EXPECT_THAT(error(), HasSubstr("tokenizer.json: unexpected value"));
   tokenizer_["pre_tokenizer"] = {{"type", "Whitespace"}};
   EXPECT_THAT(error(), HasSubstr("unsupported pre_tokenizer \"Whitespace\""));
   tokenizer_["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
