@@ -72,7 +72,7 @@ TEST_P(LlamaCppVocabFixture, DecodeRoundTripsEveryCase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TokenizerVocabs, LlamaCppVocabFixture,
-                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "starcoder", "refact",
+                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2", "starcoder", "refact",
                                            "deepseek-coder", "deepseek-llm", "falcon", "mpt"),
                          [](const auto& info) {
                            std::string n = info.param;
