@@ -19,6 +19,11 @@ inline std::filesystem::path model_path(const std::string& file) {
 inline std::filesystem::path reference_path(const std::string& file) {
   return shared_dir() / "reference" / file;
 }
+/// The repository's own test data (tests/data): $FLASHDLLM_TEST_DATA, else the checkout's.
+inline std::filesystem::path test_data_dir() {
+  if (const char* env = std::getenv("FLASHDLLM_TEST_DATA"); env && *env) return env;
+  return std::filesystem::path(FLASHDLLM_SOURCE_DIR) / "tests" / "data";
+}
 /// A scratch directory unique to this test binary run, created on demand.
 inline std::filesystem::path scratch_dir() {
   auto p = std::filesystem::temp_directory_path() / ("flashdllm-test-" + std::to_string(::getpid()));

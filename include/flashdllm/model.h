@@ -55,7 +55,15 @@ struct ModelConfig {
   float rope_high_freq_factor = 4.f;
   int rope_orig_ctx = 8192;
   bool tied_output = false;
-  /// Reads `general.architecture` and the `<arch>.*` keys (only `llama` is supported).
+  // The family's optional parts of the layer plan (src/arch/family.h).
+  bool qkv_bias = false;     ///< Q, K and V projections add a bias vector (qwen2)
+  bool qk_norm = false;      ///< RMSNorm over each Q and K head (weights [head_dim]) before RoPE (qwen3)
+  /// The file keeps a RoPE pair in dims (i, i + rope_dim/2) of a head ("NEOX", qwen2/qwen3).
+  /// The backends rotate interleaved pairs (2i, 2i+1): such a model's Q/K rows, their biases and
+  /// norm weights are reordered once at load (attention scores are unchanged: q and k move alike).
+  bool rope_halves = false;
+  /// Reads `general.architecture` (a family of src/arch: llama, qwen2, qwen3) and its
+  /// `<arch>.*` keys.
   /// Required: embedding_length, block_count, feed_forward_length, attention.head_count,
   /// context_length, attention.layer_norm_rms_epsilon. n_vocab comes from `<arch>.vocab_size`,
   /// else the `tokenizer.ggml.tokens` count, else token_embd.weight's row count.

@@ -14,6 +14,7 @@ OUT=${OUT:-/tmp/fdl-out}
 mkdir -p "$OUT"
 source scripts/gpu/device_env.sh
 export FLASHDLLM_SHARED=$D/shared
+export FLASHDLLM_TEST_DATA=$PWD/tests/data  # the working tree travels; the build's source path does not
 STEPS=${STEPS:-tests bench hf}
 MODEL=${MODEL:-/tmp/l3-8b-bf16.gguf}
 log() { echo "[$(date +%T)] $*"; }

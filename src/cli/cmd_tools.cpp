@@ -31,6 +31,7 @@ struct MakeModelArgs {
   std::string seed = "42";  // parsed and range-checked in to_options
   std::string vocab_from;
   std::string name;
+  std::string arch;
   long long dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_dim = 0, vocab = 0,
             context = 0;
   float rope_theta = 0, rms_eps = 0;
@@ -41,7 +42,7 @@ struct MakeModelArgs {
   CLI::Option *dim_opt = nullptr, *n_layers_opt = nullptr, *n_heads_opt = nullptr,
               *n_kv_heads_opt = nullptr, *ffn_dim_opt = nullptr, *vocab_opt = nullptr,
               *context_opt = nullptr, *rope_theta_opt = nullptr, *rms_eps_opt = nullptr,
-              *vocab_from_opt = nullptr;
+              *vocab_from_opt = nullptr, *arch_opt = nullptr;
 };
 
 std::optional<uint32_t> shape_value(const CLI::Option* given, long long value, const char* flag) {
@@ -60,6 +61,7 @@ tools::MakeModelOptions to_options(const MakeModelArgs& a) {
   o.dtype = tools::parse_weight_dtype(a.dtype);
   o.seed = *parse_seed("--seed", a.seed, /*allow_random=*/false);
   if (a.vocab_from_opt->count() > 0) o.vocab_from = a.vocab_from;
+  if (a.arch_opt->count() > 0) o.arch = a.arch;
   o.dim = shape_value(a.dim_opt, a.dim, "--dim");
   o.n_layers = shape_value(a.n_layers_opt, a.n_layers, "--n-layers");
   o.n_heads = shape_value(a.n_heads_opt, a.n_heads, "--n-heads");
@@ -111,9 +113,9 @@ void run_make_model(const MakeModelArgs& args) {
   tools::make_model(opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
-      "wrote %s: preset %s, %s, dim %u, layers %u, heads %u (kv %u), ffn %u, vocab %u, "
+      "wrote %s: preset %s, %s %s, dim %u, layers %u, heads %u (kv %u), ffn %u, vocab %u, "
       "context %u, %.1f MiB in %.2f s\n",
-      opt.output.string().c_str(), opt.preset.c_str(), args.dtype.c_str(), shape.dim,
+      opt.output.string().c_str(), opt.preset.c_str(), shape.arch.c_str(), args.dtype.c_str(), shape.dim,
       shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.ffn_dim, shape.vocab, shape.context,
       static_cast<double>(std::filesystem::file_size(opt.output)) / (1024.0 * 1024.0), s);
 }
@@ -125,6 +127,7 @@ void add_make_model_command(CLI::App& tools_app) {
   CLI::App* cmd = tools_app.add_subcommand("make-model", "Write a random-weight Llama GGUF model");
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: " + presets)->capture_default_str();
+  a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3 (default: the preset's)");
   cmd->add_option("--dtype", a->dtype, "Matrix weight type: f32|f16|bf16|q8_0")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random weights (0..2^64-1)")->capture_default_str();
   a->vocab_from_opt = cmd->add_option("--vocab-from", a->vocab_from,

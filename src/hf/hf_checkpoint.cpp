@@ -183,9 +183,21 @@ GgufFile open_hf_directory(const fs::path& dir) {
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string hf = "model.layers." + std::to_string(l) + ".", gg = "blk." + std::to_string(l) + ".";
     m.bind(hf + "input_layernorm.weight", gg + "attn_norm.weight", {d});
-    m.bind(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, s.n_head);
-    m.bind(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, s.n_head_kv);
+    // HF keeps RoPE pairs in halves; the family's GGUF layout is what the model reads
+    // (llama.cpp's converter reorders llama's rows to interleaved pairs and keeps qwen's).
+    const bool to_pairs = s.family->gguf_rope_pairs == arch::RopePairs::Interleaved;
+    m.bind(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, to_pairs ? s.n_head : 0);
+    m.bind(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, to_pairs ? s.n_head_kv : 0);
     m.bind(hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv, d});
+    if (s.family->qkv_bias) {
+      m.bind(hf + "self_attn.q_proj.bias", gg + "attn_q.bias", {q});
+      m.bind(hf + "self_attn.k_proj.bias", gg + "attn_k.bias", {kv});
+      m.bind(hf + "self_attn.v_proj.bias", gg + "attn_v.bias", {kv});
+    }
+    if (s.family->qk_norm) {
+      m.bind(hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", {uint64_t(s.head_dim)});
+      m.bind(hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", {uint64_t(s.head_dim)});
+    }
     m.bind(hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {d, q});
     m.bind(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d});
     m.bind(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {ff, d});

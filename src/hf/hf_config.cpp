@@ -7,6 +7,8 @@
 #include <limits>
 #include <optional>
 
+#include "arch/family.h"
+
 namespace fdl::hf {
 namespace {
 
@@ -71,14 +73,14 @@ class ConfigReader {
 
 /// RoPE parameters: transformers 5 keeps them in `rope_parameters`, 4 in `rope_theta` and
 /// `rope_scaling`.
-void write_rope(const ConfigReader& r, const json& config, GgufWriter& w) {
+void write_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta, GgufWriter& w) {
   const json* params = r.find("rope_parameters");
   const json* scaling = r.find("rope_scaling");
   if (params && !params->is_object()) r.fail("key 'rope_parameters' must be an object");
   if (scaling && !scaling->is_object()) r.fail("key 'rope_scaling' must be an object");
-  double theta = r.positive_number_or("rope_theta", 10000.0);
+  double theta = r.positive_number_or("rope_theta", default_theta);
   if (params && params->contains("rope_theta")) theta = r.positive_number(params->at("rope_theta"), "rope_parameters.rope_theta");
-  w.set_float32("llama.rope.freq_base", float(theta));
+  w.set_float32(a + ".rope.freq_base", float(theta));
 
   // Both present (a config edited by hand, or converted between layouts): they must not
   // disagree silently, so a non-default rope_scaling next to rope_parameters is refused.
@@ -107,19 +109,19 @@ void write_rope(const ConfigReader& r, const json& config, GgufWriter& w) {
   };
   if (type == "default") return;
   if (type == "linear") {
-    w.set_string("llama.rope.scaling.type", "linear");
-    w.set_float32("llama.rope.scaling.factor", float(number("factor")));
+    w.set_string(a + ".rope.scaling.type", "linear");
+    w.set_float32(a + ".rope.scaling.factor", float(number("factor")));
     return;
   }
   if (type == "llama3") {
-    w.set_string("llama.rope.scaling.type", "llama3");
-    w.set_float32("llama.rope.scaling.factor", float(number("factor")));
-    w.set_float32("llama.rope.scaling.low_freq_factor", float(number("low_freq_factor")));
-    w.set_float32("llama.rope.scaling.high_freq_factor", float(number("high_freq_factor")));
+    w.set_string(a + ".rope.scaling.type", "llama3");
+    w.set_float32(a + ".rope.scaling.factor", float(number("factor")));
+    w.set_float32(a + ".rope.scaling.low_freq_factor", float(number("low_freq_factor")));
+    w.set_float32(a + ".rope.scaling.high_freq_factor", float(number("high_freq_factor")));
     const double orig = number("original_max_position_embeddings");
     if (orig != std::floor(orig) || orig > std::numeric_limits<int>::max())
       r.fail("key '" + where + ".original_max_position_embeddings' must be an integer");
-    w.set_uint32("llama.rope.scaling.original_context_length", uint32_t(orig));
+    w.set_uint32(a + ".rope.scaling.original_context_length", uint32_t(orig));
     return;
   }
   r.fail("unsupported RoPE type '" + type + "' in '" + where + "' (supported: default, linear, llama3)");
@@ -131,9 +133,11 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   if (!config.is_object()) throw HfError(label + ": not a JSON object");
   const ConfigReader r(config, label);
   const std::string model_type = r.string_or("model_type", "");
-  if (model_type != "llama" && model_type != "mistral")
-    r.fail("unsupported model_type '" + model_type +
-           "' (supported from a Hugging Face directory: llama, and mistral without sliding-window attention)");
+  const arch::Family* family = arch::find_hf_family(model_type);
+  if (!family)
+    r.fail("unsupported model_type '" + model_type + "' (supported from a Hugging Face directory: " +
+           arch::hf_model_type_names() + ")");
+  const std::string a(family->name);
 
   HfModelShape s;
   s.n_embd = r.positive_int("hidden_size");
@@ -155,36 +159,41 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
            std::to_string(s.n_head_kv));
   if (s.head_dim % 2 != 0) r.fail("head_dim " + std::to_string(s.head_dim) + " must be even (RoPE rotates pairs)");
   s.tied_output = r.bool_or("tie_word_embeddings", false);
+  s.family = family;
   const int n_ctx = r.positive_int("max_position_embeddings");
 
   // Keys that change the math and are not supported: refused, never ignored.
   const std::string act = r.string_or("hidden_act", "silu");
   if (act != "silu") r.fail("unsupported hidden_act '" + act + "' (supported: silu)");
-  if (r.bool_or("attention_bias", false)) r.fail("attention_bias = true: Q/K/V/O biases are not supported for llama");
-  if (r.bool_or("mlp_bias", false)) r.fail("mlp_bias = true: FFN biases are not supported for llama");
-  if (const json* sw = r.find("sliding_window"))
+  // Qwen2's Q/K/V biases are part of its plan (its config has no switch for them); an
+  // attention_bias switch elsewhere would add an output bias too, which no plan here reads.
+  if (r.bool_or("attention_bias", false))
+    r.fail("attention_bias = true: attention biases are not supported for " + a);
+  if (r.bool_or("mlp_bias", false)) r.fail("mlp_bias = true: FFN biases are not supported for " + a);
+  // Qwen configs carry a sliding_window that only applies with use_sliding_window = true.
+  if (const json* sw = r.find("sliding_window"); sw && r.bool_or("use_sliding_window", true))
     if (!sw->is_number_integer() || sw->get<int64_t>() < n_ctx)
       r.fail("sliding_window = " + sw->dump() + " (shorter than max_position_embeddings " + std::to_string(n_ctx) +
              "): sliding-window attention is not supported");
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "num_local_experts", "num_experts",
                           "n_routed_experts"})
-    if (r.find(key)) r.fail("key '" + std::string(key) + "' is set: not supported for llama");
+    if (r.find(key)) r.fail("key '" + std::string(key) + "' is set: not supported for " + a);
   if (const json* tp = r.find("pretraining_tp"); tp && !tp->is_number_integer())
     r.fail("key 'pretraining_tp' must be an integer");
 
-  w.set_string("general.architecture", "llama");
-  w.set_uint32("llama.context_length", uint32_t(n_ctx));
-  w.set_uint32("llama.embedding_length", uint32_t(s.n_embd));
-  w.set_uint32("llama.block_count", uint32_t(s.n_layer));
-  w.set_uint32("llama.feed_forward_length", uint32_t(s.n_ff));
-  w.set_uint32("llama.attention.head_count", uint32_t(s.n_head));
-  w.set_uint32("llama.attention.head_count_kv", uint32_t(s.n_head_kv));
-  w.set_uint32("llama.attention.key_length", uint32_t(s.head_dim));
-  w.set_uint32("llama.attention.value_length", uint32_t(s.head_dim));
-  w.set_uint32("llama.rope.dimension_count", uint32_t(s.head_dim));
-  w.set_uint32("llama.vocab_size", uint32_t(s.n_vocab));
-  w.set_float32("llama.attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));
-  write_rope(r, config, w);
+  w.set_string("general.architecture", a);
+  w.set_uint32(a + ".context_length", uint32_t(n_ctx));
+  w.set_uint32(a + ".embedding_length", uint32_t(s.n_embd));
+  w.set_uint32(a + ".block_count", uint32_t(s.n_layer));
+  w.set_uint32(a + ".feed_forward_length", uint32_t(s.n_ff));
+  w.set_uint32(a + ".attention.head_count", uint32_t(s.n_head));
+  w.set_uint32(a + ".attention.head_count_kv", uint32_t(s.n_head_kv));
+  w.set_uint32(a + ".attention.key_length", uint32_t(s.head_dim));
+  w.set_uint32(a + ".attention.value_length", uint32_t(s.head_dim));
+  w.set_uint32(a + ".rope.dimension_count", uint32_t(s.head_dim));
+  w.set_uint32(a + ".vocab_size", uint32_t(s.n_vocab));
+  w.set_float32(a + ".attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));
+  write_rope(r, config, a, family->hf_default_rope_theta, w);
   return s;
 }
 

@@ -1,14 +1,17 @@
 // hf_config.h — a Hugging Face `config.json` as the GGUF metadata the engine's model reads.
 //
-// Follows transformers' LlamaConfig (https://huggingface.co/docs/transformers/model_doc/llama),
-// in both layouts: transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`).
-// Supported: model_type "llama" (and "mistral" files without a sliding window shorter than the
-// context): SiLU gated FFN, RMSNorm, GQA, RoPE with default, linear or llama3 scaling, tied or
-// separate output embeddings. Everything that would change the math and is not supported is
-// refused by name — another model_type, biases, another activation, other RoPE scaling types,
-// a sliding window, soft-capping, experts — so a file never runs with the wrong math.
+// Follows transformers' LlamaConfig, Qwen2Config and Qwen3Config
+// (https://huggingface.co/docs/transformers/model_doc/llama, .../qwen2, .../qwen3), in both
+// layouts: transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`).
+// Supported: the model_types of src/arch's families (llama and "mistral" files without a sliding
+// window shorter than the context, qwen2, qwen3): SiLU gated FFN, RMSNorm, GQA, RoPE with
+// default, linear or llama3 scaling, tied or separate output embeddings, and the family's own
+// parts (qwen2's Q/K/V biases, qwen3's Q/K norms). Everything that would change the math and is
+// not supported is refused by name — another model_type, other biases, another activation,
+// other RoPE scaling types, a sliding window in use, soft-capping, experts — so a file never
+// runs with the wrong math.
 //
-// The GGUF keys written are llama.cpp's (`llama.embedding_length`, ...), the same that
+// The GGUF keys written are llama.cpp's (`<arch>.embedding_length`, ...), the same that
 // llama.cpp's convert_hf_to_gguf.py writes, so a directory and its converted GGUF load into the
 // same ModelConfig.
 // Errors: HfError with one line naming the file and the key. Thread-safety: stateless.
@@ -20,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "arch/family.h"
 #include "flashdllm/gguf.h"
 
 namespace fdl::hf {
@@ -34,10 +38,11 @@ class HfError : public std::runtime_error {
 struct HfModelShape {
   int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
   bool tied_output = false;
+  const arch::Family* family = nullptr;  ///< the family model_type names (never null on return)
 };
 
 /// Checks `config` (parsed config.json; `label` names it in errors) and writes the model's
-/// GGUF metadata (general.architecture and llama.*) into `w`. Throws HfError.
+/// GGUF metadata (general.architecture and <arch>.*) into `w`. Throws HfError.
 HfModelShape write_model_metadata(const nlohmann::json& config, const std::string& label, GgufWriter& w);
 
 }  // namespace fdl::hf

@@ -1,4 +1,5 @@
-// The Llama forward pass over a batch of tokens from any number of sequences.
+// The forward pass of the layer plan (src/arch/family.h) over a batch of tokens from any number
+// of sequences; the family's optional parts (Q/K/V biases, Q/K norms) where it has them.
 //
 // Orchestration only: every numeric step is one of a small set of backend ops (embedding
 // gather, rms_norm, matmul, rope, paged attention, silu_mul, add), so another backend can
@@ -29,12 +30,23 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
   const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim;
   const int64_t q_dim = int64_t(c.n_head) * c.head_dim;
 
-  // Attention block: x += wo · attention(rope(wq·norm(x)), rope(wk·norm(x)), wv·norm(x)).
+  // Attention block: x += wo · attention(rope(qn(wq·norm(x) + bq)), rope(kn(wk·norm(x) + bk)),
+  // wv·norm(x) + bv), with the biases and the per-head norms qn/kn only where the family has them.
   cpu::rms_norm_rows(s.x.data(), w.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
   {
     const cpu::WeightMatrix* mats[] = {&w.wq, &w.wk, &w.wv};
     float* outs[] = {s.q.data(), s.k.data(), s.v.data()};
     cpu::matmul_multi(threads_, mats, outs, 3, s.xn.data(), n);
+  }
+  if (w.bq)  // qwen2: Q/K/V biases
+    for (int64_t t = 0; t < n; ++t) {
+      cpu::add_inplace(s.q.data() + t * q_dim, w.bq, q_dim);
+      cpu::add_inplace(s.k.data() + t * kv_dim, w.bk, kv_dim);
+      cpu::add_inplace(s.v.data() + t * kv_dim, w.bv, kv_dim);
+    }
+  if (w.q_norm) {  // qwen3: RMSNorm over each Q and K head, before RoPE
+    cpu::rms_norm_rows(s.q.data(), w.q_norm, s.q.data(), n * c.n_head, c.head_dim, c.rms_eps);
+    cpu::rms_norm_rows(s.k.data(), w.k_norm, s.k.data(), n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
   for (int64_t t = 0; t < n; ++t) {
     const float* cs = s.rope_cs.data() + t * c.rope_dim;

@@ -2,6 +2,7 @@
 #include "model/llama_weights.h"
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <string>
 #include <unordered_set>
@@ -33,7 +34,8 @@ class Binder {
   void check_all_used() const {
     for (const GgufTensorInfo& t : f_.tensors())
       if (!used_.count(t.name))
-        fail("tensor '" + t.name + "' is not used by the llama model plan (a bias, an expert or another " +
+        fail("tensor '" + t.name + "' is not used by the " + f_.get_string_or("general.architecture", "?") +
+             " model plan (a bias, an expert or another " +
              "architecture's tensor): refusing to run without it");
   }
 
@@ -55,6 +57,33 @@ class Binder {
       fail("tensor '" + name + "': " + e.what());
     }
     return cpu::WeightMatrix{t.type(), t.data, rows, cols};
+  }
+
+  /// matrix(), with the rows of every head of `head_rows` rows reordered from half-split to
+  /// interleaved RoPE pairs (a copy; whole rows move, so any row type works).
+  cpu::WeightMatrix matrix_halves_to_pairs(const std::string& name, int64_t cols, int64_t rows, int64_t head_rows,
+                                           int64_t rope_dim) {
+    const cpu::WeightMatrix m = matrix(name, cols, rows);
+    const size_t row_bytes = cpu::weight_row_bytes(m.type, cols);
+    constexpr size_t kAlign = 64;  // as the mapping's tensors: vector loads never straddle lines
+    std::vector<uint8_t>& buf = w_.owned_rows.emplace_back(row_bytes * size_t(rows) + kAlign);
+    uint8_t* dst = buf.data() + (kAlign - reinterpret_cast<uintptr_t>(buf.data()) % kAlign) % kAlign;
+    const auto* src = static_cast<const uint8_t*>(m.data);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = r / head_rows, e = r % head_rows;
+      std::memcpy(dst + size_t(r) * row_bytes, src + size_t(head * head_rows + halves_source_dim(e, rope_dim)) * row_bytes,
+                  row_bytes);
+    }
+    return cpu::WeightMatrix{m.type, dst, rows, cols};
+  }
+
+  /// vector(), reordered like matrix_halves_to_pairs when `head_len` > 0.
+  const float* vector_halves_to_pairs(const std::string& name, int64_t n, int64_t head_len, int64_t rope_dim) {
+    const float* v = vector(name, n);
+    if (head_len <= 0) return v;
+    std::vector<float>& dst = w_.owned.emplace_back(size_t(n));
+    for (int64_t i = 0; i < n; ++i) dst[size_t(i)] = v[i / head_len * head_len + halves_source_dim(i % head_len, rope_dim)];
+    return dst.data();
   }
 
   /// A vector of `n` floats; F32 is used in place, F16/BF16 are widened once.
@@ -121,9 +150,20 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaLayerWeights& L = w.layers[size_t(l)];
     L.attn_norm = b.vector(p + "attn_norm.weight", d);
-    L.wq = b.matrix(p + "attn_q.weight", d, q);
-    L.wk = b.matrix(p + "attn_k.weight", d, kv);
+    // Q/K rows (and their biases and norms) with interleaved RoPE pairs, whatever the file keeps.
+    const int64_t hd = c.head_dim, rd = c.rope_dim, reorder = c.rope_halves ? hd : 0;
+    L.wq = reorder ? b.matrix_halves_to_pairs(p + "attn_q.weight", d, q, hd, rd) : b.matrix(p + "attn_q.weight", d, q);
+    L.wk = reorder ? b.matrix_halves_to_pairs(p + "attn_k.weight", d, kv, hd, rd) : b.matrix(p + "attn_k.weight", d, kv);
     L.wv = b.matrix(p + "attn_v.weight", d, kv);
+    if (c.qkv_bias) {
+      L.bq = b.vector_halves_to_pairs(p + "attn_q.bias", q, reorder, rd);
+      L.bk = b.vector_halves_to_pairs(p + "attn_k.bias", kv, reorder, rd);
+      L.bv = b.vector(p + "attn_v.bias", kv);
+    }
+    if (c.qk_norm) {
+      L.q_norm = b.vector_halves_to_pairs(p + "attn_q_norm.weight", hd, reorder, rd);
+      L.k_norm = b.vector_halves_to_pairs(p + "attn_k_norm.weight", hd, reorder, rd);
+    }
     L.wo = b.matrix(p + "attn_output.weight", q, d);
     L.ffn_norm = b.vector(p + "ffn_norm.weight", d);
     L.w_gate = b.matrix(p + "ffn_gate.weight", d, ff);

@@ -20,6 +20,11 @@ struct LlamaLayerWeights {
   cpu::WeightMatrix wq{};            ///< n_head*head_dim rows of n_embd
   cpu::WeightMatrix wk{};            ///< n_head_kv*head_dim rows of n_embd
   cpu::WeightMatrix wv{};            ///< n_head_kv*head_dim rows of n_embd
+  const float* bq = nullptr;         ///< [n_head*head_dim] Q bias, or null (ModelConfig::qkv_bias)
+  const float* bk = nullptr;         ///< [n_head_kv*head_dim] K bias, or null
+  const float* bv = nullptr;         ///< [n_head_kv*head_dim] V bias, or null
+  const float* q_norm = nullptr;     ///< [head_dim] per-head Q RMSNorm weight, or null (qk_norm)
+  const float* k_norm = nullptr;     ///< [head_dim] per-head K RMSNorm weight, or null
   cpu::WeightMatrix wo{};            ///< n_embd rows of n_head*head_dim
   const float* ffn_norm = nullptr;   ///< [n_embd]
   cpu::WeightMatrix w_gate{};        ///< n_ff rows of n_embd
@@ -35,12 +40,24 @@ struct LlamaWeights {
   /// Per-pair RoPE frequency divisors (rope_dim/2), empty when the model has none: from the
   /// `rope_freqs.weight` tensor, or computed from the llama3 scaling metadata.
   std::vector<float> rope_freq_factors;
-  /// Norm vectors that were not F32 in the file, widened (deque: pointers stay valid).
+  /// Vectors that were not F32 in the file (widened) or whose order changed (deque: pointers
+  /// stay valid).
   std::deque<std::vector<float>> owned;
+  /// Q/K matrices whose rows were reordered from half-split to interleaved RoPE pairs
+  /// (ModelConfig::rope_halves): 64-byte aligned copies, the other matrices stay in the mapping.
+  std::deque<std::vector<uint8_t>> owned_rows;
 };
 
-/// Binds and validates all tensors. Throws ModelError naming the tensor for a missing tensor,
-/// a shape that disagrees with `c`, or an unsupported dtype (listing F32, F16, BF16, Q8_0).
+/// The row of a half-split head that holds interleaved dim `e` (ModelConfig::rope_halves):
+/// pair i moves from dims (i, i + rope_dim/2) to (2i, 2i+1); dims >= rope_dim stay.
+constexpr int64_t halves_source_dim(int64_t e, int64_t rope_dim) {
+  return e < rope_dim ? (e % 2) * (rope_dim / 2) + e / 2 : e;
+}
+
+/// Binds and validates all tensors of the family's plan (ModelConfig's qkv_bias, qk_norm,
+/// rope_halves). Throws ModelError naming the tensor for a missing tensor, a shape that
+/// disagrees with `c`, an unsupported dtype (listing F32, F16, BF16, Q8_0), or a tensor the
+/// plan does not read.
 LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c);
 
 /// The Llama-3 per-pair frequency divisors for `c` (Meta's "llama3" rope scaling: pairs with

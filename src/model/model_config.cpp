@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "arch/family.h"
 #include "flashdllm/model.h"
 
 namespace fdl {
@@ -122,14 +123,18 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!arch) throw ModelError(f.path() + ": missing required metadata key 'general.architecture'");
   if (arch->type != GgufType::STRING)
     throw ModelError(f.path() + ": metadata key 'general.architecture' must be a string");
-  if (arch->str != "llama")
+  const arch::Family* family = arch::find_family(arch->str);
+  if (!family)
     throw ModelError(f.path() + ": unsupported architecture '" + std::string(arch->str) +
-                     "' (supported: llama)");
+                     "' (supported: " + arch::family_names() + ")");
 
   ModelConfig c;
   c.arch = std::string(arch->str);
+  c.qkv_bias = family->qkv_bias;
+  c.qk_norm = family->qk_norm;
+  c.rope_halves = family->gguf_rope_pairs == arch::RopePairs::Halves;
   MetaReader m(f, c.arch);
-  // Mixtral-style files are labelled llama; their expert FFNs are not run by this model.
+  // Mixtral-style files are labelled llama (Qwen MoE files qwen2moe); expert FFNs are not run.
   if (const GgufValue* experts = f.find(m.key("expert_count")); experts && experts->u64 + uint64_t(experts->i64) > 0)
     m.fail("mixture-of-experts models ('" + m.key("expert_count") + "' = " +
            std::to_string(experts->u64 + uint64_t(experts->i64)) + ") are not supported");
@@ -173,7 +178,9 @@ uint64_t ModelConfig::n_params() const {
                  kv = uint64_t(n_head_kv) * head_dim;
   const uint64_t per_layer = 2 * d             // attention and FFN norms
                              + d * q + 2 * d * kv + q * d  // Q, K, V, output
-                             + 3 * d * uint64_t(n_ff);     // gate, up, down
+                             + 3 * d * uint64_t(n_ff)      // gate, up, down
+                             + (qkv_bias ? q + 2 * kv : 0)  // Q/K/V biases
+                             + (qk_norm ? 2 * uint64_t(head_dim) : 0);
   const uint64_t embeddings = uint64_t(n_vocab) * d * (tied_output ? 1 : 2);
   return embeddings + uint64_t(n_layer) * per_layer + d;  // + final norm
 }

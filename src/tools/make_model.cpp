@@ -1,7 +1,8 @@
-// make_model: assembles Llama metadata, a tokenizer and random tensors into a GgufWriter.
+// make_model: assembles a family's metadata, a tokenizer and random tensors into a GgufWriter.
 #include "tools/make_model.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "flashdllm/gguf.h"
 #include "tools/make_model_internal.h"
@@ -39,6 +40,13 @@ std::vector<TensorPlan> llama_tensor_list(const ModelShape& s, const MakeModelOp
     list.push_back({p + "attn_q.weight", w, {s.dim, s.dim}, 0.f, wstd});
     list.push_back({p + "attn_k.weight", w, {s.dim, s.kv_dim()}, 0.f, wstd});
     list.push_back({p + "attn_v.weight", w, {s.dim, s.kv_dim()}, 0.f, wstd});
+    if (s.arch == "qwen2")
+      for (const auto& [name, len] : {std::pair{"attn_q.bias", s.dim}, {"attn_k.bias", s.kv_dim()}, {"attn_v.bias", s.kv_dim()}})
+        list.push_back({p + name, GgmlType::F32, {len}, 0.f, kNormStd});
+    if (s.arch == "qwen3") {
+      list.push_back({p + "attn_q_norm.weight", GgmlType::F32, {s.head_dim()}, 1.f, kNormStd});
+      list.push_back({p + "attn_k_norm.weight", GgmlType::F32, {s.head_dim()}, 1.f, kNormStd});
+    }
     list.push_back({p + "attn_output.weight", w, {s.dim, s.dim}, 0.f, wstd});
     list.push_back({p + "ffn_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
     list.push_back({p + "ffn_gate.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
@@ -56,20 +64,21 @@ void make_model(const MakeModelOptions& opt) {
       resolve_shape(opt, vocab_file ? std::optional<uint32_t>(vocab_size_of(*vocab_file)) : std::nullopt);
 
   GgufWriter w;
-  w.set_string("general.architecture", "llama");
+  const std::string& a = s.arch;
+  w.set_string("general.architecture", a);
   w.set_string("general.name", opt.name.empty() ? "flashdllm-random-" + opt.preset : opt.name);
   w.set_uint32("general.file_type", llama_file_type(opt.dtype));
   if (opt.dtype == GgmlType::Q8_0) w.set_uint32("general.quantization_version", 2);
-  w.set_uint32("llama.context_length", s.context);
-  w.set_uint32("llama.embedding_length", s.dim);
-  w.set_uint32("llama.block_count", s.n_layers);
-  w.set_uint32("llama.feed_forward_length", s.ffn_dim);
-  w.set_uint32("llama.attention.head_count", s.n_heads);
-  w.set_uint32("llama.attention.head_count_kv", s.n_kv_heads);
-  w.set_uint32("llama.rope.dimension_count", s.head_dim());
-  w.set_float32("llama.rope.freq_base", s.rope_theta);
-  w.set_float32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.set_uint32("llama.vocab_size", s.vocab);
+  w.set_uint32(a + ".context_length", s.context);
+  w.set_uint32(a + ".embedding_length", s.dim);
+  w.set_uint32(a + ".block_count", s.n_layers);
+  w.set_uint32(a + ".feed_forward_length", s.ffn_dim);
+  w.set_uint32(a + ".attention.head_count", s.n_heads);
+  w.set_uint32(a + ".attention.head_count_kv", s.n_kv_heads);
+  w.set_uint32(a + ".rope.dimension_count", s.head_dim());
+  w.set_float32(a + ".rope.freq_base", s.rope_theta);
+  w.set_float32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_uint32(a + ".vocab_size", s.vocab);
 
   if (vocab_file) {
     for (const auto& [key, value] : vocab_file->metadata())

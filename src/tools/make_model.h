@@ -1,7 +1,10 @@
-// tools/make_model.h — writes random-weight Llama GGUF files of any shape and weight type, for
-// benchmarks and tests that need big models without downloading any.
+// tools/make_model.h — writes random-weight GGUF files of the llama, qwen2 and qwen3 families,
+// of any shape and weight type, for benchmarks and tests that need big models without
+// downloading any.
 //
-// The file follows llama.cpp's Llama conventions so both llama.cpp and flashdllm load it:
+// The file follows llama.cpp's conventions so both llama.cpp and flashdllm load it (shown for
+// llama; qwen2/qwen3 files use their own key prefix and add blk.N.attn_{q,k,v}.bias (F32,
+// values of std 0.02 around 0) / blk.N.attn_{q,k}_norm.weight {head_dim} (F32 near 1)):
 //  - metadata: general.architecture = "llama", general.name, general.file_type (llama.cpp's
 //    LLAMA_FTYPE numbering: ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32),
 //    general.quantization_version = 2 for Q8_0, and llama.{context_length, embedding_length,
@@ -65,6 +68,7 @@ struct MakeModelOptions {
   std::optional<uint32_t> context;     ///< llama.context_length (tokens)
   std::optional<float> rope_theta;     ///< llama.rope.freq_base
   std::optional<float> rms_eps;        ///< llama.attention.layer_norm_rms_epsilon
+  std::optional<std::string> arch;     ///< family: llama, qwen2, qwen3 (keys and tensors follow it)
 
   float weight_std = 0.02f;     ///< standard deviation of matrix values
   bool tied_embeddings = false;  ///< omit output.weight (the model reuses token_embd)
@@ -78,11 +82,12 @@ struct ModelShape {
            context = 0;
   float rope_theta = 10000.f;
   float rms_eps = 1e-5f;
+  std::string arch = "llama";  ///< general.architecture: llama, qwen2 (Q/K/V biases) or qwen3 (Q/K norms)
   uint32_t head_dim() const { return dim / n_heads; }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
-/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b".
+/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b".
 std::vector<std::string> model_presets();
 
 /// The shape `make_model(opt)` would write, validated (throws std::invalid_argument naming the

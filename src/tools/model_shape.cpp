@@ -19,12 +19,14 @@ struct Preset {
 };
 
 // Shapes of the published models each preset imitates (Llama-2-7B's context and epsilon for
-// llama-7b; Meta-Llama-3-8B for llama3-8b).
-const std::array<Preset, 4> kPresets{{
+// llama-7b; Meta-Llama-3-8B for llama3-8b; Qwen2.5-7B for qwen2-7b; Qwen3-8B for qwen3-8b).
+const std::array<Preset, 6> kPresets{{
     {"tiny", {64, 2, 4, 2, 128, 512, 512, 10000.f, 1e-5f}},
     {"110m", {768, 12, 12, 12, 2048, 32000, 2048, 10000.f, 1e-5f}},
     {"llama-7b", {4096, 32, 32, 32, 11008, 32000, 4096, 10000.f, 1e-5f}},
     {"llama3-8b", {4096, 32, 32, 8, 14336, 128256, 8192, 500000.f, 1e-5f}},
+    {"qwen2-7b", {3584, 28, 28, 4, 18944, 152064, 32768, 1000000.f, 1e-6f, "qwen2"}},
+    {"qwen3-8b", {4096, 36, 32, 8, 12288, 151936, 40960, 1000000.f, 1e-6f, "qwen3"}},
 }};
 
 [[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("make_model: " + msg); }
@@ -61,6 +63,9 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
   s.context = opt.context.value_or(s.context);
   s.rope_theta = opt.rope_theta.value_or(s.rope_theta);
   s.rms_eps = opt.rms_eps.value_or(s.rms_eps);
+  s.arch = opt.arch.value_or(s.arch);
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3")
+    bad("unknown arch '" + s.arch + "' (available: llama, qwen2, qwen3)");
   if (file_vocab) {
     if (opt.vocab && *opt.vocab != *file_vocab)
       bad("vocab " + std::to_string(*opt.vocab) + " conflicts with vocab_from, which has " +

@@ -47,7 +47,8 @@ std::string invalid_message(const MakeModelOptions& opt) {
 }
 
 TEST(MakeModel, PresetsAreListedAndResolve) {
-  EXPECT_EQ(model_presets(), (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b"}));
+  EXPECT_EQ(model_presets(),
+            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b"}));
   MakeModelOptions opt;
   opt.preset = "llama3-8b";
   const ModelShape s = resolve_model_shape(opt);
@@ -125,6 +126,28 @@ TEST(MakeModel, TinyF16FileHasLlamaLayoutMetadataAndTokenizer) {
   uint64_t total = 0;
   for (const auto& t : f.tensors()) total += t.n_bytes;
   EXPECT_EQ(total, model_tensor_bytes(opt));
+}
+
+// A qwen2 file adds Q/K/V biases, a qwen3 file per-head Q/K norms, under the family's keys;
+// test_model loads them (cuda_family_test.cpp on the GPU).
+TEST(MakeModel, FamilyFilesCarryTheirOwnTensorsAndKeys) {
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    MakeModelOptions opt;
+    opt.output = test::scratch_dir() / (std::string(arch) + "-tiny.gguf");
+    opt.arch = arch;
+    make_model(opt);
+    const GgufFile f = GgufFile::open(opt.output);
+    EXPECT_EQ(f.get_string_or("general.architecture", ""), arch);
+    EXPECT_EQ(f.get_uint(std::string(arch) + ".embedding_length"), 64u);
+    EXPECT_EQ(f.find("llama.embedding_length"), nullptr);
+    const bool qwen2 = std::string(arch) == "qwen2";
+    for (const char* t : {"blk.1.attn_q.bias", "blk.1.attn_k.bias", "blk.1.attn_v.bias"})
+      EXPECT_EQ(f.find_tensor(t) != nullptr, qwen2) << arch << " " << t;
+    for (const char* t : {"blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}) {
+      ASSERT_EQ(f.find_tensor(t) != nullptr, !qwen2) << arch << " " << t;
+      if (!qwen2) EXPECT_EQ(f.find_tensor(t)->ne[0], 16u);  // head_dim of the tiny shape
+    }
+  }
 }
 
 TEST(MakeModel, ValuesHaveTheRequestedStatistics) {
@@ -306,7 +329,12 @@ TEST(MakeModel, VocabCopiedFromAnotherFile) {
 TEST(MakeModel, InvalidOptionsNameTheOption) {
   MakeModelOptions opt;
   opt.preset = "gpt-5";
-  EXPECT_NE(invalid_message(opt).find("unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b)"), std::string::npos);
+  EXPECT_NE(invalid_message(opt).find(
+                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, qwen2-7b, qwen3-8b)"),
+            std::string::npos);
+  opt = {};
+  opt.arch = "gemma2";
+  EXPECT_NE(invalid_message(opt).find("unknown arch 'gemma2' (available: llama, qwen2, qwen3)"), std::string::npos);
   opt = {};
   opt.dim = 100;
   opt.n_heads = 3;

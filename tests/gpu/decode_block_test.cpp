@@ -141,7 +141,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   // The last run launches the traced kernel (a separately compiled instantiation): its outputs
   // must equal the untraced run before it bit for bit, and every block must stamp every phase
   // edge in order.
-  const int blocks = bpg * s.n_kv;
+  const int blocks = bpg * s.n_kv * cuda::attention_subgroups(s.n_head, s.n_kv);
   DeviceBuffer<uint64_t> trace{size_t(cuda::kAttnTraceEvents) * size_t(blocks)};
   FDL_CUDA_CHECK(cudaMemset(trace.get(), 0, trace.bytes()));
   std::vector<std::vector<float>> untraced;
@@ -214,15 +214,27 @@ TEST_P(AttentionBlock, MatchesTheKernelChainItReplaces) {
   check(type, Shape{12, 12, 32, 16, 264, 200, 5}, 200, 12);
   check(type, Shape{8, 4, 64, 64, 520, 333, 16}, 300, 4);
   check(type, Shape{6, 2, 20, 12, 264, 130, 3}, 300, 2);
+  // Query heads per KV head above 4, in sub-groups: Qwen2.5-7B's attention half (28 heads on
+  // 4 KV heads: 4 + 3 per KV head), 5 (3 + 2), 8 (4 + 4), with a 16-bit cache too.
+  const Shape qwen2_7b{28, 4, 128, 128, 3584, 3584, 16};
+  for (const int ctx : {1, 17, 700}) check(type, qwen2_7b, ctx, sms);
+  check(type, qwen2_7b, 300, 2 * 4 * 3);  // 3 blocks per sub-group
+  check(type, Shape{10, 2, 32, 32, 264, 200, 5}, 129, sms);
+  check(type, Shape{16, 2, 64, 64, 520, 333, 16}, 300, 4);  // one block per sub-group
+  if (type != WType::F32)
+    check(type, qwen2_7b, 700, sms, type == WType::F16 ? KvDtype::F16 : KvDtype::BF16);
 }
 
 TEST(AttentionBlockShapes, UnsupportedShapesAreRefused) {
   FDL_SKIP_WITHOUT_GPU();
   auto d = to_device(random_weights(WType::F16, size_t(96) * 64));
   const cuda::KvLayerView kv8{nullptr, 0, 0, 16, 1, 8};
-  // Group of 8 query heads per KV head: not taken (registers).
+  // 8 query heads per KV head run in two sub-groups; above 16, not taken.
   const cuda::DeviceMatrix qkv8{WType::F16, d.get(), (8 + 2) * 8, 64}, wo8{WType::F16, d.get(), 64, 64};
-  EXPECT_EQ(cuda::attention_block_groups(qkv8, wo8, 8, kv8, device_sms()), 0);
+  EXPECT_GT(cuda::attention_block_groups(qkv8, wo8, 8, kv8, device_sms()), 0);
+  auto d17 = to_device(random_weights(WType::F16, size_t(19 * 8) * 64 + size_t(64) * 17 * 8));
+  const cuda::DeviceMatrix qkv17{WType::F16, d17.get(), (17 + 2) * 8, 64}, wo17{WType::F16, d17.get(), 64, 17 * 8};
+  EXPECT_EQ(cuda::attention_block_groups(qkv17, wo17, 17, kv8, device_sms()), 0);
   // Mismatched types.
   const cuda::KvLayerView kv4{nullptr, 0, 0, 16, 2, 8};
   const cuda::DeviceMatrix qkv{WType::F16, d.get(), (4 + 4) * 8, 64}, wo_f32{WType::F32, d.get(), 64, 32};

@@ -101,7 +101,8 @@ uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c) {
   uint64_t total = matrix_bytes({&w.token_embd}) + (c.tied_output ? 0 : matrix_bytes({&w.output}));
   for (const LlamaLayerWeights& L : w.layers)
     total += matrix_bytes({&L.wq, &L.wk, &L.wv}) + matrix_bytes({&L.wo}) +
-             matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down}) + 2 * uint64_t(c.n_embd) * 4;
+             matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down}) + 2 * uint64_t(c.n_embd) * 4 +
+             (L.bq ? uint64_t(L.wq.rows + L.wk.rows + L.wv.rows) * 4 : 0) + (L.q_norm ? 2 * uint64_t(c.head_dim) * 4 : 0);
   return total + uint64_t(c.n_embd) * 4;
 }
 
@@ -124,8 +125,19 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
     dst.wo = fuse({&src.wo});
     dst.gate_up = fuse({&src.w_gate, &src.w_up});
     dst.down = fuse({&src.w_down});
+    if (src.bq) {  // fused in the order of the qkv rows
+      std::vector<float> bias(src.bq, src.bq + src.wq.rows);
+      bias.insert(bias.end(), src.bk, src.bk + src.wk.rows);
+      bias.insert(bias.end(), src.bv, src.bv + src.wv.rows);
+      dst.qkv_bias = upload_vector(bias.data(), int64_t(bias.size()));
+    }
+    if (src.q_norm) {
+      dst.q_norm = upload_vector(src.q_norm, c.head_dim);
+      dst.k_norm = upload_vector(src.k_norm, c.head_dim);
+    }
     out.bytes_per_step += dst.qkv.storage.bytes() + dst.wo.storage.bytes() + dst.gate_up.storage.bytes() +
-                          dst.down.storage.bytes() + 2 * dst.attn_norm.bytes();
+                          dst.down.storage.bytes() + 2 * dst.attn_norm.bytes() + dst.qkv_bias.bytes() +
+                          dst.q_norm.bytes() + dst.k_norm.bytes();
   }
   const uint64_t out_bytes = uint64_t(out.output.view.rows) * out.output.view.cols * wtype_size(out.output.view.type);
   out.bytes_per_step += out_bytes + out.output_norm.bytes();

@@ -28,6 +28,8 @@ struct CudaMatrix {
 struct CudaLayer {
   DeviceBuffer<float> attn_norm, ffn_norm;
   CudaMatrix qkv, wo, gate_up, down;
+  DeviceBuffer<float> qkv_bias;        ///< [q_dim + 2 kv_dim] fused like qkv; empty without biases
+  DeviceBuffer<float> q_norm, k_norm;  ///< [head_dim] each; empty without per-head Q/K norms
 };
 
 struct CudaWeights {

@@ -38,6 +38,34 @@ constexpr int kUnroll = 8;
 constexpr int kMaxGroupBlocks = 16;  // context splits per KV head (and blocks per group)
 constexpr int kU = 4;                // positions per warp in flight in the attention phase
 
+/// A q or k head held 4 elements per lane (lane L: dims 4L..4L+3 of hd; lanes past hd/4 hold
+/// zeros): RMSNorm over the head (rope_qkv_store's arithmetic: fp64 sum of the fp32 squares,
+/// scale 1/sqrtf(mean + eps), (x·scale)·w), then RoPE on its pairs. Every lane of the warp
+/// must call it (the sum is a warp reduction).
+__device__ __forceinline__ float4 norm_rope4(float4 x, const float* w, float eps, const float* cos_sin, int rope_dim,
+                                             int hd, int lane) {
+  const int e = lane * 4;
+  const bool has = e < hd;
+  double sum = has ? double(__fmul_rn(x.x, x.x)) + double(__fmul_rn(x.y, x.y)) + double(__fmul_rn(x.z, x.z)) +
+                         double(__fmul_rn(x.w, x.w))
+                   : 0.0;
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!has) return x;
+  const float scale = 1.0f / sqrtf(__fadd_rn(float(sum / double(hd)), eps));
+  float v[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], scale), w[e + k]);
+#pragma unroll
+  for (int k = 0; k < 4; k += 2)
+    if (e + k < rope_dim) {
+      const float c = cos_sin[e + k], sn = cos_sin[e + k + 1];
+      const float y0 = __fsub_rn(__fmul_rn(v[k], c), __fmul_rn(v[k + 1], sn));
+      const float y1 = __fadd_rn(__fmul_rn(v[k], sn), __fmul_rn(v[k + 1], c));
+      v[k] = y0, v[k + 1] = y1;
+    }
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 /// Row of the fused QKV matrix for local row `lr` of KV group g: the group's G q heads, then
 /// its k head, then its v head.
 __device__ __forceinline__ int64_t qkv_row(int lr, int g, int G, int hd, int q_dim, int kv_dim) {
@@ -63,18 +91,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   const KvLayerView& kv = a.kv;
   const int cols = a.cols, hd = kv.head_dim, n_kv = kv.n_head_kv, G = a.n_head / n_kv;
   const int q_dim = a.n_head * hd, kv_dim = n_kv * hd;
-  const int bpg = a.blocks_per_group, g = blockIdx.x / bpg, r = blockIdx.x % bpg;
+  // KV head g's blocks: n_sub sub-groups of bpg blocks; sub-group sg attends for query heads
+  // h0 .. h0 + Gc - 1 (at most 4: the registers of GM) over context split r.
+  const int n_sub = (G + 3) / 4, Gs = (G + n_sub - 1) / n_sub;  // attention_subgroups()
+  const int bpg = a.blocks_per_group, bpk = bpg * n_sub;
+  const int g = blockIdx.x / bpk, kb = blockIdx.x % bpk, sg = kb / bpg, r = kb % bpg;
+  const int h0 = g * G + sg * Gs, Gc = min(Gs, G - sg * Gs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* xs = reinterpret_cast<float*>(smem4);        // [max(cols, q_dim)]: the normalized row, then wo's input
   float* mrg = xs + ((max(cols, q_dim) + 3) & ~3);    // [kWarps][GM][hd + 4] warp states
   float* ws = mrg + kWarps * GM * (hd + 4);           // [cols] the norm weight
   float* res = ws + cols;                             // [chunk] this block's q/k/v values
 
-  // This block's rows of the group (an even count, so RoPE pairs stay in one block).
+  // This block's rows of KV head g's group — all G query heads, k and v, dealt over the bpk
+  // blocks of every sub-group (an even count, so RoPE pairs stay in one block).
   const int rows_g = (G + 2) * hd;
-  int chunk = (rows_g + bpg - 1) / bpg;
+  int chunk = (rows_g + bpk - 1) / bpk;
   chunk += chunk & 1;
-  const int lr0 = min(rows_g, r * chunk), lr1 = min(rows_g, lr0 + chunk);
+  const int lr0 = min(rows_g, kb * chunk), lr1 = min(rows_g, lr0 + chunk);
   const int nvec = cols / kVec;
   const WT* Wqkv = static_cast<const WT*>(a.wqkv);
   auto qkv_ptr = [&](int lr) {
@@ -128,12 +162,23 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   }
   // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
   KvT* k_dst = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, 0);
+  const bool qk_norm = a.extras.q_norm != nullptr;
   for (int i = threadIdx.x; 2 * i < lr1 - lr0; i += kThreads) {
     const int lr = lr0 + 2 * i;
     const int ri = int(qkv_row(lr, g, G, hd, q_dim, kv_dim));
-    const float x0 = res[2 * i], x1 = res[2 * i + 1];
+    float x0 = res[2 * i], x1 = res[2 * i + 1];
+    if (a.extras.bias) {  // rope_qkv_store's order: the bias before the norm and RoPE
+      x0 = __fadd_rn(x0, a.extras.bias[ri]);
+      x1 = __fadd_rn(x1, a.extras.bias[ri + 1]);
+    }
     if (ri >= q_dim + kv_dim) {
       KvElem<KvT>::store2(k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim), x0, x1);
+    } else if (qk_norm) {
+      // A head's norm needs all of its rows, spread over the group's blocks: q and the new k
+      // go out raw; the norm and RoPE run after the hand-off (norm_rope4).
+      float* dst = ri < q_dim ? a.q_out + ri : a.k_new + (ri - q_dim);
+      dst[0] = x0;
+      dst[1] = x1;
     } else {
       const int e = ri % hd;
       float y0 = x0, y1 = x1;
@@ -152,20 +197,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   }
   arrive(a.sync + g);
   stamp(kAttnQkvDone);
-  wait_for(a.sync + g, unsigned(bpg));
+  wait_for(a.sync + g, unsigned(bpk));
   stamp(kAttnQkvHandedOff);
 
   // 3. Attention of the group's G query heads over split r of the context [0, pos]: a warp
   //    takes kU positions (kWarps apart) per step, 32 lanes x one float4 cover head_dim <=
   //    128; an online softmax per head, kU positions loaded before any is used.
-  const int h0 = g * G;
   const float scale2 = a.scale * 1.4426950408889634f;  // scores in base 2: times log2(e)
   float4 q[GM];
   float m[GM], l[GM];
   float4 acc[GM];
 #pragma unroll
   for (int gi = 0; gi < GM; ++gi) {
-    q[gi] = (gi < G && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    q[gi] = (gi < Gc && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (qk_norm && gi < Gc) q[gi] = norm_rope4(q[gi], a.extras.q_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
     m[gi] = -INFINITY, l[gi] = 0.f, acc[gi] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   // One step of kU positions per warp: all scores first, then one softmax update per head
@@ -234,6 +279,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
       const int j = j0 + u * kWarps;
       const bool live = j < end && has;
       const KvT* kp = live ? kv_at(j) + lane * 4 : nullptr;
+      if (qk_norm && j == pos && j < end) {
+        // The newest K: normalized and rotated here (by the one warp, in each sub-group, of the
+        // block whose split holds pos: the same inputs and arithmetic, so sub-groups store the
+        // same bytes), stored, then read back like any other position.
+        const float4 raw = has ? ldcg4(a.k_new + int64_t(g) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 kn = norm_rope4(raw, a.extras.k_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
+        if (has) {
+          KvT* kw = kv_ptr<KvT>(kv, table[j / kv.block_size], j % kv.block_size, int64_t(g) * hd) + lane * 4;
+          E::store2(kw, kn.x, kn.y);
+          E::store2(kw + 2, kn.z, kn.w);
+        }
+      }
       if (!k_loaded || j >= pos) kk[u] = live ? E::load_raw_cg(kp) : E::zero();
       vv[u] = live ? E::load_raw_cg(kp + int64_t(kv.block_size) * kv_dim) : E::zero();
     }
@@ -251,13 +308,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   const int rec = hd + 4;
 #pragma unroll
   for (int gi = 0; gi < GM; ++gi) {
-    if (gi >= G) break;
+    if (gi >= Gc) break;
     float* rp = mrg + (warp * GM + gi) * rec;
     if (has) *reinterpret_cast<float4*>(rp + lane * 4) = acc[gi];
     if (lane == 0) rp[hd] = m[gi], rp[hd + 1] = l[gi];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < Gc * hd; idx += kThreads) {
     const int gi = idx / hd, d = idx % hd;
     float mx = -INFINITY;
     for (int s = 0; s < kWarps; ++s) mx = fmaxf(mx, mrg[(s * GM + gi) * rec + hd]);
@@ -275,15 +332,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   }
   arrive(a.sync + g);
   stamp(kAttnPartialDone);
-  wait_for(a.sync + g, unsigned(2 * bpg));
+  wait_for(a.sync + g, unsigned(2 * bpk));
   stamp(kAttnPartialsHandedOff);
 
   // 4. Merge the group's splits: block r finalizes its share of the G * hd outputs. A
   //    half-warp per output, one lane per split: every partial is loaded at once (one L2
   //    round trip, not one per split), then reduced with shuffles.
   {
-    const int per_out = (G * hd + bpg - 1) / bpg;
-    const int o0 = r * per_out, o1 = min(G * hd, o0 + per_out);
+    const int per_out = (Gc * hd + bpg - 1) / bpg;
+    const int o0 = r * per_out, o1 = min(Gc * hd, o0 + per_out);
     const int s = threadIdx.x % kMaxGroupBlocks;
     for (int idx = o0 + threadIdx.x / kMaxGroupBlocks; idx - (threadIdx.x / kMaxGroupBlocks) < o1;
          idx += kThreads / kMaxGroupBlocks) {
@@ -334,7 +391,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
 
 size_t smem_bytes(int cols, int gm, int hd, int blocks_per_group, int n_head_kv, int n_head) {
   const int group = n_head / n_head_kv, rows_g = (group + 2) * hd;
-  int chunk = (rows_g + blocks_per_group - 1) / blocks_per_group;
+  const int bpk = blocks_per_group * attention_subgroups(n_head, n_head_kv);
+  int chunk = (rows_g + bpk - 1) / bpk;
   chunk += chunk & 1;
   return (size_t((std::max(cols, n_head * hd) + 3) & ~3) + size_t(kWarps) * gm * (hd + 4) + size_t(cols) +
           size_t(chunk)) *
@@ -342,12 +400,17 @@ size_t smem_bytes(int cols, int gm, int hd, int blocks_per_group, int n_head_kv,
 }
 
 int gm_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : 4; }
+/// The registers' query heads for a KV head of n_head / n_head_kv of them, in sub-groups.
+int gm_for(int n_head, int n_head_kv) {
+  const int group = n_head / n_head_kv, n_sub = attention_subgroups(n_head, n_head_kv);
+  return gm_for((group + n_sub - 1) / n_sub);
+}
 
 template <typename WT, int GM, bool KV16>
 void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
   auto* typed = a.trace ? attention_block_kernel<WT, GM, true, KV16> : attention_block_kernel<WT, GM, false, KV16>;
   const void* kernel = reinterpret_cast<const void*>(typed);
-  const int64_t blocks = int64_t(a.kv.n_head_kv) * a.blocks_per_group;
+  const int64_t blocks = int64_t(a.kv.n_head_kv) * attention_subgroups(a.n_head, a.kv.n_head_kv) * a.blocks_per_group;
   if (blocks > resident_blocks(kernel, smem))  // the hand-offs would wait forever
     throw CudaError("decode_attention_block: " + std::to_string(blocks) + " blocks cannot be resident at once (" +
                     std::to_string(resident_blocks(kernel, smem)) + " fit)");
@@ -356,7 +419,7 @@ void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream)
 
 template <typename WT, bool KV16>
 void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
-  switch (gm_for(a.n_head / a.kv.n_head_kv)) {
+  switch (gm_for(a.n_head, a.kv.n_head_kv)) {
     case 1: return launch_typed<WT, 1, KV16>(a, smem, stream);
     case 2: return launch_typed<WT, 2, KV16>(a, smem, stream);
     default: return launch_typed<WT, 4, KV16>(a, smem, stream);
@@ -391,24 +454,27 @@ bool matrix_ok(const DeviceMatrix& W) {
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
                            int n_sm) {
   const int hd = kv.head_dim, n_kv = kv.n_head_kv;
-  // Groups above 4 query heads would spill registers (the 512-thread block caps them at 128).
-  if (n_kv <= 0 || n_head % n_kv != 0 || n_head / n_kv > 4) return 0;
+  // Query heads per KV head above 4 run in sub-groups of at most 4 (more would spill registers:
+  // the 512-thread block caps them at 128); up to 16.
+  if (n_kv <= 0 || n_head % n_kv != 0 || n_head / n_kv > 16) return 0;
   if (hd <= 0 || hd % 4 != 0 || hd > 128) return 0;
   if (Wqkv.type != Wo.type || !matrix_ok(Wqkv) || !matrix_ok(Wo)) return 0;
   if (!kv_type_ok(Wqkv.type, kv.dtype, hd)) return 0;
   if (Wqkv.cols > 16384 || Wqkv.cols % 4 != 0) return 0;
   if (Wqkv.rows != int64_t(n_head + 2 * n_kv) * hd || Wo.cols != int64_t(n_head) * hd) return 0;
-  const int bpg = std::min(kMaxGroupBlocks, n_sm / n_kv);
+  const int n_sub = attention_subgroups(n_head, n_kv);
+  const int bpg = std::min(kMaxGroupBlocks, n_sm / (n_kv * n_sub));
   if (bpg < 1) return 0;
-  const size_t smem = smem_bytes(int(Wqkv.cols), gm_for(n_head / n_kv), hd, bpg, n_kv, n_head);
+  const int gm = gm_for(n_head, n_kv);
+  const size_t smem = smem_bytes(int(Wqkv.cols), gm, hd, bpg, n_kv, n_head);
   int64_t fit = 0;
   switch (Wqkv.type) {
-    case WType::F32: fit = capacity<float>(gm_for(n_head / n_kv), smem); break;
-    case WType::F16: fit = capacity<__half>(gm_for(n_head / n_kv), smem); break;
-    case WType::BF16: fit = capacity<__nv_bfloat16>(gm_for(n_head / n_kv), smem); break;
+    case WType::F32: fit = capacity<float>(gm, smem); break;
+    case WType::F16: fit = capacity<__half>(gm, smem); break;
+    case WType::BF16: fit = capacity<__nv_bfloat16>(gm, smem); break;
   }
   // Every block must be resident at once (they wait for each other).
-  if (int64_t(bpg) * n_kv > fit) return 0;
+  if (int64_t(bpg) * n_kv * n_sub > fit) return 0;
   return bpg;
 }
 
@@ -421,7 +487,7 @@ void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream) {
   if (bpg < 1 || bpg > kMaxGroupBlocks)
     throw CudaError("decode_attention_block: blocks_per_group " + std::to_string(bpg) + " outside 1.." +
                     std::to_string(kMaxGroupBlocks) + " (use attention_block_groups)");
-  const size_t smem = smem_bytes(a.cols, gm_for(a.n_head / a.kv.n_head_kv), a.kv.head_dim, bpg, a.kv.n_head_kv, a.n_head);
+  const size_t smem = smem_bytes(a.cols, gm_for(a.n_head, a.kv.n_head_kv), a.kv.head_dim, bpg, a.kv.n_head_kv, a.n_head);
   if (!kv_type_ok(a.type, a.kv.dtype, a.kv.head_dim))
     throw CudaError(std::string("decode_attention_block: a KV cache of ") + kv_dtype_name(a.kv.dtype) +
                     " with " + wtype_name(a.type) + " weights and head_dim " + std::to_string(a.kv.head_dim) +

@@ -108,7 +108,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
 // q or k head; the following kv_dim items copy v. One item per thread.
 __global__ void rope_qkv_kernel(const float* qkv, const float* cos_sin, const int32_t* positions,
                                 const int32_t* dst_block, int n_head, int rope_dim, KvLayerView kv,
-                                float* q_out) {
+                                float* q_out, const float* bias) {
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.x;
@@ -124,12 +124,17 @@ __global__ void rope_qkv_kernel(const float* qkv, const float* cos_sin, const in
   const int slot = pos % kv.block_size;
   if (item >= n_pairs) {  // v copy
     const int i = item - n_pairs;
-    kv_store1(kv, kv_index(kv, block, kv.block_size + slot, i), row[q_dim + kv_dim + i]);
+    const float b = bias ? bias[q_dim + kv_dim + i] : 0.f;
+    kv_store1(kv, kv_index(kv, block, kv.block_size + slot, i), __fadd_rn(row[q_dim + kv_dim + i], b));
     return;
   }
   const int head = item / half_hd, i = item % half_hd;  // pair i of a q head (head < n_head) or k head
   const float* src = row + int64_t(head) * hd + 2 * i;  // k heads follow q heads in the row
-  const float x0 = src[0], x1 = src[1];
+  float x0 = src[0], x1 = src[1];
+  if (bias) {
+    x0 = __fadd_rn(x0, bias[int64_t(head) * hd + 2 * i]);
+    x1 = __fadd_rn(x1, bias[int64_t(head) * hd + 2 * i + 1]);
+  }
   float y0 = x0, y1 = x1;
   if (2 * i < rope_dim) {
     const float* cs = cos_sin + int64_t(t) * rope_dim;
@@ -144,6 +149,75 @@ __global__ void rope_qkv_kernel(const float* qkv, const float* cos_sin, const in
     dst[1] = y1;
   } else {
     kv_store2(kv, kv_index(kv, block, slot, int64_t(head - n_head) * hd + 2 * i), y0, y1);
+  }
+}
+
+// Grid (token, head): one warp per q, k or v head of the row. Bias, then (q and k heads) the
+// head's RMSNorm — the fp64 sum of squares of the whole head, reduced across the warp — then
+// RoPE on pairs (2i, 2i+1), then the stores of rope_qkv_kernel. head_dim <= 256 (8 per lane).
+__global__ void rope_qkv_norm_kernel(const float* qkv, const float* cos_sin, const int32_t* positions,
+                                     const int32_t* dst_block, int n_head, int rope_dim, KvLayerView kv,
+                                     float* q_out, QkvExtras ex) {
+  launch_dependents();
+  grid_dependency_wait();
+  constexpr int kPer = 8;
+  const int t = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
+  const int hd = kv.head_dim, q_dim = n_head * hd, kv_dim = kv.n_head_kv * hd;
+  const float* row = qkv + int64_t(t) * (q_dim + 2 * kv_dim);
+  const int64_t base = int64_t(head) * hd;  // the head's first element in [q | k | v]
+  const int pos = positions[t];
+  const int32_t block = dst_block[t];
+  const int slot = pos % kv.block_size;
+  float x[kPer];  // elements 2 * (lane + 32 k) and +1: whole pairs per lane
+  double sum = 0.0;
+#pragma unroll
+  for (int k = 0; k < kPer / 2; ++k) {
+    const int e = 2 * (lane + 32 * k);
+    x[2 * k] = x[2 * k + 1] = 0.f;
+    if (e < hd) {
+      x[2 * k] = row[base + e];
+      x[2 * k + 1] = row[base + e + 1];
+      if (ex.bias) {
+        x[2 * k] = __fadd_rn(x[2 * k], ex.bias[base + e]);
+        x[2 * k + 1] = __fadd_rn(x[2 * k + 1], ex.bias[base + e + 1]);
+      }
+      sum += double(__fmul_rn(x[2 * k], x[2 * k])) + double(__fmul_rn(x[2 * k + 1], x[2 * k + 1]));
+    }
+  }
+  const bool is_v = head >= n_head + kv.n_head_kv;
+  if (is_v) {
+#pragma unroll
+    for (int k = 0; k < kPer / 2; ++k) {
+      const int e = 2 * (lane + 32 * k);
+      if (e < hd)
+        kv_store2(kv, kv_index(kv, block, kv.block_size + slot, int64_t(head - n_head - kv.n_head_kv) * hd + e),
+                  x[2 * k], x[2 * k + 1]);
+    }
+    return;
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float scale = 1.0f / sqrtf(__fadd_rn(float(sum / double(hd)), ex.eps));
+  const float* w = head < n_head ? ex.q_norm : ex.k_norm;
+  const float* cs = cos_sin + int64_t(t) * rope_dim;
+#pragma unroll
+  for (int k = 0; k < kPer / 2; ++k) {
+    const int e = 2 * (lane + 32 * k);
+    if (e >= hd) continue;
+    const float x0 = __fmul_rn(__fmul_rn(x[2 * k], scale), w[e]);
+    const float x1 = __fmul_rn(__fmul_rn(x[2 * k + 1], scale), w[e + 1]);
+    float y0 = x0, y1 = x1;
+    if (e < rope_dim) {
+      const float c = cs[e], sn = cs[e + 1];
+      y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+      y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+    }
+    if (head < n_head) {
+      float* dst = q_out + int64_t(t) * q_dim + base + e;
+      dst[0] = y0;
+      dst[1] = y1;
+    } else {
+      kv_store2(kv, kv_index(kv, block, slot, base - q_dim + e), y0, y1);
+    }
   }
 }
 
@@ -282,11 +356,21 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
 
 void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* positions,
                     const int32_t* dst_block, int n, int n_head, int rope_dim, const KvLayerView& kv,
-                    float* q_out, cudaStream_t stream) {
+                    float* q_out, cudaStream_t stream, const QkvExtras& extras) {
   if (n <= 0) return;
+  if ((extras.q_norm == nullptr) != (extras.k_norm == nullptr))
+    throw CudaError("rope_qkv_store: q_norm and k_norm must be set together");
+  if (extras.q_norm) {
+    if (kv.head_dim > 256 || kv.head_dim % 2 != 0)
+      throw CudaError("rope_qkv_store: per-head norms need an even head_dim <= 256, not " +
+                      std::to_string(kv.head_dim));
+    launch_pdl(rope_qkv_norm_kernel, dim3(unsigned(n), unsigned(n_head + 2 * kv.n_head_kv)), dim3(32), 0, stream, qkv,
+               cos_sin, positions, dst_block, n_head, rope_dim, kv, q_out, extras);
+    return;
+  }
   const int items = (n_head + kv.n_head_kv) * (kv.head_dim / 2) + kv.n_head_kv * kv.head_dim;
   launch_pdl(rope_qkv_kernel, dim3(unsigned(n), unsigned((items + 127) / 128)), dim3(128), 0, stream, qkv, cos_sin,
-             positions, dst_block, n_head, rope_dim, kv, q_out);
+             positions, dst_block, n_head, rope_dim, kv, q_out, extras.bias);
 }
 
 void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type) {

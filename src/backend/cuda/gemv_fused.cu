@@ -30,7 +30,7 @@ namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kUnroll = 8;
 constexpr int kMaxCols = 16384;  // 64 KiB of shared memory for the normalized row
-enum Epilogue { kRopeQkv = 0, kSwiglu = 1 };
+enum Epilogue { kRopeQkv = 0, kSwiglu = 1, kPlain = 2 };
 
 struct RopeOut {  // the rope_qkv_store arguments for token 0
   const float* cos_sin;
@@ -39,6 +39,7 @@ struct RopeOut {  // the rope_qkv_store arguments for token 0
   int n_head, rope_dim;
   KvLayerView kv;
   float* q_out;
+  const float* bias;  // [q | k | v] biases, or null
 };
 
 template <typename WT, int EPI>
@@ -111,6 +112,11 @@ __global__ void __launch_bounds__(kThreads)
           h[p] = __fmul_rn(__fdiv_rn(gt, __fadd_rn(1.0f, expf(-gt))), u);
         }
       }
+    } else if constexpr (EPI == kPlain) {
+      if (threadIdx.x < kWarps) {
+        const int64_t row = g * kWarps + threadIdx.x;
+        if (row < rows) h[row] = res[threadIdx.x];
+      }
     } else {
       // Pair j of the group: rows r0, r0+1 = elements 2i, 2i+1 of a q, k or v head (head_dim
       // is even and groups start at multiples of 8, so a pair never straddles two groups).
@@ -121,8 +127,12 @@ __global__ void __launch_bounds__(kThreads)
           const int hd = kv.head_dim, q_dim = ro.n_head * hd, kv_dim = kv.n_head_kv * hd;
           const int pos = ro.positions[0];
           const int slot = pos % kv.block_size;
-          const float x0 = res[2 * threadIdx.x], x1 = res[2 * threadIdx.x + 1];
+          float x0 = res[2 * threadIdx.x], x1 = res[2 * threadIdx.x + 1];
           const int ri = int(r0);
+          if (ro.bias) {  // rope_qkv_kernel's order: the bias before RoPE
+            x0 = __fadd_rn(x0, ro.bias[ri]);
+            x1 = __fadd_rn(x1, ro.bias[ri + 1]);
+          }
           if (ri >= q_dim + kv_dim) {  // v: stored as computed
             kv_store2(kv, kv_index(kv, ro.dst_block[0], kv.block_size + slot, ri - q_dim - kv_dim), x0, x1);
           } else {
@@ -193,10 +203,14 @@ bool gemv_norm_supported(const DeviceMatrix& W) {
 
 void gemv_norm_rope_qkv(const DeviceMatrix& W, const NormIn& in, const float* cos_sin, const int32_t* positions,
                         const int32_t* dst_block, int n_head, int rope_dim, const KvLayerView& kv, float* q_out,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const float* bias) {
   if (W.rows != int64_t(n_head + 2 * kv.n_head_kv) * kv.head_dim || kv.head_dim % 2 != 0)
     throw CudaError("gemv_norm_rope_qkv: " + std::to_string(W.rows) + " rows do not match the heads");
-  dispatch<kRopeQkv>(W, in, RopeOut{cos_sin, positions, dst_block, n_head, rope_dim, kv, q_out}, nullptr, stream);
+  dispatch<kRopeQkv>(W, in, RopeOut{cos_sin, positions, dst_block, n_head, rope_dim, kv, q_out, bias}, nullptr, stream);
+}
+
+void gemv_norm_qkv(const DeviceMatrix& W, const NormIn& in, float* y, cudaStream_t stream) {
+  dispatch<kPlain>(W, in, RopeOut{}, y, stream);
 }
 
 void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream) {

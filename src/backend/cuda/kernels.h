@@ -61,13 +61,25 @@ struct KvLayerView {
   KvDtype dtype = KvDtype::F32;
 };
 
+/// The family's parts between the QKV projection and RoPE (ModelConfig::qkv_bias, qk_norm), in
+/// the CPU forward's order: qkv += bias; each q head = RMSNorm(q head) * q_norm, each k head
+/// likewise with k_norm (mean of squares summed in fp64, scale 1/sqrtf(mean + eps), (x·scale)·w).
+/// Null members are absent; q_norm and k_norm are both set or both null. Device pointers.
+struct QkvExtras {
+  const float* bias = nullptr;    ///< [n_head hd + 2 n_head_kv hd]: [q | k | v] biases
+  const float* q_norm = nullptr;  ///< [head_dim]
+  const float* k_norm = nullptr;  ///< [head_dim]
+  float eps = 0.f;
+};
+
 /// Splits the fused projection qkv[t] = [q (n_head*hd) | k (n_head_kv*hd) | v (n_head_kv*hd)]:
-/// rotates q and k with llama.cpp's normal-mode RoPE using the per-token table
-/// cos_sin[t][2i] = cos θ_i, [2i+1] = sin θ_i (i < rope_dim/2, built on the host), writes q
-/// to q_out[t] and k, v into slot positions[t] % block_size of block dst_block[t].
+/// applies `extras` (bias, per-head q/k norms), rotates q and k with llama.cpp's normal-mode
+/// RoPE using the per-token table cos_sin[t][2i] = cos θ_i, [2i+1] = sin θ_i (i < rope_dim/2,
+/// built on the host), writes q to q_out[t] and k, v into slot positions[t] % block_size of
+/// block dst_block[t]. With q/k norms one warp takes a head (head_dim <= 256).
 void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* positions,
                     const int32_t* dst_block, int n, int n_head, int rope_dim, const KvLayerView& kv,
-                    float* q_out, cudaStream_t stream);
+                    float* q_out, cudaStream_t stream, const QkvExtras& extras = {});
 
 /// Paged causal attention for n tokens of any number of sequences in one launch (GQA-aware,
 /// split over the context). Token t attends to positions [0, positions[t]] of its sequence,
@@ -185,24 +197,32 @@ struct NormIn {
 /// even row count, 16-byte-aligned data.
 bool gemv_norm_supported(const DeviceMatrix& W);
 /// One decode token: add_rms_norm, then gemv with the fused QKV matrix W ([q|k|v] rows), then
-/// rope_qkv_store for token 0 — one kernel, the same values (up to the order of the fp64
-/// norm sum). W.rows must be (n_head + 2 * kv.n_head_kv) * kv.head_dim.
+/// rope_qkv_store for token 0 (with `bias`, QkvExtras::bias, or null) — one kernel, the same
+/// values (up to the order of the fp64 norm sum). W.rows must be (n_head + 2 * kv.n_head_kv) *
+/// kv.head_dim. Per-head q/k norms need a whole head per step: gemv_norm_qkv then
+/// rope_qkv_store instead.
 void gemv_norm_rope_qkv(const DeviceMatrix& W, const NormIn& in, const float* cos_sin, const int32_t* positions,
                         const int32_t* dst_block, int n_head, int rope_dim, const KvLayerView& kv, float* q_out,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const float* bias = nullptr);
+/// One decode token: add_rms_norm, then gemv with W into y (W.rows floats): the projection of
+/// gemv_norm_rope_qkv without its epilogue.
+void gemv_norm_qkv(const DeviceMatrix& W, const NormIn& in, float* y, cudaStream_t stream);
 /// One decode token: add_rms_norm, then gemv with the fused gate/up matrix W ([gate|up],
 /// 2*n_ff rows), then silu_mul: h[i] = silu(gate_i) * up_i for i < W.rows / 2 (fp32).
 void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream);
 
 /// The attention half of a batch-1 decode layer in one kernel (decode_attention_block.cu):
 ///   v = in.x + in.add (block 0 writes v to in.x_out), xn = RMSNorm(v) * in.w,
-///   qkv = wqkv · xn, RoPE and K/V store as gemv_norm_rope_qkv (q to q_out),
+///   qkv = wqkv · xn, the extras (bias, per-head q/k norms: QkvExtras), RoPE and K/V store
+///   as rope_qkv_store (q to q_out; with q/k norms the raw k of the group goes to k_new and
+///   each norm runs after the group's hand-off, in registers: a head's rows are spread over
+///   the group's blocks),
 ///   attn_out = attention of q over positions [0, positions[0]] of the sequence whose block
 ///   table is tables[table_off[0] ...] (causal, GQA),
 ///   y = wo · attn_out.
-/// Blocks are grouped per KV head (blocks_per_group each, from attention_block_groups) and
-/// hand over through `sync`: n_head_kv + 1 counters that must be zero at launch (they are
-/// left at their final values). `partial` holds attention_block_partial_floats() floats.
+/// Blocks are grouped per KV head (attention_subgroups x blocks_per_group each, the latter from
+/// attention_block_groups) and hand over through `sync`: n_head_kv + 1 counters that must be
+/// zero at launch (they are left at their final values). `partial` holds attention_block_partial_floats() floats.
 /// y may alias in.add (every block reads in.add before the grid-wide hand-off that precedes
 /// any write of y); x_out must not alias y. in.w, q_out, attn_out and kv.base 16-byte aligned
 /// (cudaMalloc'd buffers are).
@@ -229,6 +249,8 @@ struct AttentionBlockArgs {
   float scale = 1.f;
   KvLayerView kv;
   float* q_out = nullptr;        ///< [n_head hd]
+  QkvExtras extras;              ///< the family's bias / q,k norms (all null: none)
+  float* k_new = nullptr;        ///< [n_head_kv hd] scratch, set when extras has q/k norms
   float* attn_out = nullptr;     ///< [n_head hd]
   float* partial = nullptr;
   float* y = nullptr;            ///< [wo_rows]
@@ -246,13 +268,18 @@ enum AttnTraceEvent : int {
   kAttnEntry, kAttnAfterPdlWait, kAttnNormDone, kAttnQkvDone, kAttnQkvHandedOff, kAttnPartialDone,
   kAttnPartialsHandedOff, kAttnMergeDone, kAttnOutHandedOff, kAttnEnd, kAttnTraceEvents
 };
-/// Blocks per KV-head group for decode_attention_block on `n_sm` multiprocessors, or 0 when
-/// the shape is not supported (head_dim a multiple of 4 up to 128, up to 4 query heads per KV
-/// head, matching F32/F16/BF16 matrices with 16-byte rows, cols <= 16384, every block resident
-/// at once).
+/// Blocks per query-head sub-group for decode_attention_block on `n_sm` multiprocessors, or 0
+/// when the shape is not supported (head_dim a multiple of 4 up to 128, up to 16 query heads
+/// per KV head, matching F32/F16/BF16 matrices with 16-byte rows, cols <= 16384, every block
+/// resident at once).
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
                            int n_sm);
 size_t attention_block_partial_floats(int n_head, int head_dim, int blocks_per_group);
+/// Sub-groups of at most 4 query heads each KV head's blocks form in decode_attention_block
+/// (1 up to 4 query heads per KV head; Qwen2.5-7B's 7 take 2): the grid is n_head_kv x
+/// subgroups x blocks_per_group blocks. Each sub-group attends for its own query heads; the
+/// group's q/k/v rows are dealt over all of its blocks.
+inline int attention_subgroups(int n_head, int n_head_kv) { return (n_head / n_head_kv + 3) / 4; }
 void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream);
 
 /// The FFN half of a batch-1 decode layer in one kernel (decode_ffn_block.cu):

@@ -74,6 +74,7 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
   auto each = [&](auto&& f) {
     f(x_, nn * d);
     f(x2_, d);  // the fused single-token path's second residual buffer
+    f(k_new_, kvd);
     f(xn_, nn * d);
     f(proj_, nn * d);
     f(qkv_, nn * (q + 2 * kvd));
@@ -170,7 +171,8 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     prof_.mark(kNorm);
     matmul(L.qkv.view, xn_in, n, qkv_.get());
     prof_.mark(kQkv);
-    rope_qkv_store(qkv_.get(), in.cos_sin, in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(), stream_);
+    rope_qkv_store(qkv_.get(), in.cos_sin, in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(), stream_,
+                   extras(L));
     prof_.mark(kRope);
     att.kv = kv;
     paged_attention(att, stream_, tree);
@@ -228,8 +230,14 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
   if (attn_block_groups_ > 0) {
     run_attention_block(l, in, kv, attn_in, att.scale);
   } else {
-    gemv_norm_rope_qkv(L.qkv.view, attn_in, in.cos_sin, in.positions, in.dst_block, c.n_head, c.rope_dim, kv,
-                       q_.get(), stream_);
+    if (L.q_norm.get()) {  // per-head norms need whole heads: the projection, then the extras and RoPE
+      gemv_norm_qkv(L.qkv.view, attn_in, qkv_.get(), stream_);
+      rope_qkv_store(qkv_.get(), in.cos_sin, in.positions, in.dst_block, 1, c.n_head, c.rope_dim, kv, q_.get(),
+                     stream_, extras(L));
+    } else {
+      gemv_norm_rope_qkv(L.qkv.view, attn_in, in.cos_sin, in.positions, in.dst_block, c.n_head, c.rope_dim, kv,
+                         q_.get(), stream_, L.qkv_bias.get());
+    }
     prof_.mark(kQkv);
     att.kv = kv;
     paged_attention(att, stream_);
@@ -294,6 +302,8 @@ void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayer
   b.scale = scale;
   b.kv = kv;
   b.q_out = q_.get();
+  b.extras = extras(L);
+  b.k_new = k_new_.get();
   b.attn_out = attn_.get();
   b.partial = block_partial_.get();
   b.y = proj_.get();
@@ -302,6 +312,10 @@ void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayer
   if (trace_.get()) b.trace = trace_.get() + size_t(l) * trace_per_layer();
   decode_attention_block(b, stream_);
   prof_.mark(kAttnBlock);
+}
+
+QkvExtras LayerRunner::extras(const CudaLayer& L) const {
+  return QkvExtras{L.qkv_bias.get(), L.q_norm.get(), L.k_norm.get(), config_.rms_eps};
 }
 
 size_t LayerRunner::trace_per_layer() const {

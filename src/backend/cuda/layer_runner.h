@@ -116,8 +116,12 @@ class LayerRunner {
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
   WType gemm_input_type(const DeviceMatrix& W, int n) const;
+  /// The layer's bias and per-head norms for the RoPE step (all null for llama).
+  QkvExtras extras(const CudaLayer& L) const;
   size_t trace_per_layer() const;
-  size_t attn_trace_blocks() const { return size_t(attn_block_groups_) * size_t(config_.n_head_kv); }
+  size_t attn_trace_blocks() const {
+    return size_t(attn_block_groups_) * size_t(config_.n_head_kv) * size_t(attention_subgroups(config_.n_head, config_.n_head_kv));
+  }
   size_t sync_per_layer() const { return size_t(config_.n_head_kv) + 2; }  // attention's n_kv + 1, the FFN's 1
 
   const ModelConfig& config_;
@@ -141,6 +145,7 @@ class LayerRunner {
   DeviceBuffer<uint64_t> trace_;       // FLASHDLLM_DECODE_TRACE=1: per layer the attention then the FFN stamps
   // Scratch (grow-only).
   DeviceBuffer<float> x_, x2_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
+  DeviceBuffer<float> k_new_;  // decode_attention_block's raw new K, for families with per-head Q/K norms
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
   DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
 };

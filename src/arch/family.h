@@ -1,0 +1,46 @@
+// family.h — what distinguishes one decoder-only model family from another, as data.
+//
+// Every family runs the same layer plan (both backends execute it):
+//   x += wo · attention(rope(norm_q(wq·rms_norm(x) + bq)), rope(norm_k(wk·rms_norm(x) + bk)),
+//                       wv·rms_norm(x) + bv)
+//   x += w_down · (silu(w_gate·rms_norm(x)) * (w_up·rms_norm(x)))
+// and a Family says which optional parts it has: Q/K/V biases (qwen2), a per-head RMSNorm on Q
+// and K before RoPE (qwen3), and how its checkpoints lay out a RoPE pair in the Q/K rows.
+// Tensor names follow llama.cpp's GGUF conventions (blk.N.attn_q.bias, blk.N.attn_q_norm.weight,
+// ...); `hf_model_types` are the Hugging Face config.json `model_type` values read as this family.
+//
+// A new family is one file here (a `Family` constant, listed in families.cpp) plus only what its
+// plan needs beyond these switches. Thread-safety: immutable data.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace fdl::arch {
+
+/// Where a checkpoint keeps the two values RoPE rotates together in a Q/K head.
+enum class RopePairs {
+  Interleaved,  ///< dims (2i, 2i+1): llama.cpp's GGUF for `llama` (its converter permutes HF rows)
+  Halves,       ///< dims (i, i + rope_dim/2): "NEOX" style, HF's rotate_half, qwen2/qwen3 GGUFs
+};
+
+struct Family {
+  std::string_view name;                                  ///< general.architecture
+  std::array<std::string_view, 2> hf_model_types{};        ///< config.json model_type values (empty: unused)
+  RopePairs gguf_rope_pairs = RopePairs::Interleaved;     ///< layout of Q/K rows in the family's GGUF
+  bool qkv_bias = false;  ///< blk.N.attn_{q,k,v}.bias, [q_dim] / [kv_dim] / [kv_dim]
+  bool qk_norm = false;   ///< blk.N.attn_{q,k}_norm.weight, [head_dim], RMSNorm per head before RoPE
+  float hf_default_rope_theta = 10000.f;  ///< rope_theta when config.json has none
+};
+
+/// The family of GGUF `general.architecture` = name; nullptr when unknown.
+const Family* find_family(std::string_view name);
+/// The family of a config.json `model_type`; nullptr when unknown.
+const Family* find_hf_family(std::string_view model_type);
+/// "llama, qwen2, qwen3" — for error messages.
+std::string family_names();
+/// The config.json model_type values read, comma-separated — for error messages.
+std::string hf_model_type_names();
+
+}  // namespace fdl::arch
