@@ -145,7 +145,9 @@ TEST(MakeModel, FamilyFilesCarryTheirOwnTensorsAndKeys) {
       EXPECT_EQ(f.find_tensor(t) != nullptr, qwen2) << arch << " " << t;
     for (const char* t : {"blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}) {
       ASSERT_EQ(f.find_tensor(t) != nullptr, !qwen2) << arch << " " << t;
-      if (!qwen2) EXPECT_EQ(f.find_tensor(t)->ne[0], 16u);  // head_dim of the tiny shape
+      if (!qwen2) {
+        EXPECT_EQ(f.find_tensor(t)->ne[0], 16u);  // head_dim of the tiny shape
+      }
     }
   }
 }

@@ -77,8 +77,9 @@ __device__ __forceinline__ int64_t qkv_row(int lr, int g, int G, int hd, int q_d
 // kTrace: the phase stamps compiled in (a.trace set); without them the untraced kernel carries
 // no per-stamp check (those checks cost registers at the 128-register cap: spills).
 // KV16: the KV cache holds WT's 16-bit type (a 16-bit cache matches the weights: CudaModel);
-// else fp32.
-template <typename WT, int GM, bool kTrace, bool KV16>
+// else fp32. kQkNorm: the family's per-head Q/K norms (a.extras) — compiled in only where used,
+// so the plain kernel keeps its registers.
+template <typename WT, int GM, bool kTrace, bool KV16, bool kQkNorm>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
   using KvT = std::conditional_t<KV16, WT, float>;
   extern __shared__ float4 smem4[];
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   }
   // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
   KvT* k_dst = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, 0);
-  const bool qk_norm = a.extras.q_norm != nullptr;
+  constexpr bool qk_norm = kQkNorm;
   for (int i = threadIdx.x; 2 * i < lr1 - lr0; i += kThreads) {
     const int lr = lr0 + 2 * i;
     const int ri = int(qkv_row(lr, g, G, hd, q_dim, kv_dim));
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     }
     if (ri >= q_dim + kv_dim) {
       KvElem<KvT>::store2(k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim), x0, x1);
-    } else if (qk_norm) {
+    } else if constexpr (qk_norm) {
       // A head's norm needs all of its rows, spread over the group's blocks: q and the new k
       // go out raw; the norm and RoPE run after the hand-off (norm_rope4).
       float* dst = ri < q_dim ? a.q_out + ri : a.k_new + (ri - q_dim);
@@ -210,7 +211,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
 #pragma unroll
   for (int gi = 0; gi < GM; ++gi) {
     q[gi] = (gi < Gc && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-    if (qk_norm && gi < Gc) q[gi] = norm_rope4(q[gi], a.extras.q_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
+    if constexpr (qk_norm)
+      if (gi < Gc) q[gi] = norm_rope4(q[gi], a.extras.q_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
     m[gi] = -INFINITY, l[gi] = 0.f, acc[gi] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   // One step of kU positions per warp: all scores first, then one softmax update per head
@@ -279,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
       const int j = j0 + u * kWarps;
       const bool live = j < end && has;
       const KvT* kp = live ? kv_at(j) + lane * 4 : nullptr;
-      if (qk_norm && j == pos && j < end) {
+      if constexpr (qk_norm) if (j == pos && j < end) {
         // The newest K: normalized and rotated here (by the one warp, in each sub-group, of the
         // block whose split holds pos: the same inputs and arithmetic, so sub-groups store the
         // same bytes), stored, then read back like any other position.
@@ -408,7 +410,9 @@ int gm_for(int n_head, int n_head_kv) {
 
 template <typename WT, int GM, bool KV16>
 void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
-  auto* typed = a.trace ? attention_block_kernel<WT, GM, true, KV16> : attention_block_kernel<WT, GM, false, KV16>;
+  const bool qkn = a.extras.q_norm != nullptr;
+  auto* typed = qkn ? (a.trace ? attention_block_kernel<WT, GM, true, KV16, true> : attention_block_kernel<WT, GM, false, KV16, true>)
+                    : (a.trace ? attention_block_kernel<WT, GM, true, KV16, false> : attention_block_kernel<WT, GM, false, KV16, false>);
   const void* kernel = reinterpret_cast<const void*>(typed);
   const int64_t blocks = int64_t(a.kv.n_head_kv) * attention_subgroups(a.n_head, a.kv.n_head_kv) * a.blocks_per_group;
   if (blocks > resident_blocks(kernel, smem))  // the hand-offs would wait forever
@@ -431,9 +435,9 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
 template <typename WT>
 int64_t capacity(int gm, size_t smem) {
   switch (gm) {
-    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false>), smem);
-    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false>), smem);
-    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false>), smem);
+    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false, false>), smem);
+    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false, false>), smem);
+    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false, false>), smem);
   }
 }
 
