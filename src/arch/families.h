@@ -9,5 +9,6 @@ namespace fdl::arch {
 extern const Family kLlama;
 extern const Family kQwen2;
 extern const Family kQwen3;
+extern const Family kPhi3;
 
 }  // namespace fdl::arch

@@ -5,7 +5,8 @@
 //                       wv·rms_norm(x) + bv)
 //   x += w_down · (silu(w_gate·rms_norm(x)) * (w_up·rms_norm(x)))
 // and a Family says which optional parts it has: Q/K/V biases (qwen2), a per-head RMSNorm on Q
-// and K before RoPE (qwen3), and how its checkpoints lay out a RoPE pair in the Q/K rows.
+// and K before RoPE (qwen3), how its checkpoints lay out a RoPE pair in the Q/K rows, and
+// which matrices they store fused (phi3: QKV and gate/up; bound as row ranges, no copy).
 // Tensor names follow llama.cpp's GGUF conventions (blk.N.attn_q.bias, blk.N.attn_q_norm.weight,
 // ...); `hf_model_types` are the Hugging Face config.json `model_type` values read as this family.
 //
@@ -31,6 +32,10 @@ struct Family {
   RopePairs gguf_rope_pairs = RopePairs::Interleaved;     ///< layout of Q/K rows in the family's GGUF
   bool qkv_bias = false;  ///< blk.N.attn_{q,k,v}.bias, [q_dim] / [kv_dim] / [kv_dim]
   bool qk_norm = false;   ///< blk.N.attn_{q,k}_norm.weight, [head_dim], RMSNorm per head before RoPE
+  /// Q, K and V as one matrix blk.N.attn_qkv.weight (rows [q | k | v]; HF self_attn.qkv_proj).
+  bool fused_qkv = false;
+  /// Gate and up as one matrix blk.N.ffn_up.weight (rows [gate | up]; HF mlp.gate_up_proj).
+  bool fused_gate_up = false;
   float hf_default_rope_theta = 10000.f;  ///< rope_theta when config.json has none
 };
 

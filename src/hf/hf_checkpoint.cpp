@@ -186,9 +186,13 @@ GgufFile open_hf_directory(const fs::path& dir) {
     // HF keeps RoPE pairs in halves; the family's GGUF layout is what the model reads
     // (llama.cpp's converter reorders llama's rows to interleaved pairs and keeps qwen's).
     const bool to_pairs = s.family->gguf_rope_pairs == arch::RopePairs::Interleaved;
-    m.bind(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, to_pairs ? s.n_head : 0);
-    m.bind(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, to_pairs ? s.n_head_kv : 0);
-    m.bind(hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv, d});
+    if (s.family->fused_qkv) {  // kept fused, in HF's layout, as llama.cpp's converter does
+      m.bind(hf + "self_attn.qkv_proj.weight", gg + "attn_qkv.weight", {q + 2 * kv, d});
+    } else {
+      m.bind(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, to_pairs ? s.n_head : 0);
+      m.bind(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, to_pairs ? s.n_head_kv : 0);
+      m.bind(hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv, d});
+    }
     if (s.family->qkv_bias) {
       m.bind(hf + "self_attn.q_proj.bias", gg + "attn_q.bias", {q});
       m.bind(hf + "self_attn.k_proj.bias", gg + "attn_k.bias", {kv});
@@ -200,8 +204,12 @@ GgufFile open_hf_directory(const fs::path& dir) {
     }
     m.bind(hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {d, q});
     m.bind(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d});
-    m.bind(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {ff, d});
-    m.bind(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {ff, d});
+    if (s.family->fused_gate_up) {
+      m.bind(hf + "mlp.gate_up_proj.weight", gg + "ffn_up.weight", {2 * ff, d});
+    } else {
+      m.bind(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {ff, d});
+      m.bind(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {ff, d});
+    }
     m.bind(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, ff});
   }
   m.bind("model.norm.weight", "output_norm.weight", {d});

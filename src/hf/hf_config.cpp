@@ -190,7 +190,15 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   w.set_uint32(a + ".attention.head_count_kv", uint32_t(s.n_head_kv));
   w.set_uint32(a + ".attention.key_length", uint32_t(s.head_dim));
   w.set_uint32(a + ".attention.value_length", uint32_t(s.head_dim));
-  w.set_uint32(a + ".rope.dimension_count", uint32_t(s.head_dim));
+  // Phi-3 and others rotate only part of each head (transformers 4: top level; 5: rope_parameters).
+  double partial = r.positive_number_or("partial_rotary_factor", 1.0);
+  if (const json* p = r.find("rope_parameters"); p && p->is_object() && p->contains("partial_rotary_factor"))
+    partial = r.positive_number(p->at("partial_rotary_factor"), "rope_parameters.partial_rotary_factor");
+  const double rope_dim = s.head_dim * partial;
+  if (partial > 1 || rope_dim != std::floor(rope_dim) || int(rope_dim) % 2 != 0)
+    r.fail("partial_rotary_factor " + std::to_string(partial) + " of head_dim " + std::to_string(s.head_dim) +
+           " is not an even number of dimensions at most head_dim");
+  w.set_uint32(a + ".rope.dimension_count", uint32_t(rope_dim));
   w.set_uint32(a + ".vocab_size", uint32_t(s.n_vocab));
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));
   write_rope(r, config, a, family->hf_default_rope_theta, w);

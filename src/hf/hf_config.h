@@ -1,12 +1,13 @@
 // hf_config.h — a Hugging Face `config.json` as the GGUF metadata the engine's model reads.
 //
-// Follows transformers' LlamaConfig, Qwen2Config and Qwen3Config
-// (https://huggingface.co/docs/transformers/model_doc/llama, .../qwen2, .../qwen3), in both
+// Follows transformers' LlamaConfig, Qwen2Config, Qwen3Config and Phi3Config
+// (https://huggingface.co/docs/transformers/model_doc/llama, .../qwen2, .../qwen3, .../phi3), in both
 // layouts: transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`).
 // Supported: the model_types of src/arch's families (llama and "mistral" files without a sliding
-// window shorter than the context, qwen2, qwen3): SiLU gated FFN, RMSNorm, GQA, RoPE with
-// default, linear or llama3 scaling, tied or separate output embeddings, and the family's own
-// parts (qwen2's Q/K/V biases, qwen3's Q/K norms). Everything that would change the math and is
+// window shorter than the context, qwen2, qwen3, phi3): SiLU gated FFN, RMSNorm, GQA, RoPE with
+// default, linear or llama3 scaling on all or part of each head (partial_rotary_factor), tied
+// or separate output embeddings, and the family's own parts (qwen2's Q/K/V biases, qwen3's Q/K
+// norms, phi3's fused QKV and gate/up). Everything that would change the math and is
 // not supported is refused by name — another model_type, other biases, another activation,
 // other RoPE scaling types, a sliding window in use, soft-capping, experts — so a file never
 // runs with the wrong math.

@@ -61,10 +61,9 @@ class Binder {
 
   /// matrix(), with the rows of every head of `head_rows` rows reordered from half-split to
   /// interleaved RoPE pairs (a copy; whole rows move, so any row type works).
-  cpu::WeightMatrix matrix_halves_to_pairs(const std::string& name, int64_t cols, int64_t rows, int64_t head_rows,
-                                           int64_t rope_dim) {
-    const cpu::WeightMatrix m = matrix(name, cols, rows);
-    const size_t row_bytes = cpu::weight_row_bytes(m.type, cols);
+  cpu::WeightMatrix matrix_halves_to_pairs(const cpu::WeightMatrix& m, int64_t head_rows, int64_t rope_dim) {
+    const int64_t rows = m.rows;
+    const size_t row_bytes = cpu::weight_row_bytes(m.type, m.cols);
     constexpr size_t kAlign = 64;  // as the mapping's tensors: vector loads never straddle lines
     std::vector<uint8_t>& buf = w_.owned_rows.emplace_back(row_bytes * size_t(rows) + kAlign);
     uint8_t* dst = buf.data() + (kAlign - reinterpret_cast<uintptr_t>(buf.data()) % kAlign) % kAlign;
@@ -74,7 +73,13 @@ class Binder {
       std::memcpy(dst + size_t(r) * row_bytes, src + size_t(head * head_rows + halves_source_dim(e, rope_dim)) * row_bytes,
                   row_bytes);
     }
-    return cpu::WeightMatrix{m.type, dst, rows, cols};
+    return cpu::WeightMatrix{m.type, dst, rows, m.cols};
+  }
+
+  /// Rows [first, first + count) of `m`, as a view (a fused matrix's part).
+  static cpu::WeightMatrix rows_of(const cpu::WeightMatrix& m, int64_t first, int64_t count) {
+    const size_t row_bytes = cpu::weight_row_bytes(m.type, m.cols);
+    return cpu::WeightMatrix{m.type, static_cast<const uint8_t*>(m.data) + size_t(first) * row_bytes, count, m.cols};
   }
 
   /// vector(), reordered like matrix_halves_to_pairs when `head_len` > 0.
@@ -150,11 +155,22 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaLayerWeights& L = w.layers[size_t(l)];
     L.attn_norm = b.vector(p + "attn_norm.weight", d);
+    if (c.fused_qkv) {  // phi3: one [q | k | v] matrix, bound as three row ranges
+      const cpu::WeightMatrix qkv = b.matrix(p + "attn_qkv.weight", d, q + 2 * kv);
+      L.wq = Binder::rows_of(qkv, 0, q);
+      L.wk = Binder::rows_of(qkv, q, kv);
+      L.wv = Binder::rows_of(qkv, q + kv, kv);
+    } else {
+      L.wq = b.matrix(p + "attn_q.weight", d, q);
+      L.wk = b.matrix(p + "attn_k.weight", d, kv);
+      L.wv = b.matrix(p + "attn_v.weight", d, kv);
+    }
     // Q/K rows (and their biases and norms) with interleaved RoPE pairs, whatever the file keeps.
     const int64_t hd = c.head_dim, rd = c.rope_dim, reorder = c.rope_halves ? hd : 0;
-    L.wq = reorder ? b.matrix_halves_to_pairs(p + "attn_q.weight", d, q, hd, rd) : b.matrix(p + "attn_q.weight", d, q);
-    L.wk = reorder ? b.matrix_halves_to_pairs(p + "attn_k.weight", d, kv, hd, rd) : b.matrix(p + "attn_k.weight", d, kv);
-    L.wv = b.matrix(p + "attn_v.weight", d, kv);
+    if (reorder) {
+      L.wq = b.matrix_halves_to_pairs(L.wq, hd, rd);
+      L.wk = b.matrix_halves_to_pairs(L.wk, hd, rd);
+    }
     if (c.qkv_bias) {
       L.bq = b.vector_halves_to_pairs(p + "attn_q.bias", q, reorder, rd);
       L.bk = b.vector_halves_to_pairs(p + "attn_k.bias", kv, reorder, rd);
@@ -166,8 +182,14 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
     }
     L.wo = b.matrix(p + "attn_output.weight", q, d);
     L.ffn_norm = b.vector(p + "ffn_norm.weight", d);
-    L.w_gate = b.matrix(p + "ffn_gate.weight", d, ff);
-    L.w_up = b.matrix(p + "ffn_up.weight", d, ff);
+    if (c.fused_gate_up) {  // phi3: ffn_up holds [gate | up]
+      const cpu::WeightMatrix gate_up = b.matrix(p + "ffn_up.weight", d, 2 * ff);
+      L.w_gate = Binder::rows_of(gate_up, 0, ff);
+      L.w_up = Binder::rows_of(gate_up, ff, ff);
+    } else {
+      L.w_gate = b.matrix(p + "ffn_gate.weight", d, ff);
+      L.w_up = b.matrix(p + "ffn_up.weight", d, ff);
+    }
     L.w_down = b.matrix(p + "ffn_down.weight", ff, d);
   }
   if (f.find_tensor("rope_freqs.weight")) {

@@ -31,6 +31,10 @@ class MetaReader {
     const std::string k = key(suffix);
     return f_.find(k) ? to_positive_int(k, read_uint(k)) : def;
   }
+  uint64_t uint_or(std::string_view suffix, uint64_t def) const {
+    const std::string k = key(suffix);
+    return f_.find(k) ? read_uint(k) : def;
+  }
   float positive_float(std::string_view suffix) const {
     const std::string k = key(suffix);
     if (!f_.find(k)) fail("missing required metadata key '" + k + "'");
@@ -133,6 +137,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.qkv_bias = family->qkv_bias;
   c.qk_norm = family->qk_norm;
   c.rope_halves = family->gguf_rope_pairs == arch::RopePairs::Halves;
+  c.fused_qkv = family->fused_qkv;
+  c.fused_gate_up = family->fused_gate_up;
   MetaReader m(f, c.arch);
   // Mixtral-style files are labelled llama (Qwen MoE files qwen2moe); expert FFNs are not run.
   if (const GgufValue* experts = f.find(m.key("expert_count")); experts && experts->u64 + uint64_t(experts->i64) > 0)
@@ -169,6 +175,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     m.fail("rope.dimension_count " + std::to_string(c.rope_dim) +
            " must be even and at most the head dimension " + std::to_string(c.head_dim));
   read_rope_scaling(f, m, c);
+  // A window shorter than the context changes which keys a token sees: not built yet.
+  // (0 = none, as llama.cpp's converter writes it for phi3 files without one.)
+  if (const uint64_t window = m.uint_or("attention.sliding_window", 0); window > 0 && window < uint64_t(c.n_ctx_train))
+    m.fail("'" + m.key("attention.sliding_window") + "' = " + std::to_string(window) +
+           " (shorter than the context " + std::to_string(c.n_ctx_train) +
+           "): sliding-window attention is not supported");
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   return c;
 }

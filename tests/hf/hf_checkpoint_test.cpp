@@ -152,6 +152,26 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}};
   EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'yarn'"));
 }
+TEST_F(HfDirectoryErrors, PartialRotaryFactor) {
+  // codelm: head_dim 64; half of it rotated is 32 dims, a valid partial RoPE.
+  config_["partial_rotary_factor"] = 0.5;
+  write("config.json", config_);
+  const GgufFile f = hf::open_hf_directory(dir_);
+  EXPECT_EQ(f.get_uint("llama.rope.dimension_count"), 32u);
+  config_["partial_rotary_factor"] = 0.3;  // 19.2 dims
+  EXPECT_THAT(error(), HasSubstr("partial_rotary_factor 0.300000 of head_dim 64 is not an even number"));
+  config_["partial_rotary_factor"] = 2;
+  EXPECT_THAT(error(), HasSubstr("at most head_dim"));
+  config_.erase("partial_rotary_factor");
+  config_["rope_parameters"]["partial_rotary_factor"] = "half";
+  EXPECT_THAT(error(), HasSubstr("rope_parameters.partial_rotary_factor' must be a number"));
+  // A sliding window is ignored where use_sliding_window says it is off (Qwen configs).
+  config_["rope_parameters"].erase("partial_rotary_factor");
+  config_["sliding_window"] = 16;
+  config_["use_sliding_window"] = false;
+  write("config.json", config_);
+  EXPECT_NO_THROW(hf::open_hf_directory(dir_));
+}
 TEST_F(HfDirectoryErrors, ConfigNamesItsOwnKeys) {
   config_["num_key_value_heads"] = 4;  // 6 heads
   EXPECT_THAT(error(), HasSubstr("num_attention_heads 6 is not a multiple of num_key_value_heads 4"));

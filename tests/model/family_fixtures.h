@@ -20,7 +20,7 @@ namespace fdl::test {
 
 /// The families the engine runs, each loaded from its HF directory and from its GGUF.
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "qwen2", "qwen3"};
+  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "phi3"};
   return f;
 }
 

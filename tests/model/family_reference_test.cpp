@@ -72,7 +72,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Refusal{"mistral", "sliding-window attention is not supported", ""},
                       Refusal{"gemma2", "unsupported model_type 'gemma2'", "unsupported architecture 'gemma2'"},
                       Refusal{"gemma3", "unsupported model_type 'gemma3", "unsupported architecture 'gemma3'"},
-                      Refusal{"phi3", "unsupported model_type 'phi3'", "unsupported architecture 'phi3'"},
                       Refusal{"mixtral", "unsupported model_type 'mixtral'", "expert"}),
     [](const auto& info) { return info.param.family; });
 

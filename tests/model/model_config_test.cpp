@@ -155,6 +155,20 @@ TEST(ModelConfig, MixtureOfExpertsIsRefusedByName) {
   expect_model_error([&] { Model::load(path); }, {"mixture-of-experts", "llama.expert_count' = 8"});
 }
 
+// A window shorter than the context (Phi-3-mini's 2047, Gemma's) changes which keys a token
+// sees: refused by name; 0 (no window, as phi3 files without one say) and a window as long as
+// the context run.
+TEST(ModelConfig, SlidingWindowShorterThanTheContextIsRefused) {
+  TinyLlamaSpec s;
+  s.extra_u32_keys["llama.attention.sliding_window"] = 16;
+  const auto path = write_tiny_llama("swa.gguf", s);
+  expect_model_error([&] { Model::load(path); }, {"llama.attention.sliding_window' = 16", "sliding-window"});
+  for (const uint32_t window : {0u, 1u << 20}) {
+    s.extra_u32_keys["llama.attention.sliding_window"] = window;
+    EXPECT_NO_THROW(Model::load(write_tiny_llama("swa-none.gguf", s))) << window;
+  }
+}
+
 TEST(ModelConfig, UnsupportedDtypeListsTheSupportedOnes) {
   TinyLlamaSpec s;
   s.type_override["blk.0.ffn_up.weight"] = GgmlType::Q4_0;

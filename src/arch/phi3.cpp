@@ -1,0 +1,17 @@
+// Phi-3 / Phi-3.5 / Phi-4 (dense): Q, K and V in one matrix, gate and up in one matrix, RoPE on
+// half-split pairs (often on part of each head: partial_rotary_factor, rope.dimension_count).
+// LongRoPE files (rope_factors_long/short) and sliding windows shorter than the context are
+// refused by the shared checks.
+#include "arch/families.h"
+
+namespace fdl::arch {
+
+extern const Family kPhi3{
+    .name = "phi3",
+    .hf_model_types = {"phi3"},
+    .gguf_rope_pairs = RopePairs::Halves,
+    .fused_qkv = true,
+    .fused_gate_up = true,
+};
+
+}  // namespace fdl::arch
