@@ -28,6 +28,7 @@
 #include "cli/stdout_io.h"
 #include "engine/resolved_options.h"
 #include "flashdllm/generator.h"
+#include "model/sampling_defaults.h"
 
 namespace fdl::cli {
 namespace {
@@ -50,6 +51,9 @@ struct GenerateOptions {
   float frequency_penalty = 0.0f;
   std::string seed;  // "" = not given; "-1" = random; else unsigned decimal
   bool seed_given = false;
+  // Sampling flags given on the command line; the others take the model's recommended
+  // values (general.sampling.*, from generation_config.json) where it has them.
+  bool temp_given = false, top_k_given = false, top_p_given = false, min_p_given = false, repeat_penalty_given = false;
   bool no_bos = false;
   bool parse_special = false;
   bool ignore_eos = false;
@@ -202,6 +206,14 @@ void run_generate(const GenerateOptions& opt) {
                    std::to_string(n_ctx_train) + " tokens");
   }
   request.prompt_ids = prompt_ids(*loaded.tokenizer, text, opt);
+  // The model's recommended sampling settings for the flags not given (llama.cpp's behaviour).
+  ModelSamplingDefaults model_defaults = model_sampling_defaults(loaded.model->gguf());
+  if (opt.temp_given) model_defaults.temperature.reset();
+  if (opt.top_k_given) model_defaults.top_k.reset();
+  if (opt.top_p_given) model_defaults.top_p.reset();
+  if (opt.min_p_given) model_defaults.min_p.reset();
+  if (opt.repeat_penalty_given) model_defaults.repeat_penalty.reset();
+  request.sampling = with_model_defaults(request.sampling, model_defaults);
   SpecOptions spec;
   try {
     spec.mode = parse_spec_mode(opt.spec);
@@ -283,12 +295,18 @@ void add_generate_command(CLI::App& app) {
   prompt->excludes(file);
   cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate (-1 = until EOS or context full)")
       ->capture_default_str();
-  cmd->add_option("--temp", opt->temperature, "Temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", opt->top_k, "Top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", opt->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", opt->min_p, "Min-p (0 = off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", opt->repeat_penalty, "Repetition penalty (1 = off)")
-      ->capture_default_str();
+  // Unset, these five take the model's recommended values where it has them.
+  auto* temp = cmd->add_option("--temp", opt->temperature, "Temperature (0 = greedy; default: the model's, else this)")
+                   ->capture_default_str();
+  auto* top_k = cmd->add_option("--top-k", opt->top_k, "Top-k (0 = off; default: the model's, else this)")
+                    ->capture_default_str();
+  auto* top_p = cmd->add_option("--top-p", opt->top_p, "Top-p / nucleus (1 = off; default: the model's, else this)")
+                    ->capture_default_str();
+  auto* min_p = cmd->add_option("--min-p", opt->min_p, "Min-p (0 = off; default: the model's, else this)")
+                    ->capture_default_str();
+  auto* rep = cmd->add_option("--repeat-penalty", opt->repeat_penalty,
+                              "Repetition penalty (1 = off; default: the model's, else this)")
+                  ->capture_default_str();
   cmd->add_option("--repeat-last-n", opt->repeat_last_n, "Penalty window (-1 = whole context, 0 = off)")
       ->capture_default_str();
   cmd->add_option("--presence-penalty", opt->presence_penalty, "Presence penalty (0 = off)")
@@ -318,11 +336,16 @@ void add_generate_command(CLI::App& app) {
   add_kv_tier_flags(cmd, opt->kv);
   cmd->add_option("--trace", opt->trace,
                   "Write a Chrome trace-event JSON (open in Perfetto) of the run to this file");
-  cmd->callback([opt, prompt, file, seed] {
+  cmd->callback([opt, prompt, file, seed, temp, top_k, top_p, min_p, rep] {
     if (prompt->count() == 0 && file->count() == 0) {
       throw CliError("generate needs -p PROMPT (use -p \"\" to start from BOS) or -f FILE");
     }
     opt->seed_given = seed->count() > 0;
+    opt->temp_given = temp->count() > 0;
+    opt->top_k_given = top_k->count() > 0;
+    opt->top_p_given = top_p->count() > 0;
+    opt->min_p_given = min_p->count() > 0;
+    opt->repeat_penalty_given = rep->count() > 0;
     run_generate(*opt);
   });
 }

@@ -32,6 +32,7 @@
 #include "control/redis_control.h"
 #include "engine/resolved_options.h"
 #include "flashdllm/engine.h"
+#include "model/sampling_defaults.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
 
@@ -182,6 +183,7 @@ void run_serve(const ServeOptions& o) {
   so.api_key = o.api_key;
   so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
   so.chat_template = pick_chat_template(o, *loaded.model);
+  so.sampling_defaults = with_model_defaults(SamplingParams{}, model_sampling_defaults(loaded.model->gguf()));
   so.max_body_bytes = size_t(o.max_body_bytes);
   so.http_threads = o.http_threads;
   server::HttpServer server(engine, so);

@@ -219,6 +219,9 @@ GgufFile open_hf_directory(const fs::path& dir) {
     m.skip("lm_head.weight");  // tied: the embedding is the output matrix
   m.check_all_used();
 
+  if (const json gen = read_json(dir / "generation_config.json", false); !gen.is_null())
+    named(dir / "generation_config.json",
+          [&] { write_sampling_defaults(gen, (dir / "generation_config.json").string(), w); });
   const json tokenizer = read_json(dir / "tokenizer.json", true);
   const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
   named(dir / "tokenizer.json", [&] {

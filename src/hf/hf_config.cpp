@@ -129,6 +129,29 @@ void write_rope(const ConfigReader& r, const json& config, const std::string& a,
 
 }  // namespace
 
+void write_sampling_defaults(const json& gen, const std::string& label, GgufWriter& w) {
+  if (!gen.is_object()) throw HfError(label + ": not a JSON object");
+  const ConfigReader r(gen, label);
+  const auto in_range = [&](const char* key, double lo, double hi, bool lo_open) -> std::optional<double> {
+    const json* v = r.find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) r.fail("key '" + std::string(key) + "' must be a number, got " + v->dump());
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d > hi || d < lo || (lo_open && d == lo))
+      r.fail("key '" + std::string(key) + "' = " + v->dump() + " is out of range");
+    return d;
+  };
+  if (auto t = in_range("temperature", 0, 1e6, false)) w.set_float32("general.sampling.temp", float(*t));
+  if (const json* k = r.find("top_k")) {
+    if (!k->is_number_integer() || k->get<int64_t>() < 0 || k->get<int64_t>() > std::numeric_limits<int32_t>::max())
+      r.fail("key 'top_k' must be an integer >= 0, got " + k->dump());
+    w.set_int32("general.sampling.top_k", int32_t(k->get<int64_t>()));
+  }
+  if (auto p = in_range("top_p", 0, 1, true)) w.set_float32("general.sampling.top_p", float(*p));
+  if (auto p = in_range("min_p", 0, 1, false)) w.set_float32("general.sampling.min_p", float(*p));
+  if (auto p = in_range("repetition_penalty", 0, 1e6, true)) w.set_float32("general.sampling.penalty_repeat", float(*p));
+}
+
 HfModelShape write_model_metadata(const json& config, const std::string& label, GgufWriter& w) {
   if (!config.is_object()) throw HfError(label + ": not a JSON object");
   const ConfigReader r(config, label);

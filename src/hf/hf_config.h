@@ -46,4 +46,11 @@ struct HfModelShape {
 /// GGUF metadata (general.architecture and <arch>.*) into `w`. Throws HfError.
 HfModelShape write_model_metadata(const nlohmann::json& config, const std::string& label, GgufWriter& w);
 
+/// generation_config.json's sampling settings (temperature, top_k, top_p, min_p,
+/// repetition_penalty) as llama.cpp's general.sampling.* keys (temp, top_k, top_p, min_p,
+/// penalty_repeat), the engine's defaults for requests that leave them out. do_sample is not
+/// read (as vLLM and llama.cpp's converter do: a request asks for greedy with temperature 0).
+/// A key of the wrong type or out of range: HfError naming it. Other keys are not read.
+void write_sampling_defaults(const nlohmann::json& generation_config, const std::string& label, GgufWriter& w);
+
 }  // namespace fdl::hf

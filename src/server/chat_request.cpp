@@ -83,9 +83,9 @@ void refuse_unsupported(const nlohmann::json& body) {
 
 }  // namespace
 
-ChatRequest parse_chat_request(const nlohmann::json& body) {
+ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults) {
   ChatRequest r;
-  r.params = parse_generation_params(body, Endpoint::Chat);
+  r.params = parse_generation_params(body, Endpoint::Chat, defaults);
   const nlohmann::json* messages = find_field(body, "messages");
   if (messages == nullptr) throw invalid_param("messages", "'messages' is required");
   if (!messages->is_array()) {

@@ -28,6 +28,6 @@ struct ChatRequest {
 };
 
 /// Throws ApiError 400 naming the field (e.g. "messages[1].content").
-ChatRequest parse_chat_request(const nlohmann::json& body);
+ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults = {});
 
 }  // namespace fdl::server

@@ -54,9 +54,10 @@ void parse_prompt(const nlohmann::json& body, int32_t n_vocab, CompletionRequest
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const nlohmann::json& body, int32_t n_vocab) {
+CompletionRequest parse_completion_request(const nlohmann::json& body, int32_t n_vocab,
+                                           const SamplingParams& defaults) {
   CompletionRequest r;
-  r.params = parse_generation_params(body, Endpoint::Completions);
+  r.params = parse_generation_params(body, Endpoint::Completions, defaults);
   parse_prompt(body, n_vocab, r);
   if (const auto lp = read_int(body, "logprobs", 0, kMaxCompletionLogprobs)) {
     r.params.logprobs = int32_t(*lp);

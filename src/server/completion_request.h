@@ -29,6 +29,7 @@ struct CompletionRequest {
 };
 
 /// Throws ApiError 400 naming the field. `n_vocab` bounds token-id prompts.
-CompletionRequest parse_completion_request(const nlohmann::json& body, int32_t n_vocab);
+CompletionRequest parse_completion_request(const nlohmann::json& body, int32_t n_vocab,
+                                           const SamplingParams& defaults = {});
 
 }  // namespace fdl::server

@@ -50,12 +50,12 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) 
   Prepared p{endpoint, {}, {}, {}, {}};
   const char* prompt_param = "prompt";
   if (endpoint == Endpoint::Completions) {
-    CompletionRequest r = parse_completion_request(body, tok.n_vocab());
+    CompletionRequest r = parse_completion_request(body, tok.n_vocab(), ctx.options.sampling_defaults);
     p.params = std::move(r.params);
     // Text is plain text (special-token text stays text); ids are used exactly as sent.
     p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
   } else {
-    ChatRequest r = parse_chat_request(body);  // validate the request before the config check
+    ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults);  // validated before the config check
     if (!ctx.options.chat_template) {
       throw ApiError(400,
                      "this model has no known chat template (its GGUF or tokenizer_config.json has "

@@ -58,11 +58,11 @@ void parse_stream(const nlohmann::json& body, GenerationParams& p) {
   }
 }
 
-void parse_sampling(const nlohmann::json& body, GenerationParams& p) {
+void parse_sampling(const nlohmann::json& body, GenerationParams& p, const SamplingParams& d) {
   SamplingParams& s = p.sampling;
-  s.temperature = float(read_number(body, "temperature", 0.0, 2.0).value_or(1.0));
-  const double top_p = read_number(body, "top_p", 0.0, 1.0).value_or(1.0);
-  s.top_k = int32_t(read_int(body, "top_k", 0, kInt32Max).value_or(0));
+  s.temperature = float(read_number(body, "temperature", 0.0, 2.0).value_or(d.temperature));
+  const double top_p = read_number(body, "top_p", 0.0, 1.0).value_or(d.top_p);
+  s.top_k = int32_t(read_int(body, "top_k", 0, kInt32Max).value_or(d.top_k));
   if (top_p == 0.0) {
     // The nucleus of mass 0 is the single most likely token; the sampler needs top_p > 0,
     // and top_k = 1 keeps exactly that token (lowest id on ties, like the argmax).
@@ -71,10 +71,10 @@ void parse_sampling(const nlohmann::json& body, GenerationParams& p) {
   } else {
     s.top_p = float(top_p);
   }
-  s.min_p = float(read_number(body, "min_p", 0.0, 1.0).value_or(0.0));
+  s.min_p = float(read_number(body, "min_p", 0.0, 1.0).value_or(d.min_p));
   s.presence_penalty = float(read_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
   s.frequency_penalty = float(read_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
-  const double rep = read_number(body, "repetition_penalty", 0.0, 10.0).value_or(1.0);
+  const double rep = read_number(body, "repetition_penalty", 0.0, 10.0).value_or(d.repeat_penalty);
   if (rep == 0.0) {
     throw invalid_param("repetition_penalty", "'repetition_penalty' must be > 0 (1 = off)");
   }
@@ -109,7 +109,8 @@ void refuse_logit_bias(const nlohmann::json& body) {
 
 }  // namespace
 
-GenerationParams parse_generation_params(const nlohmann::json& body, Endpoint endpoint) {
+GenerationParams parse_generation_params(const nlohmann::json& body, Endpoint endpoint,
+                                         const SamplingParams& defaults) {
   if (!body.is_object()) {
     throw ApiError(400, "the request body must be a JSON object, got " + json_type_name(body));
   }
@@ -127,7 +128,7 @@ GenerationParams parse_generation_params(const nlohmann::json& body, Endpoint en
   p.max_new_tokens = max_tokens ? int32_t(*max_tokens)
                                 : (endpoint == Endpoint::Completions ? kCompletionsDefaultMaxTokens
                                                                      : -1);
-  parse_sampling(body, p);
+  parse_sampling(body, p, defaults);
   p.stop = parse_stop(body);
   p.n = int(read_int(body, "n", 1, kMaxChoices).value_or(1));
   parse_stream(body, p);

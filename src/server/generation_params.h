@@ -51,9 +51,12 @@ struct GenerationParams {
 };
 
 /// Parses the shared fields of `body` (a JSON object) for `endpoint`; the endpoint's own
-/// fields (prompt/messages, logprobs, echo, ...) are left to the endpoint parser. Throws
-/// ApiError 400 naming the field.
-GenerationParams parse_generation_params(const nlohmann::json& body, Endpoint endpoint);
+/// fields (prompt/messages, logprobs, echo, ...) are left to the endpoint parser. Sampling
+/// fields the request leaves out (temperature, top_p, top_k, min_p, repetition_penalty) take
+/// `defaults`' values: OpenAI's (SamplingParams{}), or the model's recommended ones where it
+/// has them (ServerOptions::sampling_defaults). Throws ApiError 400 naming the field.
+GenerationParams parse_generation_params(const nlohmann::json& body, Endpoint endpoint,
+                                         const SamplingParams& defaults = {});
 
 /// The n engine requests for one HTTP request: identical except the seed (seed + i; when no
 /// seed was given, `random_seed` + i). `extra_stops` (a chat template's end marker) are added

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "flashdllm/engine.h"
+#include "flashdllm/sampling.h"
 #include "server/chat_template.h"
 
 namespace fdl::server {
@@ -37,6 +38,9 @@ struct ServerOptions {
   std::string api_key;                  ///< "" = no authentication
   std::string served_model_name;        ///< the `model` reported and listed
   std::optional<ChatTemplate> chat_template;  ///< nullopt = chat requests are refused
+  /// Sampling values for fields a request leaves out: OpenAI's defaults, with the model's
+  /// recommended ones (general.sampling.*, generation_config.json) over them.
+  SamplingParams sampling_defaults;
   size_t max_body_bytes = 1 << 20;      ///< larger request bodies get 413
   int http_threads = 64;                ///< connection threads (bounds concurrent streams)
 };

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <sys/stat.h>
 
@@ -25,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const GgufFile& hf_codelm() {
@@ -152,6 +154,35 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}};
   EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'yarn'"));
 }
+// generation_config.json's sampling settings become llama.cpp's general.sampling.* keys;
+// bad values name the file and the key; other keys (do_sample, ids) are not read.
+TEST_F(HfDirectoryErrors, GenerationConfigSamplingDefaults) {
+  json gen = {{"do_sample", true}, {"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8},
+              {"repetition_penalty", 1.05}, {"bos_token_id", 0}};
+  write("config.json", config_);
+  write("generation_config.json", gen);
+  {
+    const GgufFile f = hf::open_hf_directory(dir_);
+    EXPECT_FLOAT_EQ(float(f.get_float("general.sampling.temp")), 0.7f);
+    EXPECT_EQ(f.get_int_or("general.sampling.top_k", -1), 20);
+    EXPECT_FLOAT_EQ(float(f.get_float("general.sampling.top_p")), 0.8f);
+    EXPECT_FLOAT_EQ(float(f.get_float("general.sampling.penalty_repeat")), 1.05f);
+    EXPECT_EQ(f.find("general.sampling.min_p"), nullptr);
+  }
+  for (const auto& [key, value, says] :
+       {std::tuple{"temperature", json("hot"), "'temperature' must be a number"},
+        std::tuple{"top_p", json(0), "'top_p' = 0 is out of range"},
+        std::tuple{"top_k", json(-1), "'top_k' must be an integer >= 0"},
+        std::tuple{"repetition_penalty", json(0), "'repetition_penalty' = 0 is out of range"}}) {
+    json bad = gen;
+    bad[key] = value;
+    write("generation_config.json", bad);
+    EXPECT_THAT(error(), AllOf(HasSubstr("generation_config.json"), HasSubstr(says))) << key;
+  }
+  write("generation_config.json", json::array());
+  EXPECT_THAT(error(), HasSubstr("generation_config.json: not a JSON object"));
+}
+
 TEST_F(HfDirectoryErrors, PartialRotaryFactor) {
   // codelm: head_dim 64; half of it rotated is 32 dims, a valid partial RoPE.
   config_["partial_rotary_factor"] = 0.5;

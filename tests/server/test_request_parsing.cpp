@@ -63,6 +63,28 @@ TEST(CompletionRequest, Defaults) {
   EXPECT_EQ(r.params.model, "m");
 }
 
+// The model's recommended sampling (ServerOptions::sampling_defaults) fills the fields a request
+// leaves out; a field the request sets wins, on both endpoints.
+TEST(CompletionRequest, ModelSamplingDefaultsFillOnlyWhatIsLeftOut) {
+  const SamplingParams model{.temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .min_p = 0.05f, .repeat_penalty = 1.05f};
+  const SamplingParams got = parse_completion_request(kCompletion, kVocab, model).params.sampling;
+  EXPECT_FLOAT_EQ(got.temperature, 0.7f);
+  EXPECT_EQ(got.top_k, 20);
+  EXPECT_FLOAT_EQ(got.top_p, 0.8f);
+  EXPECT_FLOAT_EQ(got.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(got.repeat_penalty, 1.05f);
+  const SamplingParams set =
+      parse_chat_request(with(kChat, {{"temperature", 0}, {"top_k", 3}, {"top_p", 0.5}, {"min_p", 0},
+                                      {"repetition_penalty", 1}}),
+                         model)
+          .params.sampling;
+  EXPECT_FLOAT_EQ(set.temperature, 0.f);
+  EXPECT_EQ(set.top_k, 3);
+  EXPECT_FLOAT_EQ(set.top_p, 0.5f);
+  EXPECT_FLOAT_EQ(set.min_p, 0.f);
+  EXPECT_FLOAT_EQ(set.repeat_penalty, 1.f);
+}
+
 TEST(CompletionRequest, PromptForms) {
   EXPECT_EQ(parse_completion_request(with(kCompletion, {{"prompt", {1, 2, 3}}}), kVocab).prompt_ids,
             (std::vector<int32_t>{1, 2, 3}));
