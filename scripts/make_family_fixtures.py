@@ -60,7 +60,8 @@ PROMPT_LENGTHS = [3, 5, 9, 13, 17, 24, 31, 40]
 N_GREEDY = 32
 PROMPT_SEED = 1234
 
-FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "mixtral"]
+# "qwen2-yarn" is the qwen2 family with YaRN context extension (factor 4 over 64 positions).
+FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "mixtral", "qwen2-yarn"]
 
 # Text the tokenizer is trained on (written for these fixtures).
 TRAINING_TEXT = """\
@@ -159,7 +160,7 @@ def make_config(family: str):
                   bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
 
     def rope(theta, **extra):
-        return {"rope_type": "default", "rope_theta": float(theta), **extra}
+        return {"rope_type": "default", "rope_theta": float(theta)} | extra
 
     if family == "llama":
         return tf.LlamaConfig(**common, rope_parameters=rope(10000), tie_word_embeddings=False)
@@ -167,6 +168,12 @@ def make_config(family: str):
         # Q/K/V biases are part of the architecture.
         return tf.Qwen2Config(**common, rope_parameters=rope(1e6), use_sliding_window=False,
                               tie_word_embeddings=False)
+    if family == "qwen2-yarn":
+        # YaRN: frequencies between the interpolated and the original per pair, and cos/sin
+        # scaled by 0.1 ln(factor) + 1; a context of 64 stretched 4x.
+        return tf.Qwen2Config(**common, rope_parameters=rope(1e6, rope_type="yarn", factor=4.0,
+                                                             original_max_position_embeddings=64),
+                              use_sliding_window=False, tie_word_embeddings=False)
     if family == "qwen3":
         # Per-head RMSNorm on q and k; head_dim given explicitly (16, not hidden/heads by accident).
         return tf.Qwen3Config(**common, rope_parameters=rope(1e6), tie_word_embeddings=True)

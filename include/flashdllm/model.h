@@ -53,7 +53,14 @@ struct ModelConfig {
   float rope_scale_factor = 1.f;
   float rope_low_freq_factor = 1.f;
   float rope_high_freq_factor = 4.f;
-  int rope_orig_ctx = 8192;
+  int rope_orig_ctx = 8192;   ///< llama3 and YaRN: the context the model was trained with
+  // YaRN ("rope.scaling.type" == "yarn", Peng et al. 2023, arXiv:2309.00071): rope_freq_scale is
+  // 1 / factor; pair i rotates at a mix of the interpolated and the original frequency (the
+  // original for fast pairs, beta_fast rotations over rope_orig_ctx, the interpolated for slow
+  // ones, beta_slow), and cos/sin are scaled by 1 + 0.1 ln(factor).
+  bool rope_yarn = false;
+  float yarn_beta_fast = 32.f;
+  float yarn_beta_slow = 1.f;
   bool tied_output = false;
   // The family's optional parts of the layer plan (src/arch/family.h).
   bool qkv_bias = false;     ///< Q, K and V projections add a bias vector (qwen2)

@@ -124,7 +124,24 @@ void write_rope(const ConfigReader& r, const json& config, const std::string& a,
     w.set_uint32(a + ".rope.scaling.original_context_length", uint32_t(orig));
     return;
   }
-  r.fail("unsupported RoPE type '" + type + "' in '" + where + "' (supported: default, linear, llama3)");
+  if (type == "yarn") {
+    // transformers' defaults (beta_fast 32, beta_slow 1, attention factor 0.1 ln(factor) + 1,
+    // truncated correction range) are the plan's; other settings scale differently.
+    for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
+      if (s->contains(k) && !s->at(k).is_null()) r.fail("key '" + where + "." + k + "' is set: only YaRN's default scaling is supported");
+    if (s->contains("truncate") && s->at("truncate") != json(true))
+      r.fail("key '" + where + ".truncate' = " + s->at("truncate").dump() + ": only the truncated YaRN range is supported");
+    w.set_string(a + ".rope.scaling.type", "yarn");
+    w.set_float32(a + ".rope.scaling.factor", float(number("factor")));
+    const double orig = number("original_max_position_embeddings");
+    if (orig != std::floor(orig) || orig > std::numeric_limits<int>::max())
+      r.fail("key '" + where + ".original_max_position_embeddings' must be an integer");
+    w.set_uint32(a + ".rope.scaling.original_context_length", uint32_t(orig));
+    for (const auto& [k, key] : {std::pair{"beta_fast", ".rope.scaling.yarn_beta_fast"}, {"beta_slow", ".rope.scaling.yarn_beta_slow"}})
+      if (s->contains(k) && !s->at(k).is_null()) w.set_float32(a + key, float(number(k)));
+    return;
+  }
+  r.fail("unsupported RoPE type '" + type + "' in '" + where + "' (supported: default, linear, llama3, yarn)");
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // layouts: transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`).
 // Supported: the model_types of src/arch's families (llama and "mistral" files without a sliding
 // window shorter than the context, qwen2, qwen3, phi3): SiLU gated FFN, RMSNorm, GQA, RoPE with
-// default, linear or llama3 scaling on all or part of each head (partial_rotary_factor), tied
+// default, linear, llama3 or YaRN scaling on all or part of each head (partial_rotary_factor), tied
 // or separate output embeddings, and the family's own parts (qwen2's Q/K/V biases, qwen3's Q/K
 // norms, phi3's fused QKV and gate/up). Everything that would change the math and is
 // not supported is refused by name — another model_type, other biases, another activation,

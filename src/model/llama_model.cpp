@@ -19,6 +19,7 @@ LlamaModel::LlamaModel(GgufFile file, const ModelOptions& opt)
   rope_.freq_base = config_.rope_freq_base;
   rope_.freq_scale = config_.rope_freq_scale;
   rope_.freq_factors = weights_.rope_freq_factors;
+  if (config_.rope_yarn) cpu::set_yarn(rope_, config_.rope_orig_ctx, config_.yarn_beta_fast, config_.yarn_beta_slow);
 }
 
 KvShape LlamaModel::kv_shape(int block_size) const {

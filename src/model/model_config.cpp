@@ -100,9 +100,19 @@ void read_rope_scaling(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
     c.rope_freq_scale = 1.f / m.positive_float("rope.scaling.factor");
   } else if (type == "llama3") {
     c.rope_llama3 = true;
+  } else if (type == "yarn") {
+    c.rope_yarn = true;
+    c.rope_freq_scale = 1.f / m.positive_float("rope.scaling.factor");
+    c.rope_orig_ctx = m.positive_int_or("rope.scaling.original_context_length", c.n_ctx_train);
+    c.yarn_beta_fast = m.positive_float_or("rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
+    c.yarn_beta_slow = m.positive_float_or("rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
+    // Other YaRN variants (DeepSeek's log multiplier, an explicit attention factor) scale
+    // differently: refused rather than run with this plan's scale.
+    for (const char* k : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor"})
+      if (m.has(k)) m.fail("'" + m.key(k) + "' is set: only YaRN's default scaling is supported");
   } else if (type != "none") {
     m.fail("unsupported rope scaling type '" + type + "' in '" + m.key("rope.scaling.type") +
-           "' (supported: none, linear, llama3)");
+           "' (supported: none, linear, llama3, yarn)");
   }
   // Older converters wrote linear scaling as a bare factor.
   if (type == "none" && m.has("rope.scale_linear"))

@@ -67,7 +67,7 @@ TEST_P(FamilyOnCuda, BatchOneBlockKernelsMatchTheChains) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyOnCuda, ::testing::ValuesIn(supported_families()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) { return test_name(info.param); });
 
 // F16 weights of each family (random, written by make-model with head_dim 64): prefill of 57
 // tokens on tensor cores, then decode through the block kernels with an fp16 KV cache, against

@@ -151,8 +151,27 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["num_local_experts"] = 8;
   EXPECT_THAT(error(), HasSubstr("num_local_experts"));
   config_.erase("num_local_experts");
-  config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}};
-  EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'yarn'"));
+  config_["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}};
+  EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'longrope'"));
+  // YaRN: the defaults only; its factor and original context are required.
+  config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+  EXPECT_THAT(error(), HasSubstr("rope type 'yarn' needs 'rope_parameters.original_max_position_embeddings'"));
+  config_["rope_parameters"]["original_max_position_embeddings"] = 256;
+  config_["rope_parameters"]["attention_factor"] = 1.2;
+  EXPECT_THAT(error(), HasSubstr("'rope_parameters.attention_factor' is set: only YaRN's default scaling"));
+  config_["rope_parameters"].erase("attention_factor");
+  config_["rope_parameters"]["truncate"] = false;
+  EXPECT_THAT(error(), HasSubstr("only the truncated YaRN range"));
+  config_["rope_parameters"].erase("truncate");
+  config_["rope_parameters"]["beta_fast"] = 16;
+  write("config.json", config_);
+  {
+    const GgufFile f = hf::open_hf_directory(dir_);
+    EXPECT_EQ(f.get_string_or("llama.rope.scaling.type", ""), "yarn");
+    EXPECT_EQ(f.get_uint("llama.rope.scaling.original_context_length"), 256u);
+    EXPECT_FLOAT_EQ(float(f.get_float("llama.rope.scaling.yarn_beta_fast")), 16.f);
+    EXPECT_EQ(f.find("llama.rope.scaling.yarn_beta_slow"), nullptr);
+  }
 }
 // generation_config.json's sampling settings become llama.cpp's general.sampling.* keys;
 // bad values name the file and the key; other keys (do_sample, ids) are not read.

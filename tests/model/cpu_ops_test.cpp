@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -168,6 +169,40 @@ TEST_P(PagedAttention, MatchesDenseReference) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, PagedAttention, ::testing::Values(8, 75),
                          [](const auto& info) { return "head_dim" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace fdl::cpu
+
+namespace fdl::cpu {
+namespace {
+
+// YaRN against transformers' formula computed in double: inverse frequencies mixed between
+// the interpolated (/ factor) and the original ones by 1 - a linear ramp over the truncated
+// correction range, cos/sin scaled by 0.1 ln(factor) + 1.
+TEST(CpuOps, YarnAnglesFollowTransformersFormula) {
+  const int rope_dim = 16, orig = 64;
+  const double base = 1e6, factor = 4, beta_fast = 32, beta_slow = 1;
+  RopeParams p{.head_dim = 16, .rope_dim = rope_dim, .freq_base = float(base), .freq_scale = float(1 / factor)};
+  set_yarn(p, orig, float(beta_fast), float(beta_slow));
+  const auto corr = [&](double n_rot) {
+    return rope_dim * std::log(orig / (n_rot * 2 * std::numbers::pi)) / (2 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(corr(beta_fast)));
+  const double high = std::min(double(rope_dim - 1), std::ceil(corr(beta_slow)));
+  const double mscale = 0.1 * std::log(factor) + 1;
+  for (const int pos : {0, 1, 7, 40, 200}) {
+    std::vector<float> cs(rope_dim);
+    rope_cos_sin(p, pos, cs.data());
+    for (int i = 0; i < rope_dim / 2; ++i) {
+      const double inv = std::pow(base, -2.0 * i / rope_dim);
+      const double ramp = std::clamp((i - low) / std::max(high - low, 0.001), 0.0, 1.0);
+      const double extrapolation = 1 - ramp;
+      const double mixed = inv / factor * (1 - extrapolation) + inv * extrapolation;
+      EXPECT_NEAR(cs[size_t(2 * i)], std::cos(pos * mixed) * mscale, 2e-5) << "pos " << pos << " pair " << i;
+      EXPECT_NEAR(cs[size_t(2 * i + 1)], std::sin(pos * mixed) * mscale, 2e-5) << "pos " << pos << " pair " << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace fdl::cpu

@@ -18,10 +18,18 @@
 
 namespace fdl::test {
 
-/// The families the engine runs, each loaded from its HF directory and from its GGUF.
+/// The families the engine runs, each loaded from its HF directory and from its GGUF
+/// (qwen2-yarn: qwen2 with YaRN RoPE scaling).
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "phi3"};
+  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "phi3", "qwen2-yarn"};
   return f;
+}
+
+/// The fixture's name as a test name ('-' is not allowed there).
+inline std::string test_name(std::string family) {
+  for (char& c : family)
+    if (c == '-') c = '_';
+  return family;
 }
 
 inline std::filesystem::path family_dir(const std::string& family) {

@@ -192,9 +192,19 @@ TEST(ModelConfig, InconsistentHyperparametersAreRejected) {
   }
   {
     TinyLlamaSpec s;
+    s.extra_string_keys["llama.rope.scaling.type"] = "longrope";
+    expect_model_error([&] { Model::load(write_tiny_llama("longrope.gguf", s)); },
+                       {"unsupported rope scaling type 'longrope'", "none, linear, llama3, yarn"});
+  }
+  {
+    // YaRN needs its factor; DeepSeek's variant (a log multiplier) scales otherwise: refused.
+    TinyLlamaSpec s;
     s.extra_string_keys["llama.rope.scaling.type"] = "yarn";
-    expect_model_error([&] { Model::load(write_tiny_llama("yarn.gguf", s)); },
-                       {"unsupported rope scaling type 'yarn'"});
+    expect_model_error([&] { Model::load(write_tiny_llama("yarn.gguf", s)); }, {"llama.rope.scaling.factor"});
+    s.extra_f32_keys["llama.rope.scaling.factor"] = 4.f;
+    s.extra_f32_keys["llama.rope.scaling.yarn_log_multiplier"] = 0.1f;
+    expect_model_error([&] { Model::load(write_tiny_llama("yarn-log.gguf", s)); },
+                       {"yarn_log_multiplier' is set"});
   }
   {
     TinyLlamaSpec s;

@@ -1,7 +1,9 @@
 // Per-row fp32 ops of the Llama forward (see ops.h for the numerics they follow).
 #include "backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 
@@ -34,11 +36,29 @@ void rope_cos_sin(const RopeParams& p, int32_t pos, float* cos_sin) {
   float theta = float(pos);
   for (int i = 0; i < n_pairs; ++i) {
     const float factor = p.freq_factors.empty() ? 1.0f : p.freq_factors[size_t(i)];
-    const float angle = p.freq_scale * (theta / factor);
-    cos_sin[2 * i] = std::cos(angle);
-    cos_sin[2 * i + 1] = std::sin(angle);
+    const float original = theta / factor;
+    float angle = p.freq_scale * original;
+    float mscale = 1.0f;
+    if (p.yarn) {
+      const float y = (float(i) - p.yarn_low) / std::max(0.001f, p.yarn_high - p.yarn_low);
+      const float ramp = 1.0f - std::min(1.0f, std::max(0.0f, y));
+      angle = angle * (1.0f - ramp) + original * ramp;
+      mscale = p.yarn_mscale;
+    }
+    cos_sin[2 * i] = std::cos(angle) * mscale;
+    cos_sin[2 * i + 1] = std::sin(angle) * mscale;
     theta *= theta_scale;
   }
+}
+
+void set_yarn(RopeParams& p, int orig_ctx, float beta_fast, float beta_slow) {
+  const auto dim = [&](float n_rot) {
+    return float(p.rope_dim) * std::log(float(orig_ctx) / (n_rot * 2.0f * std::numbers::pi_v<float>)) / (2.0f * std::log(p.freq_base));
+  };
+  p.yarn = true;
+  p.yarn_low = std::max(0.0f, std::floor(dim(beta_fast)));
+  p.yarn_high = std::min(float(p.rope_dim - 1), std::ceil(dim(beta_slow)));
+  p.yarn_mscale = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
 }
 
 void rope_apply(const RopeParams& p, const float* cos_sin, float* x, int n_heads) {

@@ -37,7 +37,20 @@ struct RopeParams {
   float freq_base = 10000.f;
   float freq_scale = 1.f;     ///< linear scaling (1 / factor); 1 = none
   std::span<const float> freq_factors;  ///< empty, or rope_dim/2 per-pair divisors (Llama 3)
+  /// YaRN (arXiv:2309.00071; ggml's rope_yarn): when set, pair i's angle mixes the original
+  /// angle a_i (freq_scale not applied) and the interpolated one freq_scale * a_i with weight
+  /// r_i = 1 - clamp((i - yarn_low) / max(0.001, yarn_high - yarn_low), 0, 1) on the original,
+  /// and cos/sin are multiplied by yarn_mscale.
+  bool yarn = false;
+  float yarn_low = 0.f, yarn_high = 0.f;
+  float yarn_mscale = 1.f;
 };
+
+/// The YaRN correction range of ggml/HF: pairs below `low` keep their original frequency, pairs
+/// above `high` are fully interpolated; dim(n) = rope_dim * ln(orig_ctx / (2 pi n)) / (2 ln base),
+/// low = max(0, floor(dim(beta_fast))), high = min(rope_dim - 1, ceil(dim(beta_slow))).
+/// Fills p.yarn_low/high and p.yarn_mscale = 1 + 0.1 ln(1 / p.freq_scale); sets p.yarn.
+void set_yarn(RopeParams& p, int orig_ctx, float beta_fast, float beta_slow);
 
 /// Fills cos_sin[2*i] = cos(theta_i), cos_sin[2*i+1] = sin(theta_i) for i < rope_dim/2 at
 /// position `pos` (rope_dim floats in total).

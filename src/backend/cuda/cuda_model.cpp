@@ -38,6 +38,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   rope_.freq_base = c.rope_freq_base;
   rope_.freq_scale = c.rope_freq_scale;
   rope_.freq_factors = host_weights_.rope_freq_factors;
+  if (c.rope_yarn) cpu::set_yarn(rope_, c.rope_orig_ctx, c.yarn_beta_fast, c.yarn_beta_slow);
   // Before any upload or CUDA resource: a refused --kv-cache-dtype costs nothing.
   kv_dtype_ = resolve_kv_dtype(opt.kv_dtype);
 
