@@ -37,6 +37,9 @@ struct Family {
   /// Gate and up as one matrix blk.N.ffn_up.weight (rows [gate | up]; HF mlp.gate_up_proj).
   bool fused_gate_up = false;
   float hf_default_rope_theta = 10000.f;  ///< rope_theta when config.json has none
+  /// config.json's sliding_window applies only with use_sliding_window = true (Qwen's configs;
+  /// false by default). Otherwise a sliding_window always applies (Mistral, Phi-3).
+  bool hf_sliding_window_switch = false;
 };
 
 /// The family of GGUF `general.architecture` = name; nullptr when unknown.

@@ -10,6 +10,7 @@ extern const Family kQwen2{
     .gguf_rope_pairs = RopePairs::Halves,
     .qkv_bias = true,
     .hf_default_rope_theta = 1000000.f,
+    .hf_sliding_window_switch = true,
 };
 
 }  // namespace fdl::arch

@@ -10,6 +10,7 @@ extern const Family kQwen3{
     .gguf_rope_pairs = RopePairs::Halves,
     .qk_norm = true,
     .hf_default_rope_theta = 1000000.f,
+    .hf_sliding_window_switch = true,
 };
 
 }  // namespace fdl::arch

@@ -1,4 +1,4 @@
-// `flashdllm tools make-model` — write a random-weight Llama GGUF of a preset shape
+// `flashdllm tools make-model` — write a random-weight llama/qwen2/qwen3 GGUF of a preset shape
 // (fdl::tools::make_model), e.g. for benchmarks: no download needed, llama.cpp loads it too.
 #include <CLI/CLI.hpp>
 
@@ -124,7 +124,7 @@ void add_make_model_command(CLI::App& tools_app) {
   auto a = std::make_shared<MakeModelArgs>();
   std::string presets;
   for (const auto& p : tools::model_presets()) presets += (presets.empty() ? "" : "|") + p;
-  CLI::App* cmd = tools_app.add_subcommand("make-model", "Write a random-weight Llama GGUF model");
+  CLI::App* cmd = tools_app.add_subcommand("make-model", "Write a random-weight llama, qwen2 or qwen3 GGUF model");
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: " + presets)->capture_default_str();
   a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3 (default: the preset's)");

@@ -23,7 +23,7 @@ fs::path checked(const fs::path& p, const char* source) {
   }
   if (fs::is_directory(status)) {
     // A Hugging Face model directory (src/hf reads it); anything else is named here.
-    if (!fs::is_regular_file(p / "config.json", ec))
+    if (!fs::exists(fs::symlink_status(p / "config.json", ec)))
       throw CliError("model path '" + p.string() + "' (" + source +
                      ") is a directory without a config.json (expected a GGUF file or a Hugging Face model directory)");
     return p;

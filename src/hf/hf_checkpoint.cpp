@@ -69,7 +69,8 @@ struct Binding {
 
 class Mapper {
  public:
-  Mapper(const SafetensorsCheckpoint& ckpt, const fs::path& dir) : ckpt_(ckpt), dir_(dir) {}
+  Mapper(const SafetensorsCheckpoint& ckpt, const fs::path& dir, std::string family)
+      : ckpt_(ckpt), dir_(dir), family_(std::move(family)) {}
 
   void bind(const std::string& hf_name, std::string gguf_name, std::vector<uint64_t> shape, int permute_heads = 0) {
     const SafetensorsTensor* t = ckpt_.find(hf_name);
@@ -90,8 +91,8 @@ class Mapper {
     for (const SafetensorsTensor* t : ckpt_.tensors()) {
       if (used_.count(t->name)) continue;
       if (t->name.size() >= 23 && t->name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer, recomputed
-      throw HfError(dir_.string() + ": tensor '" + t->name + "' is not used by the llama model plan (" +
-                    "a bias, an expert or another architecture's tensor): refusing to run without it");
+      throw HfError(dir_.string() + ": tensor '" + t->name + "' is not used by the " + family_ + " model plan (" +
+                    "a bias, an expert or another architecture's tensor): refusing to run the model without it");
     }
   }
   const std::vector<Binding>& bindings() const { return bindings_; }
@@ -99,6 +100,7 @@ class Mapper {
  private:
   const SafetensorsCheckpoint& ckpt_;
   fs::path dir_;
+  std::string family_;
   std::set<std::string> used_;
   std::vector<Binding> bindings_;
 };
@@ -152,8 +154,9 @@ void add_tensor(GgufWriter& w, const Binding& b) {
 }  // namespace
 
 bool is_hf_directory(const fs::path& path) {
+  // config.json of any kind (a FIFO, a device) makes it one: reading it then says what is wrong.
   std::error_code ec;
-  return fs::is_directory(path, ec) && fs::is_regular_file(path / "config.json", ec);
+  return fs::is_directory(path, ec) && fs::exists(fs::symlink_status(path / "config.json", ec));
 }
 
 GgufFile open_hf_directory(const fs::path& dir) {
@@ -176,7 +179,7 @@ GgufFile open_hf_directory(const fs::path& dir) {
   // The weights first: their shapes bound what config.json may claim (vocab_size sizes the
   // tokenizer's tables below).
   const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
-  Mapper m(ckpt, dir);
+  Mapper m(ckpt, dir, std::string(s.family->name));
   const uint64_t d = uint64_t(s.n_embd), q = uint64_t(s.n_head) * uint64_t(s.head_dim),
                  kv = uint64_t(s.n_head_kv) * uint64_t(s.head_dim), ff = uint64_t(s.n_ff), v = uint64_t(s.n_vocab);
   m.bind("model.embed_tokens.weight", "token_embd.weight", {v, d});
@@ -219,9 +222,11 @@ GgufFile open_hf_directory(const fs::path& dir) {
     m.skip("lm_head.weight");  // tied: the embedding is the output matrix
   m.check_all_used();
 
-  if (const json gen = read_json(dir / "generation_config.json", false); !gen.is_null())
-    named(dir / "generation_config.json",
-          [&] { write_sampling_defaults(gen, (dir / "generation_config.json").string(), w); });
+  std::error_code gen_ec;
+  if (fs::exists(fs::symlink_status(dir / "generation_config.json", gen_ec)))
+    named(dir / "generation_config.json", [&] {
+      write_sampling_defaults(read_json(dir / "generation_config.json", true), (dir / "generation_config.json").string(), w);
+    });
   const json tokenizer = read_json(dir / "tokenizer.json", true);
   const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
   named(dir / "tokenizer.json", [&] {

@@ -109,11 +109,15 @@ void write_rope(const ConfigReader& r, const json& config, const std::string& a,
   };
   if (type == "default") return;
   if (type == "linear") {
+    if (number("factor") > 1e6 || number("factor") < 1e-6)
+      r.fail("key '" + where + ".factor' = " + s->at("factor").dump() + " is out of range (1e-6 .. 1e6)");
     w.set_string(a + ".rope.scaling.type", "linear");
     w.set_float32(a + ".rope.scaling.factor", float(number("factor")));
     return;
   }
   if (type == "llama3") {
+    if (number("factor") > 1e6)
+      r.fail("key '" + where + ".factor' = " + s->at("factor").dump() + " is out of range (up to 1e6)");
     w.set_string(a + ".rope.scaling.type", "llama3");
     w.set_float32(a + ".rope.scaling.factor", float(number("factor")));
     w.set_float32(a + ".rope.scaling.low_freq_factor", float(number("low_freq_factor")));
@@ -125,6 +129,8 @@ void write_rope(const ConfigReader& r, const json& config, const std::string& a,
     return;
   }
   if (type == "yarn") {
+    if (number("factor") < 1 || number("factor") > 1e6)
+      r.fail("key '" + where + ".factor' = " + s->at("factor").dump() + " must be in [1, 1e6] for YaRN");
     // transformers' defaults (beta_fast 32, beta_slow 1, attention factor 0.1 ln(factor) + 1,
     // truncated correction range) are the plan's; other settings scale differently.
     for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
@@ -158,7 +164,14 @@ void write_sampling_defaults(const json& gen, const std::string& label, GgufWrit
       r.fail("key '" + std::string(key) + "' = " + v->dump() + " is out of range");
     return d;
   };
-  if (auto t = in_range("temperature", 0, 1e6, false)) w.set_float32("general.sampling.temp", float(*t));
+  // do_sample = false means greedy decoding in transformers, whatever the temperature says.
+  const json* do_sample = r.find("do_sample");
+  if (do_sample && !do_sample->is_boolean()) r.fail("key 'do_sample' must be true or false, got " + do_sample->dump());
+  const auto t = in_range("temperature", 0, 1e6, false);
+  if (do_sample && !do_sample->get<bool>())
+    w.set_float32("general.sampling.temp", 0.f);
+  else if (t)
+    w.set_float32("general.sampling.temp", float(*t));
   if (const json* k = r.find("top_k")) {
     if (!k->is_number_integer() || k->get<int64_t>() < 0 || k->get<int64_t>() > std::numeric_limits<int32_t>::max())
       r.fail("key 'top_k' must be an integer >= 0, got " + k->dump());
@@ -172,6 +185,7 @@ void write_sampling_defaults(const json& gen, const std::string& label, GgufWrit
 HfModelShape write_model_metadata(const json& config, const std::string& label, GgufWriter& w) {
   if (!config.is_object()) throw HfError(label + ": not a JSON object");
   const ConfigReader r(config, label);
+  if (!r.find("model_type")) r.fail("missing key 'model_type' (the model's family)");
   const std::string model_type = r.string_or("model_type", "");
   const arch::Family* family = arch::find_hf_family(model_type);
   if (!family)
@@ -210,11 +224,16 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   if (r.bool_or("attention_bias", false))
     r.fail("attention_bias = true: attention biases are not supported for " + a);
   if (r.bool_or("mlp_bias", false)) r.fail("mlp_bias = true: FFN biases are not supported for " + a);
-  // Qwen configs carry a sliding_window that only applies with use_sliding_window = true.
-  if (const json* sw = r.find("sliding_window"); sw && r.bool_or("use_sliding_window", true))
-    if (!sw->is_number_integer() || sw->get<int64_t>() < n_ctx)
+  // Qwen configs carry a sliding_window that only applies with use_sliding_window = true (false
+  // by default); for the other families (Mistral, Phi-3) the window always applies.
+  const bool window_switch = family->hf_sliding_window_switch;
+  if (const json* sw = r.find("sliding_window"); sw && (!window_switch || r.bool_or("use_sliding_window", false))) {
+    if (!sw->is_number_integer() || sw->get<int64_t>() < 1)
+      r.fail("key 'sliding_window' must be a positive integer or null, got " + sw->dump());
+    if (sw->get<int64_t>() < n_ctx)
       r.fail("sliding_window = " + sw->dump() + " (shorter than max_position_embeddings " + std::to_string(n_ctx) +
              "): sliding-window attention is not supported");
+  }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "num_local_experts", "num_experts",
                           "n_routed_experts"})
     if (r.find(key)) r.fail("key '" + std::string(key) + "' is set: not supported for " + a);

@@ -36,7 +36,7 @@ class Binder {
       if (!used_.count(t.name))
         fail("tensor '" + t.name + "' is not used by the " + f_.get_string_or("general.architecture", "?") +
              " model plan (a bias, an expert or another " +
-             "architecture's tensor): refusing to run without it");
+             "architecture's tensor): refusing to run the model without it");
   }
 
   /// A matrix of `rows` rows of `cols` (ggml ne = {cols, rows}).

@@ -137,6 +137,8 @@ TEST_F(HfDirectoryErrors, TheUnchangedCopyLoads) {
 TEST_F(HfDirectoryErrors, UnknownModelType) {
   config_["model_type"] = "gemma2";
   EXPECT_THAT(error(), HasSubstr("unsupported model_type 'gemma2'"));
+  config_.erase("model_type");
+  EXPECT_THAT(error(), HasSubstr("missing key 'model_type'"));
 }
 TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["attention_bias"] = true;
@@ -147,7 +149,12 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["hidden_act"] = "silu";
   config_["sliding_window"] = 256;
   EXPECT_THAT(error(), HasSubstr("sliding_window"));
+  config_["use_sliding_window"] = false;  // a switch only Qwen's configs have: the window still applies
+  EXPECT_THAT(error(), HasSubstr("sliding-window attention is not supported"));
+  config_["sliding_window"] = -1;
+  EXPECT_THAT(error(), HasSubstr("'sliding_window' must be a positive integer or null"));
   config_.erase("sliding_window");
+  config_.erase("use_sliding_window");
   config_["num_local_experts"] = 8;
   EXPECT_THAT(error(), HasSubstr("num_local_experts"));
   config_.erase("num_local_experts");
@@ -157,6 +164,11 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
   EXPECT_THAT(error(), HasSubstr("rope type 'yarn' needs 'rope_parameters.original_max_position_embeddings'"));
   config_["rope_parameters"]["original_max_position_embeddings"] = 256;
+  config_["rope_parameters"]["factor"] = 0.5;
+  EXPECT_THAT(error(), HasSubstr("must be in [1, 1e6] for YaRN"));
+  config_["rope_parameters"]["factor"] = 1e308;
+  EXPECT_THAT(error(), HasSubstr("must be in [1, 1e6] for YaRN"));
+  config_["rope_parameters"]["factor"] = 4.0;
   config_["rope_parameters"]["attention_factor"] = 1.2;
   EXPECT_THAT(error(), HasSubstr("'rope_parameters.attention_factor' is set: only YaRN's default scaling"));
   config_["rope_parameters"].erase("attention_factor");
@@ -200,6 +212,14 @@ TEST_F(HfDirectoryErrors, GenerationConfigSamplingDefaults) {
   }
   write("generation_config.json", json::array());
   EXPECT_THAT(error(), HasSubstr("generation_config.json: not a JSON object"));
+  write("generation_config.json", json());  // null
+  EXPECT_THAT(error(), HasSubstr("generation_config.json: not a JSON object"));
+  // do_sample = false: greedy, whatever the temperature (transformers' meaning).
+  write("generation_config.json", json{{"do_sample", false}, {"temperature", 0.7}});
+  write("config.json", config_);
+  EXPECT_EQ(hf::open_hf_directory(dir_).get_float("general.sampling.temp"), 0.0);
+  write("generation_config.json", json{{"do_sample", "no"}});
+  EXPECT_THAT(error(), HasSubstr("'do_sample' must be true or false"));
 }
 
 TEST_F(HfDirectoryErrors, PartialRotaryFactor) {
@@ -215,12 +235,6 @@ TEST_F(HfDirectoryErrors, PartialRotaryFactor) {
   config_.erase("partial_rotary_factor");
   config_["rope_parameters"]["partial_rotary_factor"] = "half";
   EXPECT_THAT(error(), HasSubstr("rope_parameters.partial_rotary_factor' must be a number"));
-  // A sliding window is ignored where use_sliding_window says it is off (Qwen configs).
-  config_["rope_parameters"].erase("partial_rotary_factor");
-  config_["sliding_window"] = 16;
-  config_["use_sliding_window"] = false;
-  write("config.json", config_);
-  EXPECT_NO_THROW(hf::open_hf_directory(dir_));
 }
 TEST_F(HfDirectoryErrors, ConfigNamesItsOwnKeys) {
   config_["num_key_value_heads"] = 4;  // 6 heads

@@ -42,6 +42,34 @@ TEST_P(FamilyOnCpu, HfDirectoryAndGgufGiveIdenticalLogits) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyOnCpu, ::testing::ValuesIn(supported_families()),
                          [](const auto& info) { return test_name(info.param); });
 
+// config.json's sliding_window: Qwen's configs apply it only with use_sliding_window = true (false
+// by default); Phi-3's always apply it (the switch is not theirs).
+TEST(FamilyConfig, SlidingWindowSwitchIsQwensOnly) {
+  namespace fs = std::filesystem;
+  const auto with_window = [](const std::string& family, const nlohmann::json& keys) {
+    const fs::path dir = scratch_dir() / ("window-" + family);
+    fs::remove_all(dir);
+    fs::copy(family_dir(family) / "hf", dir, fs::copy_options::recursive);
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    for (auto it = keys.begin(); it != keys.end(); ++it) config[it.key()] = it.value();
+    std::ofstream(dir / "config.json") << config.dump();
+    return dir;
+  };
+  EXPECT_NO_THROW(Model::load(with_window("qwen2", {{"sliding_window", 8}}), ModelOptions{.n_threads = 1}));
+  EXPECT_NO_THROW(Model::load(with_window("qwen3", {{"sliding_window", 8}, {"use_sliding_window", false}}),
+                              ModelOptions{.n_threads = 1}));
+  for (const auto& [family, keys] :
+       {std::pair{std::string("qwen2"), nlohmann::json{{"sliding_window", 8}, {"use_sliding_window", true}}},
+        std::pair{std::string("phi3"), nlohmann::json{{"sliding_window", 8}, {"use_sliding_window", false}}}}) {
+    try {
+      Model::load(with_window(family, keys), ModelOptions{.n_threads = 1});
+      ADD_FAILURE() << family << " with " << keys.dump() << " loaded";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("sliding-window attention is not supported"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Families whose plan is not built: loading says what is missing, from either format.
 struct Refusal {
   std::string family, hf_says, gguf_says;
