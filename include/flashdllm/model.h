@@ -67,7 +67,7 @@ struct ModelConfig {
   bool qk_norm = false;      ///< RMSNorm over each Q and K head (weights [head_dim]) before RoPE (qwen3)
   bool fused_qkv = false;      ///< the file holds Q, K, V as one attn_qkv matrix (phi3)
   bool fused_gate_up = false;  ///< the file holds gate and up as one ffn_up matrix (phi3)
-  /// The file keeps a RoPE pair in dims (i, i + rope_dim/2) of a head ("NEOX", qwen2/qwen3).
+  /// The file keeps a RoPE pair in dims (i, i + rope_dim/2) of a head ("NEOX", qwen2/qwen3/phi3).
   /// The backends rotate interleaved pairs (2i, 2i+1): such a model's Q/K rows, their biases and
   /// norm weights are reordered once at load (attention scores are unchanged: q and k move alike).
   bool rope_halves = false;

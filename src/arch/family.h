@@ -6,7 +6,8 @@
 //   x += w_down · (silu(w_gate·rms_norm(x)) * (w_up·rms_norm(x)))
 // and a Family says which optional parts it has: Q/K/V biases (qwen2), a per-head RMSNorm on Q
 // and K before RoPE (qwen3), how its checkpoints lay out a RoPE pair in the Q/K rows, and
-// which matrices they store fused (phi3: QKV and gate/up; bound as row ranges, no copy).
+// which matrices they store fused (phi3: QKV and gate/up; bound as row ranges of the mapping,
+// except where Q/K rows are reordered, which copies them).
 // Tensor names follow llama.cpp's GGUF conventions (blk.N.attn_q.bias, blk.N.attn_q_norm.weight,
 // ...); `hf_model_types` are the Hugging Face config.json `model_type` values read as this family.
 //
@@ -46,7 +47,7 @@ struct Family {
 const Family* find_family(std::string_view name);
 /// The family of a config.json `model_type`; nullptr when unknown.
 const Family* find_hf_family(std::string_view model_type);
-/// "llama, qwen2, qwen3" — for error messages.
+/// "llama, qwen2, qwen3, phi3" — for error messages.
 std::string family_names();
 /// The config.json model_type values read, comma-separated — for error messages.
 std::string hf_model_type_names();

@@ -139,7 +139,9 @@ void write_rope(const ConfigReader& r, const json& config, const std::string& a,
       r.fail("key '" + where + ".truncate' = " + s->at("truncate").dump() + ": only the truncated YaRN range is supported");
     w.set_string(a + ".rope.scaling.type", "yarn");
     w.set_float32(a + ".rope.scaling.factor", float(number("factor")));
-    const double orig = number("original_max_position_embeddings");
+    // transformers falls back to max_position_embeddings.
+    const double orig = s->contains("original_max_position_embeddings") ? number("original_max_position_embeddings")
+                                                                        : double(r.positive_int("max_position_embeddings"));
     if (orig != std::floor(orig) || orig > std::numeric_limits<int>::max())
       r.fail("key '" + where + ".original_max_position_embeddings' must be an integer");
     w.set_uint32(a + ".rope.scaling.original_context_length", uint32_t(orig));
@@ -257,6 +259,10 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   if (partial > 1 || rope_dim != std::floor(rope_dim) || int(rope_dim) % 2 != 0)
     r.fail("partial_rotary_factor " + std::to_string(partial) + " of head_dim " + std::to_string(s.head_dim) +
            " is not an even number of dimensions at most head_dim");
+  // Interleaved-pair families get HF's rows reordered over the whole head (as llama.cpp's
+  // converter does): right only when the whole head rotates.
+  if (partial < 1 && family->gguf_rope_pairs == arch::RopePairs::Interleaved)
+    r.fail("partial_rotary_factor " + std::to_string(partial) + " is not supported for " + a);
   w.set_uint32(a + ".rope.dimension_count", uint32_t(rope_dim));
   w.set_uint32(a + ".vocab_size", uint32_t(s.n_vocab));
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));

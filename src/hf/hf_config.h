@@ -48,8 +48,9 @@ HfModelShape write_model_metadata(const nlohmann::json& config, const std::strin
 
 /// generation_config.json's sampling settings (temperature, top_k, top_p, min_p,
 /// repetition_penalty) as llama.cpp's general.sampling.* keys (temp, top_k, top_p, min_p,
-/// penalty_repeat), the engine's defaults for requests that leave them out. do_sample = false
-/// makes the default greedy (temperature 0), as transformers' generate() would decode.
+/// penalty_repeat), the engine's defaults for requests that leave them out (as vLLM and
+/// llama.cpp's converter read them); an explicit do_sample = false makes the default greedy
+/// (temperature 0). An absent do_sample is not read as greedy.
 /// A key of the wrong type or out of range: HfError naming it. Other keys are not read.
 void write_sampling_defaults(const nlohmann::json& generation_config, const std::string& label, GgufWriter& w);
 

@@ -64,7 +64,7 @@ class Binder {
   cpu::WeightMatrix matrix_halves_to_pairs(const cpu::WeightMatrix& m, int64_t head_rows, int64_t rope_dim) {
     const int64_t rows = m.rows;
     const size_t row_bytes = cpu::weight_row_bytes(m.type, m.cols);
-    constexpr size_t kAlign = 64;  // as the mapping's tensors: vector loads never straddle lines
+    constexpr size_t kAlign = 64;  // a cache line: vector loads of a row start never straddle two
     std::vector<uint8_t>& buf = w_.owned_rows.emplace_back(row_bytes * size_t(rows) + kAlign);
     uint8_t* dst = buf.data() + (kAlign - reinterpret_cast<uintptr_t>(buf.data()) % kAlign) % kAlign;
     const auto* src = static_cast<const uint8_t*>(m.data);

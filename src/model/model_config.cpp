@@ -1,6 +1,7 @@
 // ModelConfig::from_gguf: hyperparameters of a Llama-family model from GGUF metadata, with
 // the defaults llama.cpp applies and a ModelError naming the key for anything missing or
 // inconsistent.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -102,8 +103,14 @@ void read_rope_scaling(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
     c.rope_llama3 = true;
   } else if (type == "yarn") {
     c.rope_yarn = true;
-    c.rope_freq_scale = 1.f / m.positive_float("rope.scaling.factor");
+    const float factor = m.positive_float("rope.scaling.factor");
+    if (factor < 1.f)
+      m.fail("'" + m.key("rope.scaling.factor") + "' = " + std::to_string(factor) + ": YaRN needs a factor >= 1");
+    c.rope_freq_scale = 1.f / factor;
     c.rope_orig_ctx = m.positive_int_or("rope.scaling.original_context_length", c.n_ctx_train);
+    // The context YaRN extends to (Qwen's recipe leaves context_length at the original).
+    c.n_ctx_train = int(std::min<double>(std::numeric_limits<int>::max(),
+                                         std::max<double>(c.n_ctx_train, double(c.rope_orig_ctx) * factor)));
     c.yarn_beta_fast = m.positive_float_or("rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
     c.yarn_beta_slow = m.positive_float_or("rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
     // Other YaRN variants (DeepSeek's log multiplier, an explicit attention factor) scale

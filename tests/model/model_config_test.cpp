@@ -201,7 +201,12 @@ TEST(ModelConfig, InconsistentHyperparametersAreRejected) {
     TinyLlamaSpec s;
     s.extra_string_keys["llama.rope.scaling.type"] = "yarn";
     expect_model_error([&] { Model::load(write_tiny_llama("yarn.gguf", s)); }, {"llama.rope.scaling.factor"});
+    s.extra_f32_keys["llama.rope.scaling.factor"] = 0.5f;
+    expect_model_error([&] { Model::load(write_tiny_llama("yarn-small.gguf", s)); }, {"YaRN needs a factor >= 1"});
+    // The context it extends to: the original context times the factor.
     s.extra_f32_keys["llama.rope.scaling.factor"] = 4.f;
+    s.extra_u32_keys["llama.rope.scaling.original_context_length"] = 128;
+    EXPECT_EQ(Model::load(write_tiny_llama("yarn-ok.gguf", s))->config().n_ctx_train, 512);
     s.extra_f32_keys["llama.rope.scaling.yarn_log_multiplier"] = 0.1f;
     expect_model_error([&] { Model::load(write_tiny_llama("yarn-log.gguf", s)); },
                        {"yarn_log_multiplier' is set"});

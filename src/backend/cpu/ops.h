@@ -53,7 +53,8 @@ struct RopeParams {
 void set_yarn(RopeParams& p, int orig_ctx, float beta_fast, float beta_slow);
 
 /// Fills cos_sin[2*i] = cos(theta_i), cos_sin[2*i+1] = sin(theta_i) for i < rope_dim/2 at
-/// position `pos` (rope_dim floats in total).
+/// position `pos` (rope_dim floats in total); with YaRN, theta_i is the mixed angle and both
+/// values are multiplied by yarn_mscale.
 void rope_cos_sin(const RopeParams& p, int32_t pos, float* cos_sin);
 
 /// Rotates `n_heads` consecutive heads of head_dim floats in place using a table from

@@ -6,9 +6,11 @@
 // only start once the previous one has drained, and every kernel here is one short wave
 // (docs/GPU.md, tuning log). Here one block per SM stays resident for the whole half-layer and
 // the phases hand over through counters instead of kernel boundaries:
-//   - blocks are grouped by KV head: group g (bpg blocks) projects exactly the q, k and v rows
-//     that attention over KV head g needs, so the first hand-off (q/k/v of g stored) and the
-//     second (all context splits of g computed) only wait for the bpg blocks of the group;
+//   - blocks are grouped by KV head: group g (bpk = sub-groups x bpg blocks) projects exactly
+//     the q, k and v rows that attention over KV head g needs, so the first hand-off (q/k/v of g
+//     stored) and the second (all context splits of g computed) only wait for the group's
+//     blocks; a sub-group (at most 4 query heads: the registers of GM) splits the context over
+//     its bpg blocks;
 //   - only the wo projection needs every head, behind one grid-wide hand-off (grid <= SMs, one
 //     block per SM: all blocks are co-resident, so spinning on a counter cannot deadlock).
 // Counters are zeroed by the caller before the launch (one memset per step for all layers).
@@ -35,7 +37,7 @@ namespace {
 
 using namespace block;
 constexpr int kUnroll = 8;
-constexpr int kMaxGroupBlocks = 16;  // context splits per KV head (and blocks per group)
+constexpr int kMaxGroupBlocks = 16;  // context splits per sub-group (blocks_per_group)
 constexpr int kU = 4;                // positions per warp in flight in the attention phase
 
 /// A q or k head held 4 elements per lane (lane L: dims 4L..4L+3 of hd; lanes past hd/4 hold
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   wait_for(a.sync + g, unsigned(bpk));
   stamp(kAttnQkvHandedOff);
 
-  // 3. Attention of the group's G query heads over split r of the context [0, pos]: a warp
+  // 3. Attention of the sub-group's Gc query heads over split r of the context [0, pos]: a warp
   //    takes kU positions (kWarps apart) per step, 32 lanes x one float4 cover head_dim <=
   //    128; an online softmax per head, kU positions loaded before any is used.
   const float scale2 = a.scale * 1.4426950408889634f;  // scores in base 2: times log2(e)
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
         const float4 raw = has ? ldcg4(a.k_new + int64_t(g) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 kn = norm_rope4(raw, a.extras.k_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
         if (has) {
-          KvT* kw = kv_ptr<KvT>(kv, table[j / kv.block_size], j % kv.block_size, int64_t(g) * hd) + lane * 4;
+          KvT* kw = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, int64_t(g) * hd) + lane * 4;
           E::store2(kw, kn.x, kn.y);
           E::store2(kw + 2, kn.z, kn.w);
         }
@@ -337,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   wait_for(a.sync + g, unsigned(2 * bpk));
   stamp(kAttnPartialsHandedOff);
 
-  // 4. Merge the group's splits: block r finalizes its share of the G * hd outputs. A
+  // 4. Merge the sub-group's splits: block r finalizes its share of the Gc * hd outputs. A
   //    half-warp per output, one lane per split: every partial is loaded at once (one L2
   //    round trip, not one per split), then reduced with shuffles.
   {
@@ -430,15 +432,19 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
   }
 }
 
-// Planning (attention_block_groups) sizes the grid for the untraced kernel; a launch checks
-// the instantiation it runs.
-template <typename WT>
-int64_t capacity(int gm, size_t smem) {
+// Planning (attention_block_groups) sizes the grid for the untraced kernel of the family
+// (with or without Q/K norms); a launch checks the instantiation it runs.
+template <typename WT, bool QKN>
+int64_t capacity_of(int gm, size_t smem) {
   switch (gm) {
-    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false, false>), smem);
-    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false, false>), smem);
-    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false, false>), smem);
+    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false, QKN>), smem);
+    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false, QKN>), smem);
+    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false, QKN>), smem);
   }
+}
+template <typename WT>
+int64_t capacity(int gm, size_t smem, bool qk_norm) {
+  return qk_norm ? capacity_of<WT, true>(gm, smem) : capacity_of<WT, false>(gm, smem);
 }
 
 // The cache is fp32, or the weights' own 16-bit type (the kernel's KV16 instantiations). The
@@ -456,7 +462,7 @@ bool matrix_ok(const DeviceMatrix& W) {
 }  // namespace
 
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
-                           int n_sm) {
+                           int n_sm, bool qk_norm) {
   const int hd = kv.head_dim, n_kv = kv.n_head_kv;
   // Query heads per KV head above 4 run in sub-groups of at most 4 (more would spill registers:
   // the 512-thread block caps them at 128); up to 16.
@@ -473,9 +479,9 @@ int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int
   const size_t smem = smem_bytes(int(Wqkv.cols), gm, hd, bpg, n_kv, n_head);
   int64_t fit = 0;
   switch (Wqkv.type) {
-    case WType::F32: fit = capacity<float>(gm, smem); break;
-    case WType::F16: fit = capacity<__half>(gm, smem); break;
-    case WType::BF16: fit = capacity<__nv_bfloat16>(gm, smem); break;
+    case WType::F32: fit = capacity<float>(gm, smem, qk_norm); break;
+    case WType::F16: fit = capacity<__half>(gm, smem, qk_norm); break;
+    case WType::BF16: fit = capacity<__nv_bfloat16>(gm, smem, qk_norm); break;
   }
   // Every block must be resident at once (they wait for each other).
   if (int64_t(bpg) * n_kv * n_sub > fit) return 0;
@@ -491,6 +497,11 @@ void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream) {
   if (bpg < 1 || bpg > kMaxGroupBlocks)
     throw CudaError("decode_attention_block: blocks_per_group " + std::to_string(bpg) + " outside 1.." +
                     std::to_string(kMaxGroupBlocks) + " (use attention_block_groups)");
+  if ((a.extras.q_norm == nullptr) != (a.extras.k_norm == nullptr) || (a.extras.q_norm && a.k_new == nullptr))
+    throw CudaError("decode_attention_block: q_norm, k_norm and k_new must be set together");
+  if (a.kv.head_dim % 4 != 0 || a.kv.head_dim > 128)
+    throw CudaError("decode_attention_block: head_dim " + std::to_string(a.kv.head_dim) +
+                    " (a multiple of 4 up to 128: attention_block_groups)");
   const size_t smem = smem_bytes(a.cols, gm_for(a.n_head, a.kv.n_head_kv), a.kv.head_dim, bpg, a.kv.n_head_kv, a.n_head);
   if (!kv_type_ok(a.type, a.kv.dtype, a.kv.head_dim))
     throw CudaError(std::string("decode_attention_block: a KV cache of ") + kv_dtype_name(a.kv.dtype) +

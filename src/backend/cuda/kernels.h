@@ -248,7 +248,7 @@ struct AttentionBlockArgs {
   int rope_dim = 0;
   float scale = 1.f;
   KvLayerView kv;
-  float* q_out = nullptr;        ///< [n_head hd]
+  float* q_out = nullptr;        ///< [n_head hd] scratch (with Q/K norms: q before its norm and RoPE)
   QkvExtras extras;              ///< the family's bias / q,k norms (all null: none)
   float* k_new = nullptr;        ///< [n_head_kv hd] scratch, set when extras has q/k norms
   float* attn_out = nullptr;     ///< [n_head hd]
@@ -272,8 +272,9 @@ enum AttnTraceEvent : int {
 /// when the shape is not supported (head_dim a multiple of 4 up to 128, up to 16 query heads
 /// per KV head, matching F32/F16/BF16 matrices with 16-byte rows, cols <= 16384, every block
 /// resident at once).
+/// `qk_norm`: the family has per-head Q/K norms (another instantiation, sized on its own).
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
-                           int n_sm);
+                           int n_sm, bool qk_norm = false);
 size_t attention_block_partial_floats(int n_head, int head_dim, int blocks_per_group);
 /// Sub-groups of at most 4 query heads each KV head's blocks form in decode_attention_block
 /// (1 up to 4 query heads per KV head; Qwen2.5-7B's 7 take 2): the grid is n_head_kv x

@@ -43,7 +43,7 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
     const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim, kv_dtype};
     if (knobs.attn_block)
       attn_block_groups_ = same_for_all_layers([&](const CudaLayer& L) {
-        return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm);
+        return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm, L.q_norm.get() != nullptr);
       });
     if (knobs.ffn_block)
       ffn_blocks_ = same_for_all_layers(
