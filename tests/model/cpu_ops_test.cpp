@@ -182,7 +182,7 @@ namespace {
 TEST(CpuOps, YarnAnglesFollowTransformersFormula) {
   const int rope_dim = 16, orig = 64;
   const double base = 1e6, factor = 4, beta_fast = 32, beta_slow = 1;
-  RopeParams p{.head_dim = 16, .rope_dim = rope_dim, .freq_base = float(base), .freq_scale = float(1 / factor)};
+  RopeParams p{.head_dim = 16, .rope_dim = rope_dim, .freq_base = float(base), .freq_scale = float(1 / factor), .freq_factors = {}};
   set_yarn(p, orig, float(beta_fast), float(beta_slow));
   const auto corr = [&](double n_rot) {
     return rope_dim * std::log(orig / (n_rot * 2 * std::numbers::pi)) / (2 * std::log(base));
