@@ -154,6 +154,8 @@ class GgufFile {
   std::vector<std::string_view> array_strings(std::string_view key) const;
   std::vector<float> array_f32(std::string_view key) const;
   std::vector<int64_t> array_int(std::string_view key) const;
+  /// A BOOL array (GgufError also for an element other than 0 or 1).
+  std::vector<bool> array_bool(std::string_view key) const;
 
   const std::vector<GgufTensorInfo>& tensors() const;
   const GgufTensorInfo* find_tensor(std::string_view name) const;  ///< nullptr if absent
@@ -190,6 +192,7 @@ class GgufWriter {
   void set_array_strings(std::string key, std::vector<std::string> v);
   void set_array_f32(std::string key, std::vector<float> v);
   void set_array_i32(std::string key, std::vector<int32_t> v);
+  void set_array_bool(std::string key, const std::vector<bool>& v);
   /// Copy any value (scalar, string, or array of any element type, nested arrays included)
   /// read by a GgufFile — e.g. to carry tokenizer.ggml.* keys into a new file. `v` must come
   /// from a GgufFile that is still alive (arrays are copied from its mapping right here).

@@ -71,6 +71,17 @@ struct ModelConfig {
   /// The backends rotate interleaved pairs (2i, 2i+1): such a model's Q/K rows, their biases and
   /// norm weights are reordered once at load (attention scores are unchanged: q and k move alike).
   bool rope_halves = false;
+  /// Sliding-window attention (Mistral 7B v0.1, Phi-3-mini, Gemma 2/3's local layers): a token at
+  /// position p of a sliding layer attends to positions (p - sliding_window, p] only, as HF
+  /// Transformers and llama.cpp mask it. 0 = none. `layer_sliding[il]` (n_layer entries when
+  /// sliding_window > 0) says which layers slide; the others attend to the whole context. The KV
+  /// cache still holds every position (global layers and prefix sharing read them).
+  int sliding_window = 0;
+  std::vector<uint8_t> layer_sliding;
+  /// Positions layer `il` attends to behind and including the current one; 0 = all of them.
+  int attention_window(int il) const {
+    return sliding_window > 0 && layer_sliding[size_t(il)] ? sliding_window : 0;
+  }
   /// Reads `general.architecture` (a family of src/arch: llama, qwen2, qwen3, phi3) and its
   /// `<arch>.*` keys.
   /// Required: embedding_length, block_count, feed_forward_length, attention.head_count,

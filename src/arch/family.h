@@ -41,6 +41,10 @@ struct Family {
   /// config.json's sliding_window applies only with use_sliding_window = true (Qwen's configs;
   /// false by default). Otherwise a sliding_window always applies (Mistral, Phi-3).
   bool hf_sliding_window_switch = false;
+  /// The layers a GGUF `<arch>.attention.sliding_window` applies to when the file has no
+  /// `<arch>.attention.sliding_window_pattern`: 0 = every layer, n = the layers il with
+  /// il % n < n - 1 (llama.cpp's convention).
+  int gguf_sliding_pattern = 0;
 };
 
 /// The family of GGUF `general.architecture` = name; nullptr when unknown.

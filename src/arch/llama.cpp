@@ -1,5 +1,5 @@
-// Llama 2/3 and files labelled llama (Mistral 7B without a sliding window, TinyLlama, ...):
-// the base plan with no optional parts.
+// Llama 2/3 and files labelled llama (Mistral 7B, TinyLlama, ...): the base plan with no optional
+// parts; Mistral's sliding window, where the file sets one, on every layer.
 #include "arch/families.h"
 
 namespace fdl::arch {

@@ -1,7 +1,7 @@
 // Phi-3 / Phi-3.5 / Phi-4 (dense): Q, K and V in one matrix, gate and up in one matrix, RoPE on
 // half-split pairs (often on part of each head: partial_rotary_factor, rope.dimension_count).
-// LongRoPE files (rope_factors_long/short) and sliding windows shorter than the context are
-// refused by the shared checks.
+// Phi-3-mini's sliding window (2047 of 4096) on every layer, as Transformers runs it (llama.cpp
+// ignores it). LongRoPE files (rope_factors_long/short) are refused by the shared checks.
 #include "arch/families.h"
 
 namespace fdl::arch {

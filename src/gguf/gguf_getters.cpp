@@ -176,4 +176,17 @@ std::vector<int64_t> GgufFile::array_int(std::string_view key) const {
   return out;
 }
 
+std::vector<bool> GgufFile::array_bool(std::string_view key) const {
+  const GgufValue& v = impl_->require_key(key);
+  if (v.type != GgufType::ARRAY || v.elem_type != GgufType::BOOL)
+    impl_->key_error(key, "has type " + type_desc(v) + ", expected ARRAY of BOOL");
+  std::vector<bool> out(v.count);
+  for (uint64_t i = 0; i < v.count; ++i) {
+    if (v.data[i] > 1)
+      impl_->key_error(key, "element #" + std::to_string(i) + " is " + std::to_string(v.data[i]) + ", not a bool (0 or 1)");
+    out[i] = v.data[i] == 1;
+  }
+  return out;
+}
+
 }  // namespace fdl

@@ -274,6 +274,10 @@ void GgufWriter::set_array_f32(std::string key, std::vector<float> v) {
 void GgufWriter::set_array_i32(std::string key, std::vector<int32_t> v) {
   impl_->set_array(std::move(key), GgufType::INT32, v);
 }
+void GgufWriter::set_array_bool(std::string key, const std::vector<bool>& v) {
+  std::vector<uint8_t> bytes(v.begin(), v.end());  // one byte per element, 0 or 1 (gguf.md)
+  impl_->set_array(std::move(key), GgufType::BOOL, bytes);
+}
 
 void GgufWriter::set_value(std::string key, const GgufValue& v) {
   std::vector<uint8_t> p;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "arch/family.h"
 
@@ -229,12 +230,26 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   // Qwen configs carry a sliding_window that only applies with use_sliding_window = true (false
   // by default); for the other families (Mistral, Phi-3) the window always applies.
   const bool window_switch = family->hf_sliding_window_switch;
+  int window = 0;
   if (const json* sw = r.find("sliding_window"); sw && (!window_switch || r.bool_or("use_sliding_window", false))) {
-    if (!sw->is_number_integer() || sw->get<int64_t>() < 1)
+    if (!sw->is_number_integer() || sw->get<int64_t>() < 1 || sw->get<int64_t>() > std::numeric_limits<int32_t>::max())
       r.fail("key 'sliding_window' must be a positive integer or null, got " + sw->dump());
-    if (sw->get<int64_t>() < n_ctx)
-      r.fail("sliding_window = " + sw->dump() + " (shorter than max_position_embeddings " + std::to_string(n_ctx) +
-             "): sliding-window attention is not supported");
+    if (sw->get<int64_t>() < n_ctx) window = int(sw->get<int64_t>());
+  }
+  std::vector<bool> sliding_layers;  // empty: every layer
+  if (window > 0) {
+    if (const json* types = r.find("layer_types")) {
+      if (!types->is_array() || types->size() != size_t(s.n_layer))
+        r.fail("key 'layer_types' must be an array of " + std::to_string(s.n_layer) + " strings");
+      for (const json& t : *types) {
+        if (t != "sliding_attention" && t != "full_attention")
+          r.fail("layer_types entry " + t.dump() + " is not supported (sliding_attention, full_attention)");
+        sliding_layers.push_back(t == "sliding_attention");
+      }
+    } else if (window_switch) {
+      // Which of Qwen's layers slide (max_window_layers) is spelled out only by layer_types.
+      r.fail("use_sliding_window = true without 'layer_types': which layers slide is not said");
+    }
   }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "num_local_experts", "num_experts",
                           "n_routed_experts"})
@@ -251,6 +266,11 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   w.set_uint32(a + ".attention.head_count_kv", uint32_t(s.n_head_kv));
   w.set_uint32(a + ".attention.key_length", uint32_t(s.head_dim));
   w.set_uint32(a + ".attention.value_length", uint32_t(s.head_dim));
+  if (window > 0) {
+    w.set_uint32(a + ".attention.sliding_window", uint32_t(window));
+    if (!sliding_layers.empty()) w.set_array_bool(a + ".attention.sliding_window_pattern", sliding_layers);
+    else w.set_uint32(a + ".attention.sliding_window_pattern", 0);  // every layer, whatever the family's default
+  }
   // Phi-3 and others rotate only part of each head (transformers 4: top level; 5: rope_parameters).
   double partial = r.positive_number_or("partial_rotary_factor", 1.0);
   if (const json* p = r.find("rope_parameters"); p && p->is_object() && p->contains("partial_rotary_factor"))

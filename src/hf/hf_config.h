@@ -3,13 +3,13 @@
 // Follows transformers' LlamaConfig, Qwen2Config, Qwen3Config and Phi3Config
 // (https://huggingface.co/docs/transformers/model_doc/llama, .../qwen2, .../qwen3, .../phi3), in both
 // layouts: transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`).
-// Supported: the model_types of src/arch's families (llama and "mistral" files without a sliding
-// window shorter than the context, qwen2, qwen3, phi3): SiLU gated FFN, RMSNorm, GQA, RoPE with
+// Supported: the model_types of src/arch's families (llama and mistral, qwen2, qwen3, phi3): SiLU
+// gated FFN, RMSNorm, GQA, sliding-window attention (on every layer, or per `layer_types`), RoPE with
 // default, linear, llama3 or YaRN scaling on all or part of each head (partial_rotary_factor), tied
 // or separate output embeddings, and the family's own parts (qwen2's Q/K/V biases, qwen3's Q/K
 // norms, phi3's fused QKV and gate/up). Everything that would change the math and is
 // not supported is refused by name — another model_type, other biases, another activation,
-// other RoPE scaling types, a sliding window in use, soft-capping, experts — so a file never
+// other RoPE scaling types, soft-capping, experts — so a file never
 // runs with the wrong math.
 //
 // The GGUF keys written are llama.cpp's (`<arch>.embedding_length`, ...), the same that

@@ -76,6 +76,7 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
   args.out = s.attn.data();
   args.tree_slots = tree_.tree_slots();  // nullptr without trees that leave slot order
   args.tree_base = tree_.tree_base();
+  args.window = c.attention_window(layer);
   cpu::paged_attention(threads_, args, s.attention);
   cpu::matmul(threads_, w.wo, s.attn.data(), n, s.proj.data());
   cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);

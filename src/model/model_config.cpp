@@ -137,6 +137,35 @@ void read_rope_scaling(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
   }
 }
 
+// `<arch>.attention.sliding_window` (0 or at least the context: none) and which layers it
+// applies to: `<arch>.attention.sliding_window_pattern`, a BOOL per layer or llama.cpp's period
+// n (layers il % n < n - 1 slide; 0 = all), else the family's default period.
+void read_sliding_window(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
+  const uint64_t window = m.uint_or("attention.sliding_window", 0);
+  if (window == 0 || window >= uint64_t(c.n_ctx_train)) return;
+  c.sliding_window = int(window);
+  c.layer_sliding.assign(size_t(c.n_layer), 1);
+  const std::string key = m.key("attention.sliding_window_pattern");
+  const GgufValue* pattern = f.find(key);
+  if (pattern != nullptr && pattern->type == GgufType::ARRAY) {
+    std::vector<bool> per_layer;
+    try {
+      per_layer = f.array_bool(key);
+    } catch (const GgufError& e) {
+      m.fail(e.what());
+    }
+    if (per_layer.size() != size_t(c.n_layer))
+      m.fail("'" + key + "' has " + std::to_string(per_layer.size()) + " entries for " + std::to_string(c.n_layer) +
+             " layers");
+    for (size_t il = 0; il < per_layer.size(); ++il) c.layer_sliding[il] = per_layer[il] ? 1 : 0;
+    return;
+  }
+  const uint64_t period = pattern != nullptr ? m.uint_or("attention.sliding_window_pattern", 0)
+                                             : uint64_t(arch::find_family(c.arch)->gguf_sliding_pattern);
+  if (period > 0)
+    for (int il = 0; il < c.n_layer; ++il) c.layer_sliding[size_t(il)] = uint64_t(il) % period < period - 1 ? 1 : 0;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
@@ -192,12 +221,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     m.fail("rope.dimension_count " + std::to_string(c.rope_dim) +
            " must be even and at most the head dimension " + std::to_string(c.head_dim));
   read_rope_scaling(f, m, c);
-  // A window shorter than the context changes which keys a token sees: not built yet.
-  // (0 = none, as llama.cpp's converter writes it for phi3 files without one.)
-  if (const uint64_t window = m.uint_or("attention.sliding_window", 0); window > 0 && window < uint64_t(c.n_ctx_train))
-    m.fail("'" + m.key("attention.sliding_window") + "' = " + std::to_string(window) +
-           " (shorter than the context " + std::to_string(c.n_ctx_train) +
-           "): sliding-window attention is not supported");
+  read_sliding_window(f, m, c);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   return c;
 }

@@ -44,7 +44,7 @@ struct Arena {
 
 /// Attention of tokens at `positions` with `n_head` query heads over the arena.
 std::vector<float> attend(const Arena& a, int n_head, const std::vector<float>& q, const std::vector<int32_t>& positions,
-                          int threads) {
+                          int threads, int window = 0) {
   std::vector<float> out(q.size(), std::nanf(""));
   std::vector<const int32_t*> tables(positions.size(), a.table.data());
   PagedAttentionArgs args;
@@ -58,6 +58,7 @@ std::vector<float> attend(const Arena& a, int n_head, const std::vector<float>& 
   args.block_tables = tables.data();
   args.positions = positions.data();
   args.out = out.data();
+  args.window = window;
   ThreadPool pool(threads);
   AttentionScratch scratch;
   paged_attention(pool, args, scratch);
@@ -216,6 +217,65 @@ TEST_P(AttentionTest, TreeSlotListsEqualADenseLayoutOfThePath) {
                                   size_t(n_head) * hd * sizeof(float)),
                       0)
                 << "ordinary token " << t << " next to the tree token";
+          // A sliding window over the path's virtual positions: from below the tree (10) and
+          // from inside it (2: the last ancestor and the token itself).
+          for (const int window : {10, 2}) {
+            args.window = window;
+            paged_attention(pool, args, scratch);
+            const auto want_w = attend(Arena(16, n_kv, hd, n_path, kp, vp), n_head, q_tree, {n_path - 1}, 1, window);
+            ASSERT_EQ(std::memcmp(out.data() + n_head * hd, want_w.data(), want_w.size() * sizeof(float)), 0)
+                << "window " << window << " head dim " << hd << " group " << group << " block size " << bs;
+          }
+        }
+    }
+}
+
+// A sliding window (PagedAttentionArgs::window): a token at p attends to (p - window, p] only.
+// Starting at a multiple of 8 (the softmax lanes are positions mod 8), its output equals, bit for
+// bit, that of a token whose context holds only those rows; every token of a run (a prompt chunk
+// with first positions in different blocks) agrees with a double-precision reference; a window
+// covering the whole context changes nothing.
+TEST_P(AttentionTest, SlidingWindowReadsOnlyItsPositions) {
+  KernelSetGuard guard(portable());
+  const int n_pos = 44;
+  for (int hd : {8, 16, 64, 75})
+    for (int group : {1, 3}) {
+      const int n_kv = 2, n_head = group * n_kv;
+      const int64_t slot = int64_t(n_kv) * hd;
+      const auto kd = random_floats(size_t(n_pos * slot), 31 + hd), vd = random_floats(kd.size(), 37 + hd);
+      const std::vector<int32_t> positions{37, 38, 39, 40, 41, 42, 43};  // one sequence's run
+      const auto q = random_floats(positions.size() * size_t(n_head) * hd, 41 + hd, 2.f);
+      const int window = 14;  // token 0 reads 24..37
+      const std::vector<float> kw(kd.begin() + 24 * slot, kd.begin() + 38 * slot), vw(vd.begin() + 24 * slot, vd.begin() + 38 * slot);
+      const std::vector<float> q0(q.begin(), q.begin() + n_head * hd);
+      const auto want0 = attend(Arena(16, n_kv, hd, 14, kw, vw), n_head, q0, {13}, 1);
+      for (int bs : {3, 16})
+        for (int threads : {1, 3}) {
+          const Arena arena(bs, n_kv, hd, n_pos, kd, vd);
+          const auto got = attend(arena, n_head, q, positions, threads, window);
+          ASSERT_EQ(std::memcmp(got.data(), want0.data(), want0.size() * sizeof(float)), 0)
+              << "head dim " << hd << " group " << group << " block size " << bs << " threads " << threads;
+          for (size_t t = 0; t < positions.size(); ++t)
+            for (int h = 0; h < n_head; ++h) {
+              const int p = positions[t], lo = p - window + 1, kvh = h / group;
+              const float* qh = q.data() + (t * n_head + h) * hd;
+              std::vector<double> w;
+              double mx = -INFINITY, sum = 0;
+              for (int j = lo; j <= p; ++j) {
+                double d = 0;
+                for (int i = 0; i < hd; ++i) d += double(qh[i]) * kd[j * slot + kvh * hd + i];
+                w.push_back(d / std::sqrt(double(hd)));
+                mx = std::max(mx, w.back());
+              }
+              for (double& x : w) sum += (x = std::exp(x - mx));
+              for (int i = 0; i < hd; ++i) {
+                double o = 0;
+                for (int j = lo; j <= p; ++j) o += w[size_t(j - lo)] / sum * vd[j * slot + kvh * hd + i];
+                ASSERT_NEAR(got[(t * n_head + h) * hd + i], o, 2e-5) << "token " << t << " head " << h << " dim " << i;
+              }
+            }
+          const auto full = attend(arena, n_head, q, positions, threads);
+          ASSERT_EQ(attend(arena, n_head, q, positions, threads, n_pos), full) << "a window of the whole context";
         }
     }
 }

@@ -64,14 +64,15 @@ TEST(GgufRoundTrip, EveryScalarAndArrayType) {
   w.set_array_strings("no_strs", {});
   w.set_array_f32("floats", {1.5f, -0.f, INFINITY});
   w.set_array_i32("ints", {INT32_MIN, 0, INT32_MAX});
+  w.set_array_bool("bools", {true, false, true});
   const auto path = scratch("values.gguf");
   w.write(path);
 
   GgufFile f = GgufFile::open(path);
   EXPECT_EQ(f.version(), 3u);
-  ASSERT_EQ(f.metadata().size(), 18u);
+  ASSERT_EQ(f.metadata().size(), 19u);
   EXPECT_EQ(f.metadata()[0].first, "u8");  // insertion order
-  EXPECT_EQ(f.metadata()[17].first, "ints");
+  EXPECT_EQ(f.metadata()[18].first, "bools");
   EXPECT_EQ(f.find("u8")->type, GgufType::UINT8);
   EXPECT_EQ(f.get_uint("u8"), 250u);
   EXPECT_EQ(f.find("i8")->type, GgufType::INT8);
@@ -100,6 +101,8 @@ TEST(GgufRoundTrip, EveryScalarAndArrayType) {
   EXPECT_TRUE(std::signbit(floats[1]));
   EXPECT_TRUE(std::isinf(floats[2]));
   EXPECT_EQ(f.array_int("ints"), (std::vector<int64_t>{INT32_MIN, 0, INT32_MAX}));
+  EXPECT_EQ(f.array_bool("bools"), (std::vector<bool>{true, false, true}));
+  EXPECT_THROW(f.array_bool("ints"), GgufError);
   EXPECT_TRUE(f.tensors().empty());
 }
 

@@ -147,10 +147,11 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["hidden_act"] = "gelu";
   EXPECT_THAT(error(), HasSubstr("hidden_act 'gelu'"));
   config_["hidden_act"] = "silu";
-  config_["sliding_window"] = 256;
-  EXPECT_THAT(error(), HasSubstr("sliding_window"));
-  config_["use_sliding_window"] = false;  // a switch only Qwen's configs have: the window still applies
-  EXPECT_THAT(error(), HasSubstr("sliding-window attention is not supported"));
+  config_["sliding_window"] = 4;
+  config_["layer_types"] = std::vector<std::string>(8, "sliding_attention");
+  config_["layer_types"][7] = "moe_attention";
+  EXPECT_THAT(error(), HasSubstr("layer_types entry \"moe_attention\" is not supported"));
+  config_.erase("layer_types");
   config_["sliding_window"] = -1;
   EXPECT_THAT(error(), HasSubstr("'sliding_window' must be a positive integer or null"));
   config_.erase("sliding_window");

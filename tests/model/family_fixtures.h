@@ -21,7 +21,7 @@ namespace fdl::test {
 /// The families the engine runs, each loaded from its HF directory and from its GGUF
 /// (qwen2-yarn: qwen2 with YaRN RoPE scaling).
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "phi3", "qwen2-yarn"};
+  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "mistral", "phi3", "qwen2-yarn"};
   return f;
 }
 
@@ -40,6 +40,23 @@ inline nlohmann::json family_reference(const std::string& family) {
   std::ifstream in(family_dir(family) / "reference.json");
   if (!in) throw std::runtime_error("cannot open " + (family_dir(family) / "reference.json").string());
   return nlohmann::json::parse(in);
+}
+
+/// Whether the fixture's GGUF lacks what its HF directory says, so only llama.cpp (which runs the
+/// GGUF as written) is its oracle: llama.cpp's converter drops Mistral's sliding_window.
+inline bool gguf_drops_window(const std::string& family) { return family == "mistral"; }
+
+/// `src` copied to `dst` with uint32 metadata `keys` added (or replaced), tensors unchanged.
+inline void copy_gguf_with_keys(const std::filesystem::path& src, const std::filesystem::path& dst,
+                                const std::vector<std::pair<std::string, uint32_t>>& keys) {
+  const GgufFile f = GgufFile::open(src);
+  GgufWriter w(f.alignment());
+  for (const auto& [k, v] : f.metadata()) w.set_value(k, v);
+  for (const auto& [k, v] : keys) w.set_uint32(k, v);
+  for (const GgufTensorInfo& t : f.tensors())
+    w.add_tensor(t.name, t.type(), std::vector<uint64_t>(t.ne, t.ne + t.n_dims),
+                 [&t](std::span<uint8_t> out) { std::copy_n(t.data, out.size(), out.begin()); });
+  w.write(dst);
 }
 
 struct FamilyCheck {

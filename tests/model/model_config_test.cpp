@@ -155,17 +155,23 @@ TEST(ModelConfig, MixtureOfExpertsIsRefusedByName) {
   expect_model_error([&] { Model::load(path); }, {"mixture-of-experts", "llama.expert_count' = 8"});
 }
 
-// A window shorter than the context (Phi-3-mini's 2047, Gemma's) changes which keys a token
-// sees: refused by name; 0 (no window, as phi3 files without one say) and a window as long as
-// the context run.
-TEST(ModelConfig, SlidingWindowShorterThanTheContextIsRefused) {
+// A window shorter than the context (Mistral 7B v0.1, Phi-3-mini's 2047, Gemma's local layers):
+// on every layer by default, on the layers `sliding_window_pattern` names (a BOOL per layer, or
+// llama.cpp's period n: layers il % n < n - 1); 0 and a window as long as the context are none.
+TEST(ModelConfig, SlidingWindowAndItsLayers) {
   TinyLlamaSpec s;
   s.extra_u32_keys["llama.attention.sliding_window"] = 16;
-  const auto path = write_tiny_llama("swa.gguf", s);
-  expect_model_error([&] { Model::load(path); }, {"llama.attention.sliding_window' = 16", "sliding-window"});
+  auto config = [&](const char* name) { return Model::load(write_tiny_llama(name, s))->config(); };
+  ModelConfig c = config("swa.gguf");
+  EXPECT_EQ(c.sliding_window, 16);
+  for (int il = 0; il < c.n_layer; ++il) EXPECT_EQ(c.attention_window(il), 16) << il;
+  s.extra_u32_keys["llama.attention.sliding_window_pattern"] = 2;  // layer 0 slides, layer 1 not
+  c = config("swa-period.gguf");
+  EXPECT_EQ(c.attention_window(0), 16);
+  EXPECT_EQ(c.attention_window(1), 0);
   for (const uint32_t window : {0u, 1u << 20}) {
     s.extra_u32_keys["llama.attention.sliding_window"] = window;
-    EXPECT_NO_THROW(Model::load(write_tiny_llama("swa-none.gguf", s))) << window;
+    EXPECT_EQ(config("swa-none.gguf").sliding_window, 0) << window;
   }
 }
 

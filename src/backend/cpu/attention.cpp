@@ -31,6 +31,7 @@ struct VecPortable {
   }
   // The sum in eight double lanes (j mod 8) combined in the canonical order, like the AVX2
   // build (attention.h).
+  // s starts at a multiple of 8 positions (softmax_start), so lane j mod 8 is position j's.
   static double exp_sum(float* s, int64_t n, float max) {
     double lane[8] = {};
     for (int64_t j = 0; j < n; ++j) {
@@ -39,9 +40,9 @@ struct VecPortable {
     }
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
   }
-  static void weighted_v_sum(const float* p, int64_t n_pos, const VRows& v, float* out) {
+  static void weighted_v_sum(const float* p, int64_t lo, int64_t n_pos, const VRows& v, float* out) {
     std::fill(out, out + v.head_dim, 0.f);
-    for (int64_t j = 0; j < n_pos; ++j) {
+    for (int64_t j = lo; j < n_pos; ++j) {
       const float* vj = v.row(j);
       for (int64_t i = 0; i < v.head_dim; ++i) out[i] += p[j] * vj[i];
     }
@@ -90,6 +91,7 @@ void check_args(const PagedAttentionArgs& a) {
     throw std::invalid_argument("paged_attention: head_dim, block_size and block_stride must be positive");
   if (a.tree_slots != nullptr && a.tree_base == nullptr)
     throw std::invalid_argument("paged_attention: tree_slots without tree_base");
+  if (a.window < 0) throw std::invalid_argument("paged_attention: negative window " + std::to_string(a.window));
 }
 
 }  // namespace
@@ -102,7 +104,7 @@ void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, Attent
       throw std::invalid_argument("paged_attention: negative position " +
                                   std::to_string(args.positions[t]));
     max_positions = std::max<int64_t>(max_positions, int64_t(args.positions[t]) + 1);
-    total_positions += int64_t(args.positions[t]) + 1;
+    total_positions += int64_t(args.positions[t]) + 1 - detail::first_position(args, t);
   }
   const int group = args.n_head / args.n_head_kv;
   // The kernel set is chosen once per call. AVX2: runs of consecutive tokens sharing a block

@@ -2,12 +2,13 @@
 // Kwon et al. 2023), fp32, on the CPU.
 //
 // For each query token t and head h (GQA: kv head = h / (n_head / n_head_kv)):
-//   s_j  = dot(q[t][h], K[j]) * scale                 for positions j = 0 .. positions[t]
+//   s_j  = dot(q[t][h], K[j]) * scale                 for positions j = lo .. positions[t]
 //   p_j  = exp(s_j - max_j s_j) / sum_j exp(s_j - max)  (fp32, max subtraction, sum in double)
 //   out[t][h] = sum_j p_j * V[j]                       (positions in increasing order)
+// where lo = 0, or positions[t] - window + 1 (at least 0) with a sliding window.
 // Fixed orders: the dot product in eight lanes (dims mod 8) combined as
 // ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)) (AVX2: with FMA); the softmax denominator in eight
-// double lanes (positions mod 8, increasing) combined the same way; the V sum per output
+// double lanes (positions j mod 8, increasing) combined the same way; the V sum per output
 // over positions in increasing order.
 // K[j]/V[j] are read from block block_tables[t][j / block_size], slot j % block_size, of the
 // KV arena (layout in flashdllm/kv_cache.h), described by plain pointers and strides so the
@@ -53,6 +54,10 @@ struct PagedAttentionArgs {
   /// output equals that of an ordinary token whose slots hold those rows, bit for bit.
   const int32_t* const* tree_slots = nullptr;
   const int32_t* tree_base = nullptr;        ///< per token (read only where tree_slots[t] is set)
+  /// Sliding window (flashdllm/model.h, ModelConfig::sliding_window): token t attends to its
+  /// positions (positions[t] - window, positions[t]] only (virtual positions for a tree token).
+  /// 0 = the whole context.
+  int window = 0;
 };
 
 /// Per-thread score buffers, grown on demand and reused across calls (no allocation per
@@ -83,7 +88,7 @@ class AttentionScratch {
 /// (parallel_policy.h); runs are then cut shorter where there would be fewer than two items
 /// per thread (a lone verification window of a model with 2 KV heads).
 /// Throws std::invalid_argument for a null pointer, n_head not a positive multiple of
-/// n_head_kv, a non-positive head_dim/block_size, or a negative position. Block ids are
+/// n_head_kv, a non-positive head_dim/block_size, a negative position or window. Block ids are
 /// trusted (the caller takes them from a KvCache block table covering each position).
 void paged_attention(ThreadPool& threads, const PagedAttentionArgs& args, AttentionScratch& scratch);
 

@@ -339,10 +339,15 @@ void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kv
   const int64_t stride = int64_t(nh) * max_pos;  // buf floats per token: [nh][n_pos]
   auto q_of = [&](int64_t t) { return a.q + (t * a.n_head + int64_t(kvh0) * group) * hd; };
   const int64_t head_off = int64_t(kvh0) * hd;  // this item's first KV head within a slot
+  // With a sliding window, the run reads from the KV block holding its earliest first position;
+  // positions of that stretch a token does not attend to get weight exactly 0.
+  int64_t first = max_pos;
+  for (int64_t t = t0; t < t1; ++t) first = std::min(first, first_position(a, t));
+  const int64_t jstart = first / kv.block_size * kv.block_size;
 
   // Scores, block by block of the KV; within a block four positions at a time for up to
   // three heads of one KV head at once, the rest one by one.
-  for (int64_t j0 = 0; j0 < max_pos; j0 += kv.block_size) {
+  for (int64_t j0 = jstart; j0 < max_pos; j0 += kv.block_size) {
     const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + head_off;
     if (j0 + kv.block_size < max_pos)
       prefetch_rows(kv.k_base + table[j0 / kv.block_size + 1] * kv.block_stride + head_off, kv.block_size,
@@ -385,10 +390,13 @@ void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kv
   // into the weights before the V sum.
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n_pos = int64_t(a.positions[t]) + 1;
+    const int64_t lo = first_position(a, t), s8 = softmax_start(lo);
     for (int h = 0; h < nh; ++h) {
       float* sg = buf + (t - t0) * stride + h * n_pos;
-      const float inv_sum = float(1.0 / exp_sum(sg, n_pos, max_of(sg, n_pos)));
-      scale_in_place(sg, n_pos, inv_sum);
+      std::fill(sg + std::min(jstart, s8), sg + lo, -INFINITY);
+      const float inv_sum = float(1.0 / exp_sum(sg + s8, n_pos - s8, max_of(sg + s8, n_pos - s8)));
+      scale_in_place(sg + s8, n_pos - s8, inv_sum);
+      if (jstart < s8) std::fill(sg + jstart, sg + s8, 0.f);  // read by the V sum, outside the softmax
     }
   }
   // V sums, window by window of positions (a whole number of KV blocks), every token of the
@@ -397,7 +405,13 @@ void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kv
   const int64_t window = std::max<int64_t>(1, kVWindowPositions / kv.block_size) * kv.block_size;
   const bool lanes = hd % 8 == 0 && hd <= kMaxLaneHeadDim;
   const int vecs = int(hd / 8);  // lane path: vectors per head
-  for (int64_t jb = 0; jb < max_pos; jb += window) {
+  // The V sums start from zero at jb == 0, else from `out`: from zeros at a later start.
+  if (jstart > 0)
+    for (int64_t t = t0; t < t1; ++t) {
+      float* out = a.out + (t * a.n_head + int64_t(kvh0) * group) * hd;
+      std::fill(out, out + int64_t(nh) * hd, 0.f);
+    }
+  for (int64_t jb = jstart; jb < max_pos; jb += window) {
     for (int64_t j = jb + window; j < std::min(jb + 2 * window, max_pos); j += kv.block_size)
       prefetch_rows(v.base + table[j / kv.block_size] * kv.block_stride, std::min<int64_t>(kv.block_size, max_pos - j),
                     slot_stride, n_kv * hd);
@@ -451,11 +465,12 @@ void attend_tree_avx2(const PagedAttentionArgs& a, int64_t t, int kvh0, int kvh1
   const int tail = int(hd % 8);
   const __m256i tail_m = simd::tail_mask(tail);
   const int64_t n_pos = int64_t(a.positions[t]) + 1;
+  const int64_t lo = first_position(a, t), s8 = softmax_start(lo);
   const VRows rows = v_rows(a, t, 0);
   // Grows to the longest context seen, then allocates nothing.
   thread_local std::vector<int64_t> offset;
   if (offset.size() < size_t(n_pos)) offset.resize(size_t(n_pos));
-  for (int64_t j = 0; j < n_pos; ++j) {
+  for (int64_t j = lo; j < n_pos; ++j) {
     const int64_t s = rows.slot(j);
     offset[size_t(j)] = rows.table[s / rows.block_size] * rows.block_stride + (s % rows.block_size) * rows.slot_stride;
   }
@@ -466,15 +481,16 @@ void attend_tree_avx2(const PagedAttentionArgs& a, int64_t t, int kvh0, int kvh1
     const float* vb = a.kv.v_base + kvh * hd;
     const float* q = a.q + (t * a.n_head + int64_t(kvh) * group) * hd;
     float* out = a.out + (t * a.n_head + int64_t(kvh) * group) * hd;
-    for (int64_t j = 0; j < n_pos; ++j) {
+    for (int64_t j = lo; j < n_pos; ++j) {
       const float* kj = kb + offset[size_t(j)];
       for (int g = 0; g < group; ++g)
         buf[g * n_pos + j] = simd::hsum_canonical(dot_lanes(q + g * hd, kj, steps, tail, tail_m)) * a.scale;
     }
     for (int g = 0; g < group; ++g) {
       float* sg = buf + g * n_pos;
-      const float inv_sum = float(1.0 / exp_sum(sg, n_pos, max_of(sg, n_pos)));
-      scale_in_place(sg, n_pos, inv_sum);
+      std::fill(sg + s8, sg + lo, -INFINITY);
+      const float inv_sum = float(1.0 / exp_sum(sg + s8, n_pos - s8, max_of(sg + s8, n_pos - s8)));
+      scale_in_place(sg + s8, n_pos - s8, inv_sum);
     }
     for (int l0 = 0; l0 < n_lanes; l0 += kMaxLanes) {
       const int n = std::min(kMaxLanes, n_lanes - l0);
@@ -489,7 +505,7 @@ void attend_tree_avx2(const PagedAttentionArgs& a, int64_t t, int kvh0, int kvh1
         col[l] = int64_t(g) * hd + 8 * c;  // offset in `out`; the V offset is 8 * c
         part[l] = tail > 0 && c == nvec - 1;
       }
-      for (int64_t j = 0; j < n_pos; ++j) {
+      for (int64_t j = lo; j < n_pos; ++j) {
         const float* vj = vb + offset[size_t(j)];
         for (int l = 0; l < n; ++l) {
           const float* v = vj + col[l] % hd;

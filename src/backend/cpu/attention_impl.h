@@ -3,8 +3,8 @@
 //   float  Vec::dot(const float* a, const float* b, int64_t n);
 //   double Vec::exp_sum(float* s, int64_t n, float max);  // s[j] = exp(s[j] - max); returns
 //                                                          // the sum in double, in the order of attention.h
-//   void   Vec::weighted_v_sum(const float* p, int64_t n_pos, const VRows& v, float* out);
-//                                                          // out = sum_j p[j] * V[j], j ascending
+//   void   Vec::weighted_v_sum(const float* p, int64_t lo, int64_t n_pos, const VRows& v, float* out);
+//                                                          // out = sum_j p[j] * V[j], j = lo.. ascending
 // so each translation unit (compiled with its own ISA flags) inlines its own version.
 // Reduction order per output is fixed: positions in increasing order, whatever the batch.
 #pragma once
@@ -35,6 +35,16 @@ struct VRows {
   }
 };
 
+/// The first position token t attends to (PagedAttentionArgs::window).
+inline int64_t first_position(const PagedAttentionArgs& a, int64_t t) {
+  return a.window > 0 ? std::max<int64_t>(0, int64_t(a.positions[t]) - a.window + 1) : 0;
+}
+
+/// Where the softmax sum of a token whose first position is `lo` starts: lo rounded down to a
+/// multiple of 8, so its eight lanes hold the positions j mod 8 whatever lo is. The caller sets
+/// the scores of [softmax_start(lo), lo) to -inf (weights of exactly 0, which add nothing).
+inline int64_t softmax_start(int64_t lo) { return lo & ~int64_t(7); }
+
 /// The VRows of token t's KV head `kvh` (tree slots included).
 inline VRows v_rows(const PagedAttentionArgs& a, int64_t t, int kvh) {
   const int64_t hd = a.head_dim, slot_stride = int64_t(a.n_head_kv) * hd;
@@ -61,38 +71,42 @@ void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
   float* scores = buf;                     // [group][n_pos]
   float* max_score = buf + group * n_pos;  // [group]
 
+  const int64_t lo = first_position(a, t), s8 = softmax_start(lo);
   std::fill(max_score, max_score + group, -INFINITY);
+  for (int g = 0; g < group; ++g) std::fill(scores + g * n_pos + s8, scores + g * n_pos + lo, -INFINITY);
   if (a.tree_slots != nullptr && a.tree_slots[t] != nullptr) {
     // A tree token: the same dot per virtual position, its K row found through the slot list.
     const VRows k{kv.k_base + kvh * hd, table, kv.block_stride, slot_stride, kv.block_size, hd,
                   a.tree_slots[t], a.tree_base[t]};
-    for (int64_t j = 0; j < n_pos; ++j)
+    for (int64_t j = lo; j < n_pos; ++j)
       for (int g = 0; g < group; ++g) {
         const float score = Vec::dot(q + g * hd, k.row(j), hd) * a.scale;
         scores[g * n_pos + j] = score;
         max_score[g] = std::max(max_score[g], score);
       }
   } else {
-    for (int64_t j0 = 0; j0 < n_pos; j0 += kv.block_size) {
-      const int64_t n_in_block = std::min<int64_t>(kv.block_size, n_pos - j0);
-      const float* kb = kv.k_base + table[j0 / kv.block_size] * kv.block_stride + kvh * hd;
-      for (int64_t s = 0; s < n_in_block; ++s)
+    for (int64_t j = lo; j < n_pos;) {
+      const int64_t s0 = j % kv.block_size;
+      const int64_t n_in_block = std::min<int64_t>(kv.block_size - s0, n_pos - j);
+      const float* kb = kv.k_base + table[j / kv.block_size] * kv.block_stride + kvh * hd;
+      for (int64_t s = s0; s < s0 + n_in_block; ++s)
         for (int g = 0; g < group; ++g) {
           const float score = Vec::dot(q + g * hd, kb + s * slot_stride, hd) * a.scale;
-          scores[g * n_pos + j0 + s] = score;
+          scores[g * n_pos + j + (s - s0)] = score;
           max_score[g] = std::max(max_score[g], score);
         }
+      j += n_in_block;
     }
   }
   // Softmax per head (fp32 exponentials, double sum); the normalizer is folded into the
   // weights before the V sum.
   for (int g = 0; g < group; ++g) {
     float* sg = scores + g * n_pos;
-    const float inv_sum = float(1.0 / Vec::exp_sum(sg, n_pos, max_score[g]));
-    for (int64_t j = 0; j < n_pos; ++j) sg[j] *= inv_sum;
+    const float inv_sum = float(1.0 / Vec::exp_sum(sg + s8, n_pos - s8, max_score[g]));
+    for (int64_t j = lo; j < n_pos; ++j) sg[j] *= inv_sum;
   }
   const VRows v = v_rows(a, t, kvh);
-  for (int g = 0; g < group; ++g) Vec::weighted_v_sum(scores + g * n_pos, n_pos, v, out + g * hd);
+  for (int g = 0; g < group; ++g) Vec::weighted_v_sum(scores + g * n_pos, lo, n_pos, v, out + g * hd);
 }
 
 /// Runs work items [begin, end) — item i is (token i / n_head_kv, KV head i % n_head_kv).

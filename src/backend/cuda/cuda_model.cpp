@@ -33,6 +33,9 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   if (c.head_dim % 4 != 0 || c.head_dim > 256)
     throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
                      std::to_string(c.head_dim));
+  if (c.sliding_window > 0)
+    throw ModelError(file_.path() + ": --device cuda: sliding-window attention (window " +
+                     std::to_string(c.sliding_window) + ") is supported on the CPU only");
   rope_.head_dim = c.head_dim;
   rope_.rope_dim = c.rope_dim;
   rope_.freq_base = c.rope_freq_base;
