@@ -13,6 +13,7 @@
 // internal scratch) — the engine thread calls it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -78,6 +79,17 @@ struct ModelConfig {
   /// cache still holds every position (global layers and prefix sharing read them).
   int sliding_window = 0;
   std::vector<uint8_t> layer_sliding;
+  // Gemma 2/3's parts of the plan (src/arch/gemma2.cpp, gemma3.cpp).
+  float embed_scale = 1.f;   ///< token embeddings are multiplied by this (Gemma: sqrt(n_embd))
+  bool post_norms = false;   ///< RMSNorm of the attention and FFN outputs before each residual add
+  bool ffn_gelu = false;     ///< GeGLU: gelu_tanh(gate) * up instead of silu(gate) * up
+  float attn_scale = 0.f;    ///< query scale (`attention.scale`); 0 = 1/sqrt(head_dim)
+  float attn_softcap = 0.f;  ///< scores s -> cap * tanh(s / cap) before the softmax; 0 = none
+  float final_softcap = 0.f; ///< the same on the logits (`final_logit_softcapping`)
+  /// Sliding layers' RoPE base (`rope.freq_base_swa`, Gemma 3: unscaled); 0 = the global RoPE.
+  float rope_freq_base_swa = 0.f;
+  /// The query scale actually applied.
+  float query_scale() const { return attn_scale > 0 ? attn_scale : 1.f / std::sqrt(float(head_dim)); }
   /// Positions layer `il` attends to behind and including the current one; 0 = all of them.
   int attention_window(int il) const {
     return sliding_window > 0 && layer_sliding[size_t(il)] ? sliding_window : 0;

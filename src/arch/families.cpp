@@ -6,8 +6,8 @@
 namespace fdl::arch {
 namespace {
 
-const std::array<const Family*, 4>& all() {
-  static const std::array<const Family*, 4> families{&kLlama, &kQwen2, &kQwen3, &kPhi3};
+const std::array<const Family*, 6>& all() {
+  static const std::array<const Family*, 6> families{&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma2, &kGemma3};
   return families;
 }
 

@@ -10,5 +10,7 @@ extern const Family kLlama;
 extern const Family kQwen2;
 extern const Family kQwen3;
 extern const Family kPhi3;
+extern const Family kGemma2;
+extern const Family kGemma3;
 
 }  // namespace fdl::arch

@@ -1,9 +1,11 @@
 // family.h — what distinguishes one decoder-only model family from another, as data.
 //
 // Every family runs the same layer plan (both backends execute it):
-//   x += wo · attention(rope(norm_q(wq·rms_norm(x) + bq)), rope(norm_k(wk·rms_norm(x) + bk)),
-//                       wv·rms_norm(x) + bv)
-//   x += w_down · (silu(w_gate·rms_norm(x)) * (w_up·rms_norm(x)))
+//   x += post_norm(wo · attention(rope(norm_q(wq·rms_norm(x) + bq)), rope(norm_k(wk·rms_norm(x) + bk)),
+//                                 wv·rms_norm(x) + bv))
+//   x += post_norm(w_down · (act(w_gate·rms_norm(x)) * (w_up·rms_norm(x))))
+// (act: SiLU or GELU-tanh; post_norm: identity or an RMSNorm), over embeddings optionally
+// scaled, with attention optionally windowed and soft-capped, logits optionally soft-capped.
 // and a Family says which optional parts it has: Q/K/V biases (qwen2), a per-head RMSNorm on Q
 // and K before RoPE (qwen3), how its checkpoints lay out a RoPE pair in the Q/K rows, and
 // which matrices they store fused (phi3: QKV and gate/up; bound as row ranges of the mapping,
@@ -45,6 +47,21 @@ struct Family {
   /// `<arch>.attention.sliding_window_pattern`: 0 = every layer, n = the layers il with
   /// il % n < n - 1 (llama.cpp's convention).
   int gguf_sliding_pattern = 0;
+  // Gemma 2/3's parts of the plan:
+  bool embed_scale = false;  ///< token embeddings times sqrt(n_embd)
+  /// RMSNorm of the attention and FFN outputs before each residual add
+  /// (blk.N.post_attention_norm.weight, blk.N.post_ffw_norm.weight, [n_embd]).
+  bool post_norms = false;
+  bool ffn_gelu = false;     ///< GeGLU: gelu_tanh(gate) * up (HF gelu_pytorch_tanh) instead of SwiGLU
+  /// HF checkpoints store RMSNorm weights as scale - 1 (Gemma); the GGUFs and the engine use the scale.
+  bool hf_norm_minus_one = false;
+  /// Sliding layers have a RoPE of their own: base `<arch>.rope.freq_base_swa` (this value when
+  /// absent) and no scaling (Gemma 3). 0: the global layers' RoPE.
+  float sliding_rope_base = 0.f;
+  /// Files of this many layers scale queries by 1/sqrt(n_embd / n_head) instead of
+  /// 1/sqrt(head_dim) when `<arch>.attention.scale` is absent (Gemma 2/3 27B: their
+  /// query_pre_attn_scalar, which the GGUFs do not carry; llama.cpp's rule). 0: none.
+  int gguf_embd_query_scale_layers = 0;
 };
 
 /// The family of GGUF `general.architecture` = name; nullptr when unknown.

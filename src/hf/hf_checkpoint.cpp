@@ -65,6 +65,7 @@ struct Binding {
   const SafetensorsTensor* src;
   std::vector<uint64_t> hf_shape;  ///< expected, outermost first
   int permute_heads = 0;           ///< > 0: reorder rows from rotate-half to interleaved pairs
+  float add = 0.f;                 ///< added to every element of a 1-D tensor (Gemma's norms: 1)
 };
 
 class Mapper {
@@ -72,6 +73,12 @@ class Mapper {
   Mapper(const SafetensorsCheckpoint& ckpt, const fs::path& dir, std::string family)
       : ckpt_(ckpt), dir_(dir), family_(std::move(family)) {}
 
+  /// An RMSNorm weight: Gemma checkpoints store scale - 1 (the GGUF holds the scale, as
+  /// llama.cpp's converter writes it).
+  void bind_norm(const std::string& hf_name, std::string gguf_name, uint64_t n, bool minus_one) {
+    bind(hf_name, std::move(gguf_name), {n});
+    bindings_.back().add = minus_one ? 1.f : 0.f;
+  }
   void bind(const std::string& hf_name, std::string gguf_name, std::vector<uint64_t> shape, int permute_heads = 0) {
     const SafetensorsTensor* t = ckpt_.find(hf_name);
     if (!t) throw HfError(dir_.string() + ": missing tensor '" + hf_name + "'");
@@ -127,9 +134,9 @@ void add_tensor(GgufWriter& w, const Binding& b) {
   std::vector<uint64_t> ne(b.hf_shape.rbegin(), b.hf_shape.rend());  // ggml order: innermost first
   if (b.hf_shape.size() == 1) {
     const size_t elem = t.dtype == "F32" ? 4 : 2;
-    w.add_tensor(b.gguf_name, GgmlType::F32, ne, [&t, elem](std::span<uint8_t> out) {
+    w.add_tensor(b.gguf_name, GgmlType::F32, ne, [&t, elem, add = b.add](std::span<uint8_t> out) {
       for (size_t i = 0; i < t.n_elements(); ++i) {
-        const float f = element_as_f32(t.dtype, t.data + i * elem);
+        const float f = element_as_f32(t.dtype, t.data + i * elem) + add;
         std::memcpy(out.data() + 4 * i, &f, 4);
       }
     });
@@ -185,7 +192,8 @@ GgufFile open_hf_directory(const fs::path& dir) {
   m.bind("model.embed_tokens.weight", "token_embd.weight", {v, d});
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string hf = "model.layers." + std::to_string(l) + ".", gg = "blk." + std::to_string(l) + ".";
-    m.bind(hf + "input_layernorm.weight", gg + "attn_norm.weight", {d});
+    const bool minus_one = s.family->hf_norm_minus_one;
+    m.bind_norm(hf + "input_layernorm.weight", gg + "attn_norm.weight", d, minus_one);
     // HF keeps RoPE pairs in halves; the family's GGUF layout is what the model reads
     // (llama.cpp's converter reorders llama's rows to interleaved pairs and keeps qwen's).
     const bool to_pairs = s.family->gguf_rope_pairs == arch::RopePairs::Interleaved;
@@ -202,11 +210,17 @@ GgufFile open_hf_directory(const fs::path& dir) {
       m.bind(hf + "self_attn.v_proj.bias", gg + "attn_v.bias", {kv});
     }
     if (s.family->qk_norm) {
-      m.bind(hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", {uint64_t(s.head_dim)});
-      m.bind(hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", {uint64_t(s.head_dim)});
+      m.bind_norm(hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", uint64_t(s.head_dim), minus_one);
+      m.bind_norm(hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", uint64_t(s.head_dim), minus_one);
     }
     m.bind(hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {d, q});
-    m.bind(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d});
+    if (s.family->post_norms) {  // Gemma: post_attention_layernorm follows attention; a pre-FFN norm of its own
+      m.bind_norm(hf + "post_attention_layernorm.weight", gg + "post_attention_norm.weight", d, minus_one);
+      m.bind_norm(hf + "pre_feedforward_layernorm.weight", gg + "ffn_norm.weight", d, minus_one);
+      m.bind_norm(hf + "post_feedforward_layernorm.weight", gg + "post_ffw_norm.weight", d, minus_one);
+    } else {
+      m.bind(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d});
+    }
     if (s.family->fused_gate_up) {
       m.bind(hf + "mlp.gate_up_proj.weight", gg + "ffn_up.weight", {2 * ff, d});
     } else {
@@ -215,7 +229,7 @@ GgufFile open_hf_directory(const fs::path& dir) {
     }
     m.bind(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, ff});
   }
-  m.bind("model.norm.weight", "output_norm.weight", {d});
+  m.bind_norm("model.norm.weight", "output_norm.weight", d, s.family->hf_norm_minus_one);
   if (!s.tied_output)
     m.bind("lm_head.weight", "output.weight", {v, d});
   else if (ckpt.find("lm_head.weight"))

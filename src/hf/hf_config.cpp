@@ -18,6 +18,7 @@ using nlohmann::json;
 class ConfigReader {
  public:
   ConfigReader(const json& j, std::string label) : j_(j), label_(std::move(label)) {}
+  const std::string& label() const { return label_; }
 
   [[noreturn]] void fail(const std::string& what) const { throw HfError(label_ + ": " + what); }
 
@@ -74,6 +75,39 @@ class ConfigReader {
 
 /// RoPE parameters: transformers 5 keeps them in `rope_parameters`, 4 in `rope_theta` and
 /// `rope_scaling`.
+void write_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta, GgufWriter& w);
+
+/// Gemma 3: rope_parameters per layer type (transformers 5: {full_attention: {...},
+/// sliding_attention: {...}}; 4: rope_theta, rope_scaling and rope_local_base_freq). The global
+/// layers' is the model's RoPE; the sliding layers' must be unscaled, its base written as
+/// `rope.freq_base_swa`. Returns false for a config without per-layer-type RoPE.
+bool write_layer_type_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta,
+                           GgufWriter& w) {
+  const json* params = r.find("rope_parameters");
+  if (params && params->is_object() && params->contains("full_attention")) {
+    for (const char* t : {"full_attention", "sliding_attention"})
+      if (!params->contains(t) || !params->at(t).is_object())
+        r.fail("key 'rope_parameters." + std::string(t) + "' must be an object");
+    const json& slide = params->at("sliding_attention");
+    for (const char* k : {"rope_type", "type"})
+      if (slide.contains(k) && slide.at(k) != "default")
+        r.fail("rope_parameters.sliding_attention." + std::string(k) + " = " + slide.at(k).dump() +
+               ": the sliding layers' RoPE must be unscaled");
+    if (!slide.contains("rope_theta")) r.fail("missing key 'rope_parameters.sliding_attention.rope_theta'");
+    w.set_float32(a + ".rope.freq_base_swa", float(r.positive_number(slide.at("rope_theta"), "rope_parameters.sliding_attention.rope_theta")));
+    json global = config;
+    global["rope_parameters"] = params->at("full_attention");
+    write_rope(ConfigReader(global, r.label()), global, a, default_theta, w);
+    return true;
+  }
+  if (r.find("rope_local_base_freq")) {
+    w.set_float32(a + ".rope.freq_base_swa", float(r.positive_number_or("rope_local_base_freq", 10000)));
+    write_rope(r, config, a, default_theta, w);
+    return true;
+  }
+  return false;
+}
+
 void write_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta, GgufWriter& w) {
   const json* params = r.find("rope_parameters");
   const json* scaling = r.find("rope_scaling");
@@ -220,8 +254,13 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   const int n_ctx = r.positive_int("max_position_embeddings");
 
   // Keys that change the math and are not supported: refused, never ignored.
-  const std::string act = r.string_or("hidden_act", "silu");
-  if (act != "silu") r.fail("unsupported hidden_act '" + act + "' (supported: silu)");
+  // Gemma configs name their activation hidden_activation (hidden_act is an older spelling).
+  const char* act_key = r.find("hidden_activation") ? "hidden_activation" : "hidden_act";
+  const std::string act = r.string_or(act_key, family->ffn_gelu ? "gelu_pytorch_tanh" : "silu");
+  const std::string want_act = family->ffn_gelu ? "gelu_pytorch_tanh" : "silu";
+  if (act != want_act) r.fail("unsupported " + std::string(act_key) + " '" + act + "' (supported for " + a + ": " + want_act + ")");
+  if (r.bool_or("use_bidirectional_attention", false))
+    r.fail("use_bidirectional_attention = true: only causal attention is supported");
   // Qwen2's Q/K/V biases are part of its plan (its config has no switch for them); an
   // attention_bias switch elsewhere would add an output bias too, which no plan here reads.
   if (r.bool_or("attention_bias", false))
@@ -236,7 +275,8 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
       r.fail("key 'sliding_window' must be a positive integer or null, got " + sw->dump());
     if (sw->get<int64_t>() < n_ctx) window = int(sw->get<int64_t>());
   }
-  std::vector<bool> sliding_layers;  // empty: every layer
+  std::vector<bool> sliding_layers;  // empty: sliding_period says which layers
+  int sliding_period = 0;
   if (window > 0) {
     if (const json* types = r.find("layer_types")) {
       if (!types->is_array() || types->size() != size_t(s.n_layer))
@@ -249,10 +289,14 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
     } else if (window_switch) {
       // Which of Qwen's layers slide (max_window_layers) is spelled out only by layer_types.
       r.fail("use_sliding_window = true without 'layer_types': which layers slide is not said");
+    } else {
+      // transformers 4: Gemma 3's sliding_window_pattern (n: layers il % n < n - 1 slide), or
+      // the family's own pattern (Gemma 2 alternates; 0 = every layer).
+      sliding_period = r.find("sliding_window_pattern") ? r.positive_int("sliding_window_pattern")
+                                                        : family->gguf_sliding_pattern;
     }
   }
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "num_local_experts", "num_experts",
-                          "n_routed_experts"})
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (r.find(key)) r.fail("key '" + std::string(key) + "' is set: not supported for " + a);
   if (const json* tp = r.find("pretraining_tp"); tp && !tp->is_number_integer())
     r.fail("key 'pretraining_tp' must be an integer");
@@ -266,10 +310,15 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   w.set_uint32(a + ".attention.head_count_kv", uint32_t(s.n_head_kv));
   w.set_uint32(a + ".attention.key_length", uint32_t(s.head_dim));
   w.set_uint32(a + ".attention.value_length", uint32_t(s.head_dim));
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (const json* cap = r.find(key); cap && !cap->is_null())
+      w.set_float32(a + "." + key, float(r.positive_number(*cap, key)));
+  if (r.find("query_pre_attn_scalar"))  // Gemma: queries scaled by its inverse square root
+    w.set_float32(a + ".attention.scale", float(1 / std::sqrt(r.positive_number_or("query_pre_attn_scalar", 1))));
   if (window > 0) {
     w.set_uint32(a + ".attention.sliding_window", uint32_t(window));
     if (!sliding_layers.empty()) w.set_array_bool(a + ".attention.sliding_window_pattern", sliding_layers);
-    else w.set_uint32(a + ".attention.sliding_window_pattern", 0);  // every layer, whatever the family's default
+    else w.set_uint32(a + ".attention.sliding_window_pattern", uint32_t(sliding_period));  // 0: every layer
   }
   // Phi-3 and others rotate only part of each head (transformers 4: top level; 5: rope_parameters).
   double partial = r.positive_number_or("partial_rotary_factor", 1.0);
@@ -286,7 +335,8 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   w.set_uint32(a + ".rope.dimension_count", uint32_t(rope_dim));
   w.set_uint32(a + ".vocab_size", uint32_t(s.n_vocab));
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));
-  write_rope(r, config, a, family->hf_default_rope_theta, w);
+  if (!(family->sliding_rope_base > 0 && write_layer_type_rope(r, config, a, family->hf_default_rope_theta, w)))
+    write_rope(r, config, a, family->hf_default_rope_theta, w);
   return s;
 }
 

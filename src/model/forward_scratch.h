@@ -43,6 +43,7 @@ struct ForwardScratch {
   AlignedFloats gate;      ///< [n][n_ff], then silu(gate)*up
   AlignedFloats up;        ///< [n][n_ff]
   AlignedFloats rope_cs;   ///< cos/sin per token [n][rope_dim]
+  AlignedFloats rope_cs_swa;  ///< the sliding layers' own (ModelConfig::rope_freq_base_swa), else empty
   AlignedFloats out_rows;  ///< final-normed rows of tokens that want logits [m][n_embd]
   std::vector<const int32_t*> block_tables;  ///< per token: its sequence's block table
   cpu::AttentionScratch attention;
@@ -62,6 +63,7 @@ struct ForwardScratch {
     grow(gate, n_tokens * c.n_ff);
     grow(up, n_tokens * c.n_ff);
     grow(rope_cs, n_tokens * c.rope_dim);
+    if (c.rope_freq_base_swa > 0) grow(rope_cs_swa, n_tokens * c.rope_dim);
     grow(out_rows, n_tokens * c.n_embd);
     grow(block_tables, n_tokens);
   }

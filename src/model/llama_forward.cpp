@@ -1,5 +1,6 @@
 // The forward pass of the layer plan (src/arch/family.h) over a batch of tokens from any number
-// of sequences; the family's optional parts (Q/K/V biases, Q/K norms) where it has them.
+// of sequences; the family's optional parts (Q/K/V biases, Q/K norms, post-norms, GeGLU,
+// soft-caps, scaled embeddings, the sliding layers' RoPE) where it has them.
 //
 // Orchestration only: every numeric step is one of a small set of backend ops (embedding
 // gather, rms_norm, matmul, rope, paged attention, silu_mul, add), so another backend can
@@ -48,10 +49,14 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
     cpu::rms_norm_rows(s.q.data(), w.q_norm, s.q.data(), n * c.n_head, c.head_dim, c.rms_eps);
     cpu::rms_norm_rows(s.k.data(), w.k_norm, s.k.data(), n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
+  // Gemma 3's sliding layers rotate with a RoPE of their own.
+  const bool own_rope = c.rope_freq_base_swa > 0 && c.attention_window(layer) > 0;
+  const cpu::RopeParams& rope = own_rope ? rope_swa_ : rope_;
+  const AlignedFloats& rope_cs = own_rope ? s.rope_cs_swa : s.rope_cs;
   for (int64_t t = 0; t < n; ++t) {
-    const float* cs = s.rope_cs.data() + t * c.rope_dim;
-    cpu::rope_apply(rope_, cs, s.q.data() + t * q_dim, c.n_head);
-    cpu::rope_apply(rope_, cs, s.k.data() + t * kv_dim, c.n_head_kv);
+    const float* cs = rope_cs.data() + t * c.rope_dim;
+    cpu::rope_apply(rope, cs, s.q.data() + t * q_dim, c.n_head);
+    cpu::rope_apply(rope, cs, s.k.data() + t * kv_dim, c.n_head_kv);
     // Store this token's K/V in its reserved slot (in place; the slot is private to the
     // sequence because append_slots copied a shared tail block).
     const SeqId seq = batch.seqs[size_t(t)];
@@ -69,7 +74,8 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
   args.n_head = c.n_head;
   args.n_head_kv = c.n_head_kv;
   args.head_dim = c.head_dim;
-  args.scale = 1.0f / std::sqrt(float(c.head_dim));
+  args.scale = c.query_scale();
+  args.softcap = c.attn_softcap;
   args.q = s.q.data();
   args.block_tables = s.block_tables.data();
   args.positions = batch.positions.data();
@@ -79,6 +85,7 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
   args.window = c.attention_window(layer);
   cpu::paged_attention(threads_, args, s.attention);
   cpu::matmul(threads_, w.wo, s.attn.data(), n, s.proj.data());
+  if (w.post_attn_norm) cpu::rms_norm_rows(s.proj.data(), w.post_attn_norm, s.proj.data(), n, c.n_embd, c.rms_eps);
   cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);
 
   // FFN block (SwiGLU): x += w_down · (silu(w_gate·norm(x)) * (w_up·norm(x))).
@@ -86,9 +93,12 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
   {
     const cpu::WeightMatrix* mats[] = {&w.w_gate, &w.w_up};
     float* outs[] = {s.gate.data(), s.up.data()};
-    cpu::matmul_multi(threads_, mats, outs, 2, s.xn.data(), n, /*swiglu=*/true);  // gate = silu(gate) * up
+    // gate = silu(gate) * up, fused; GeGLU after the products.
+    cpu::matmul_multi(threads_, mats, outs, 2, s.xn.data(), n, /*swiglu=*/!c.ffn_gelu);
+    if (c.ffn_gelu) cpu::gelu_tanh_mul(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
   }
   cpu::matmul(threads_, w.w_down, s.gate.data(), n, s.proj.data());
+  if (w.post_ffn_norm) cpu::rms_norm_rows(s.proj.data(), w.post_ffn_norm, s.proj.data(), n, c.n_embd, c.rms_eps);
   cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);
 }
 
@@ -107,9 +117,12 @@ void LlamaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>
   for (int64_t t = 0; t < n; ++t) {
     s.block_tables[size_t(t)] = kv.block_table(batch.seqs[size_t(t)]).data();
     cpu::rope_cos_sin(rope_, batch.positions[size_t(t)], s.rope_cs.data() + t * c.rope_dim);
+    if (c.rope_freq_base_swa > 0)
+      cpu::rope_cos_sin(rope_swa_, batch.positions[size_t(t)], s.rope_cs_swa.data() + t * c.rope_dim);
   }
   const cpu::WeightMatrix& embd = weights_.token_embd;
   cpu::gather_rows_f32(embd.type, embd.data, embd.rows, embd.cols, batch.tokens.data(), n, s.x.data());
+  if (c.embed_scale != 1.f) cpu::scale_inplace(s.x.data(), n * c.n_embd, c.embed_scale);
 
   for (int l = 0; l < c.n_layer; ++l) run_layer(l, n, batch, kv);
 
@@ -123,6 +136,7 @@ void LlamaModel::forward(const StepBatch& batch, KvCache& kv, std::vector<float>
     }
   logits.resize(size_t(m) * size_t(c.n_vocab));
   cpu::matmul(threads_, weights_.output, s.out_rows.data(), m, logits.data());
+  if (c.final_softcap > 0) cpu::softcap_inplace(logits.data(), int64_t(logits.size()), c.final_softcap);
 }
 
 }  // namespace fdl

@@ -20,6 +20,9 @@ LlamaModel::LlamaModel(GgufFile file, const ModelOptions& opt)
   rope_.freq_scale = config_.rope_freq_scale;
   rope_.freq_factors = weights_.rope_freq_factors;
   if (config_.rope_yarn) cpu::set_yarn(rope_, config_.rope_orig_ctx, config_.yarn_beta_fast, config_.yarn_beta_slow);
+  rope_swa_.head_dim = config_.head_dim;
+  rope_swa_.rope_dim = config_.rope_dim;
+  rope_swa_.freq_base = config_.rope_freq_base_swa;  // unscaled
 }
 
 KvShape LlamaModel::kv_shape(int block_size) const {

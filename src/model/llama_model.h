@@ -35,6 +35,7 @@ class LlamaModel final : public Model {
   ModelConfig config_;
   LlamaWeights weights_;
   cpu::RopeParams rope_;
+  cpu::RopeParams rope_swa_;  ///< sliding layers' (ModelConfig::rope_freq_base_swa > 0)
   cpu::ThreadPool threads_;
   ForwardScratch scratch_;
   TokenTreeLayout tree_;  ///< KV slots and attention slot lists of the current batch

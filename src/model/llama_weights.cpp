@@ -191,6 +191,10 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
       L.w_up = b.matrix(p + "ffn_up.weight", d, ff);
     }
     L.w_down = b.matrix(p + "ffn_down.weight", ff, d);
+    if (c.post_norms) {
+      L.post_attn_norm = b.vector(p + "post_attention_norm.weight", d);
+      L.post_ffn_norm = b.vector(p + "post_ffw_norm.weight", d);
+    }
   }
   if (f.find_tensor("rope_freqs.weight")) {
     const float* factors = b.vector("rope_freqs.weight", c.rope_dim / 2);

@@ -30,6 +30,8 @@ struct LlamaLayerWeights {
   cpu::WeightMatrix w_gate{};        ///< n_ff rows of n_embd
   cpu::WeightMatrix w_up{};          ///< n_ff rows of n_embd
   cpu::WeightMatrix w_down{};        ///< n_embd rows of n_ff
+  const float* post_attn_norm = nullptr;  ///< [n_embd] RMSNorm of wo's output, or null (post_norms)
+  const float* post_ffn_norm = nullptr;   ///< [n_embd] RMSNorm of w_down's output, or null
 };
 
 struct LlamaWeights {

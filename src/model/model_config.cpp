@@ -45,6 +45,14 @@ class MetaReader {
     const std::string k = key(suffix);
     return f_.find(k) ? to_positive_float(k, read_float(k)) : def;
   }
+  /// A finite value >= 0 (0 meaning "none" for switches such as soft-capping), or `def`.
+  float nonnegative_float_or(std::string_view suffix, float def) const {
+    const std::string k = key(suffix);
+    if (!f_.find(k)) return def;
+    const double v = read_float(k);
+    if (!(v >= 0) || !std::isfinite(v)) fail("metadata key '" + k + "' = " + std::to_string(v) + " must be a finite number >= 0");
+    return float(v);
+  }
   std::string string_or(std::string_view full_key, std::string def) const {
     try {
       return f_.get_string_or(full_key, std::move(def));
@@ -166,6 +174,21 @@ void read_sliding_window(const GgufFile& f, const MetaReader& m, ModelConfig& c)
     for (int il = 0; il < c.n_layer; ++il) c.layer_sliding[size_t(il)] = uint64_t(il) % period < period - 1 ? 1 : 0;
 }
 
+// The family's Gemma parts, the soft-caps and the query scale (llama.cpp's keys and defaults).
+void read_gemma_parts(const arch::Family& family, const MetaReader& m, ModelConfig& c) {
+  c.post_norms = family.post_norms;
+  c.ffn_gelu = family.ffn_gelu;
+  if (family.embed_scale) c.embed_scale = std::sqrt(float(c.n_embd));
+  c.attn_softcap = m.nonnegative_float_or("attn_logit_softcapping", 0.f);
+  c.final_softcap = m.nonnegative_float_or("final_logit_softcapping", 0.f);
+  if (m.has("attention.scale"))
+    c.attn_scale = m.positive_float("attention.scale");
+  else if (family.gguf_embd_query_scale_layers > 0 && c.n_layer == family.gguf_embd_query_scale_layers)
+    c.attn_scale = 1.f / std::sqrt(float(c.n_embd / c.n_head));
+  if (family.sliding_rope_base > 0 && c.sliding_window > 0)
+    c.rope_freq_base_swa = m.positive_float_or("rope.freq_base_swa", family.sliding_rope_base);
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
@@ -222,6 +245,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
            " must be even and at most the head dimension " + std::to_string(c.head_dim));
   read_rope_scaling(f, m, c);
   read_sliding_window(f, m, c);
+  read_gemma_parts(*family, m, c);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   return c;
 }
@@ -229,7 +253,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
 uint64_t ModelConfig::n_params() const {
   const uint64_t d = uint64_t(n_embd), q = uint64_t(n_head) * head_dim,
                  kv = uint64_t(n_head_kv) * head_dim;
-  const uint64_t per_layer = 2 * d             // attention and FFN norms
+  const uint64_t per_layer = (post_norms ? 4 : 2) * d  // attention and FFN norms
                              + d * q + 2 * d * kv + q * d  // Q, K, V, output
                              + 3 * d * uint64_t(n_ff)      // gate, up, down
                              + (qkv_bias ? q + 2 * kv : 0)  // Q/K/V biases

@@ -1,10 +1,13 @@
-// Paged attention with token trees (kernels.h: AttentionTree) against a double-precision
-// reference: in one launch, trees of 1..64 nodes (random shapes: chains and branches that
-// leave slot order) next to plain decode tokens and prefill runs of other sequences, over
-// scattered block tables filled with random K/V (the slots of other branches hold values that
-// would show up in the output if the mask let them through). Every kernel's tree variant:
-// per token (several split counts), fp32 tiles and tensor-core tiles of both sizes.
+// Paged attention with token trees and sliding windows (kernels.h: AttentionMasks) against a
+// double-precision reference: in one launch, trees of 1..64 nodes (random shapes: chains and
+// branches that leave slot order) next to plain decode tokens and prefill runs of other
+// sequences, over scattered block tables filled with random K/V (the slots of other branches,
+// and before a window, hold values that would show up in the output if the mask let them
+// through). Every kernel's masked variant: per token (several split counts), fp32 tiles and
+// tensor-core tiles of both sizes; with a window, also without trees (the same tokens as
+// prefill runs).
 #include <algorithm>
+#include <bit>
 #include <iostream>
 #include <numeric>
 
@@ -16,6 +19,7 @@ namespace {
 
 struct TreeShape {
   int n_head, n_head_kv, head_dim, block_size;
+  int window = 0;  ///< sliding window (> 64, the deepest tree); 0 = none
 };
 
 constexpr int kLayers = 2, kLayer = 1;
@@ -25,7 +29,7 @@ constexpr int kLayers = 2, kLayer = 1;
 /// (ordinary tokens: slot + 1 and 0); the output computed in double on the host.
 struct TreeProblem {
   std::vector<float> arena, q;
-  std::vector<int32_t> tables, slots, table_off, token_seq, base;
+  std::vector<int32_t> tables, slots, table_off, token_seq, base, first;
   std::vector<uint32_t> mask;  // two words per token
   std::vector<double> ref;
   int n = 0;
@@ -33,7 +37,8 @@ struct TreeProblem {
   float scale = 1.f;
 };
 
-TreeProblem make_tree_problem(const TreeShape& c) {
+/// `trees` false: the tree sequences' tokens are plain prefill runs over the same slots.
+TreeProblem make_tree_problem(const TreeShape& c, bool trees) {
   const int kv_dim = c.n_head_kv * c.head_dim;
   std::uniform_int_distribution<int> ctx_dist(1, 300), width_dist(1, 20), coin(0, 1);
   // Sequences 0..3 hold trees (0: 64 nodes, the masks' limit; 1: one node), 4 a prefill run
@@ -69,6 +74,10 @@ TreeProblem make_tree_problem(const TreeShape& c) {
     const int off = int(pb.tables.size());
     for (int b = 0; b < (lens[size_t(s)] + c.block_size - 1) / c.block_size; ++b) pb.tables.push_back(ids[next++]);
     const auto add = [&](int32_t slot, int32_t base, uint64_t mask) {
+      if (!trees) base = slot + 1, mask = 0;
+      // The window over the RoPE position: the root's slot plus the node's depth.
+      const int32_t pos = base - 1 + int32_t(std::popcount(mask));
+      pb.first.push_back(c.window > 0 ? std::max(0, pos - c.window + 1) : 0);
       pb.slots.push_back(slot);
       pb.table_off.push_back(off);
       pb.token_seq.push_back(s);
@@ -104,7 +113,7 @@ TreeProblem make_tree_problem(const TreeShape& c) {
   for (int t = 0; t < pb.n; ++t) {
     const uint64_t mask = uint64_t(pb.mask[2 * size_t(t)]) | uint64_t(pb.mask[2 * size_t(t) + 1]) << 32;
     std::vector<int> keys;  // the slots token t reads
-    for (int j = 0; j <= pb.slots[size_t(t)]; ++j)
+    for (int j = pb.first[size_t(t)]; j <= pb.slots[size_t(t)]; ++j)
       if (j < pb.base[size_t(t)] || ((mask >> (j - pb.base[size_t(t)])) & 1)) keys.push_back(j);
     for (int h = 0; h < c.n_head; ++h) {
       const int g = h / group;
@@ -127,98 +136,106 @@ TreeProblem make_tree_problem(const TreeShape& c) {
   return pb;
 }
 
-class PagedAttentionTree : public ::testing::TestWithParam<TreeShape> {};
+class PagedAttentionMasks : public ::testing::TestWithParam<TreeShape> {};
 
-TEST_P(PagedAttentionTree, EveryKernelMatchesDoubleReference) {
+TEST_P(PagedAttentionMasks, EveryKernelMatchesDoubleReference) {
   FDL_SKIP_WITHOUT_GPU();
   const TreeShape c = GetParam();
-  const TreeProblem pb = make_tree_problem(c);
-  const int n = pb.n, kv_dim = c.n_head_kv * c.head_dim, group = c.n_head / c.n_head_kv;
-  auto arena = to_device(pb.arena);
-  auto q = to_device(pb.q);
-  auto slots = to_device(pb.slots), off = to_device(pb.table_off), tab = to_device(pb.tables),
-       base = to_device(pb.base);
-  auto mask = to_device(pb.mask);
-  const cuda::AttentionTree tree{base.get(), mask.get()};
-  int sm = 0;
-  FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
-  const int max_ctx = *std::max_element(pb.slots.begin(), pb.slots.end()) + 1;
-  // Runs `a` (tiles and splits set by the caller) and returns the error against the reference.
-  const auto run = [&](cuda::AttentionArgs a) {
-    cuda::DeviceBuffer<float> out(pb.q.size()),
-        partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, a.n_splits));
-    poison(out);
-    poison(partial);
-    a.kv = cuda::KvLayerView{arena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride,
-                             c.block_size, c.n_head_kv, c.head_dim};
-    a.q = q.get();
-    a.out = out.get();
-    a.positions = slots.get();
-    a.table_off = off.get();
-    a.tables = tab.get();
-    a.n_tokens = n;
-    a.n_head = c.n_head;
-    a.scale = pb.scale;
-    a.partial = partial.get();
-    cuda::paged_attention(a, nullptr, tree);
-    return rel_error(to_host(out, pb.q.size()), pb.ref);
-  };
-  for (int splits : {1, 7, cuda::attention_splits(n, c.n_head, c.n_head_kv, sm, max_ctx)}) {
-    cuda::AttentionArgs a;
-    a.n_splits = splits;
-    EXPECT_LT(run(a), 2e-6) << "per token, splits " << splits;
-  }
-  if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) return;
-  // Tiles as the model forms them: runs of consecutive slots, a tree with its root.
-  std::vector<int32_t> starts(size_t(n) + 1);
-  const int n_tiles = cuda::attention_tiles(pb.token_seq.data(), pb.slots.data(), n, c.n_head, c.n_head_kv, starts.data());
-  starts.resize(size_t(n_tiles) + 1);
-  const auto tiled = [&](const std::vector<int32_t>& st, int splits, bool tc, bool bf16, int max_rows) {
-    auto dstarts = to_device(st);
-    cuda::AttentionArgs a;
-    a.n_splits = splits;
-    a.tile_starts = dstarts.get();
-    a.n_tiles = int(st.size()) - 1;
-    a.tensor_cores = tc;
-    a.tc_bf16 = bf16;
-    a.max_tile_rows = max_rows;
-    return run(a);
-  };
-  for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, max_ctx)}) {
-    EXPECT_LT(tiled(starts, splits, false, false, 0), 2e-6) << "fp32 tiles, splits " << splits;
-    for (bool bf16 : {false, true}) {
-      const double err = tiled(starts, splits, true, bf16, 0);
-      std::cout << "  tensor-core tiles (" << (bf16 ? "bf16" : "fp16") << "), splits " << splits << ": rel error "
-                << err << "\n";
-      EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "tensor-core tiles, splits " << splits << " bf16=" << bf16;
+  for (const bool trees : {true, false}) {
+    if (!trees && c.window == 0) return;  // nothing masked
+    SCOPED_TRACE(trees ? "trees" : "no trees");
+    const TreeProblem pb = make_tree_problem(c, trees);
+    const int n = pb.n, kv_dim = c.n_head_kv * c.head_dim, group = c.n_head / c.n_head_kv;
+    auto arena = to_device(pb.arena);
+    auto q = to_device(pb.q);
+    auto slots = to_device(pb.slots), off = to_device(pb.table_off), tab = to_device(pb.tables),
+         base = to_device(pb.base);
+    auto mask = to_device(pb.mask);
+    auto first = to_device(pb.first);
+    const cuda::AttentionMasks tree{trees ? base.get() : nullptr, trees ? mask.get() : nullptr,
+                                    c.window > 0 ? first.get() : nullptr};
+    int sm = 0;
+    FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+    const int max_ctx = *std::max_element(pb.slots.begin(), pb.slots.end()) + 1;
+    // Runs `a` (tiles and splits set by the caller) and returns the error against the reference.
+    const auto run = [&](cuda::AttentionArgs a) {
+      cuda::DeviceBuffer<float> out(pb.q.size()),
+          partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, a.n_splits));
+      poison(out);
+      poison(partial);
+      a.kv = cuda::KvLayerView{arena.get(), int64_t(kLayer) * 2 * c.block_size * kv_dim, pb.block_stride,
+                               c.block_size, c.n_head_kv, c.head_dim};
+      a.q = q.get();
+      a.out = out.get();
+      a.positions = slots.get();
+      a.table_off = off.get();
+      a.tables = tab.get();
+      a.n_tokens = n;
+      a.n_head = c.n_head;
+      a.scale = pb.scale;
+      a.partial = partial.get();
+      cuda::paged_attention(a, nullptr, tree);
+      return rel_error(to_host(out, pb.q.size()), pb.ref);
+    };
+    for (int splits : {1, 7, cuda::attention_splits(n, c.n_head, c.n_head_kv, sm, max_ctx)}) {
+      cuda::AttentionArgs a;
+      a.n_splits = splits;
+      EXPECT_LT(run(a), 2e-6) << "per token, splits " << splits;
     }
-  }
-  if (group > 16) return;
-  // Tiles of <= 16 rows: the tensor-core kernel that splits each chunk over its warps.
-  for (int tile_tokens : {1, 16 / group}) {
-    std::vector<int32_t> st;
-    for (int t = 0; t < n; ++t)
-      if (t == 0 || pb.token_seq[size_t(t)] != pb.token_seq[size_t(t) - 1] ||
-          pb.slots[size_t(t)] != pb.slots[size_t(t) - 1] + 1 || t - st.back() == tile_tokens)
-        st.push_back(t);
-    const int nt = int(st.size());
-    st.push_back(n);
-    for (bool bf16 : {false, true})
-      for (int splits : {1, 3, cuda::attention_tile_splits(nt, c.n_head_kv, sm, max_ctx)}) {
-        const double err = tiled(st, splits, true, bf16, tile_tokens * group);
-        EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3)
-            << "tensor-core decode tiles of " << tile_tokens << " token(s), splits " << splits << " bf16=" << bf16;
+    if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) continue;
+    // Tiles as the model forms them: runs of consecutive slots, a tree with its root.
+    std::vector<int32_t> starts(size_t(n) + 1);
+    const int n_tiles = cuda::attention_tiles(pb.token_seq.data(), pb.slots.data(), n, c.n_head, c.n_head_kv, starts.data());
+    starts.resize(size_t(n_tiles) + 1);
+    const auto tiled = [&](const std::vector<int32_t>& st, int splits, bool tc, bool bf16, int max_rows) {
+      auto dstarts = to_device(st);
+      cuda::AttentionArgs a;
+      a.n_splits = splits;
+      a.tile_starts = dstarts.get();
+      a.n_tiles = int(st.size()) - 1;
+      a.tensor_cores = tc;
+      a.tc_bf16 = bf16;
+      a.max_tile_rows = max_rows;
+      return run(a);
+    };
+    for (int splits : {1, 3, cuda::attention_tile_splits(n_tiles, c.n_head_kv, sm, max_ctx)}) {
+      EXPECT_LT(tiled(starts, splits, false, false, 0), 2e-6) << "fp32 tiles, splits " << splits;
+      for (bool bf16 : {false, true}) {
+        const double err = tiled(starts, splits, true, bf16, 0);
+        std::cout << "  tensor-core tiles (" << (bf16 ? "bf16" : "fp16") << "), splits " << splits << ": rel error "
+                  << err << "\n";
+        EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3) << "tensor-core tiles, splits " << splits << " bf16=" << bf16;
       }
+    }
+    if (group > 16) continue;
+    // Tiles of <= 16 rows: the tensor-core kernel that splits each chunk over its warps.
+    for (int tile_tokens : {1, 16 / group}) {
+      std::vector<int32_t> st;
+      for (int t = 0; t < n; ++t)
+        if (t == 0 || pb.token_seq[size_t(t)] != pb.token_seq[size_t(t) - 1] ||
+            pb.slots[size_t(t)] != pb.slots[size_t(t) - 1] + 1 || t - st.back() == tile_tokens)
+          st.push_back(t);
+      const int nt = int(st.size());
+      st.push_back(n);
+      for (bool bf16 : {false, true})
+        for (int splits : {1, 3, cuda::attention_tile_splits(nt, c.n_head_kv, sm, max_ctx)}) {
+          const double err = tiled(st, splits, true, bf16, tile_tokens * group);
+          EXPECT_LT(err, bf16 ? 1.5e-2 : 4e-3)
+              << "tensor-core decode tiles of " << tile_tokens << " token(s), splits " << splits << " bf16=" << bf16;
+        }
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTree,
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionMasks,
                          ::testing::Values(TreeShape{32, 8, 128, 16}, TreeShape{8, 8, 128, 16},
                                            TreeShape{6, 2, 64, 16}, TreeShape{6, 2, 64, 5}, TreeShape{8, 4, 8, 7},
-                                           TreeShape{3, 1, 4, 1}),
+                                           TreeShape{3, 1, 4, 1}, TreeShape{32, 8, 128, 16, 100},
+                                           TreeShape{6, 2, 64, 5, 65}, TreeShape{8, 4, 8, 7, 90}),
                          [](const auto& info) {
                            const TreeShape& c = info.param;
-                           return attention_shape_name(c.n_head, c.n_head_kv, c.head_dim, c.block_size);
+                           return attention_shape_name(c.n_head, c.n_head_kv, c.head_dim, c.block_size) +
+                                  (c.window > 0 ? "_window" + std::to_string(c.window) : "");
                          });
 
 }  // namespace

@@ -135,8 +135,8 @@ TEST_F(HfDirectoryErrors, TheUnchangedCopyLoads) {
   EXPECT_NO_THROW(hf::open_hf_directory(dir_));
 }
 TEST_F(HfDirectoryErrors, UnknownModelType) {
-  config_["model_type"] = "gemma2";
-  EXPECT_THAT(error(), HasSubstr("unsupported model_type 'gemma2'"));
+  config_["model_type"] = "gpt_neox";
+  EXPECT_THAT(error(), HasSubstr("unsupported model_type 'gpt_neox'"));
   config_.erase("model_type");
   EXPECT_THAT(error(), HasSubstr("missing key 'model_type'"));
 }
@@ -147,6 +147,12 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["hidden_act"] = "gelu";
   EXPECT_THAT(error(), HasSubstr("hidden_act 'gelu'"));
   config_["hidden_act"] = "silu";
+  config_["hidden_activation"] = "gelu_pytorch_tanh";  // Gemma's key and activation: not llama's
+  EXPECT_THAT(error(), HasSubstr("hidden_activation 'gelu_pytorch_tanh' (supported for llama: silu)"));
+  config_.erase("hidden_activation");
+  config_["use_bidirectional_attention"] = true;
+  EXPECT_THAT(error(), HasSubstr("use_bidirectional_attention"));
+  config_.erase("use_bidirectional_attention");
   config_["sliding_window"] = 4;
   config_["layer_types"] = std::vector<std::string>(8, "sliding_attention");
   config_["layer_types"][7] = "moe_attention";

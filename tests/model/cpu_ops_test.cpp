@@ -79,6 +79,23 @@ TEST(CpuOps, SiluMulAndAdd) {
   for (size_t i = 0; i < 33; ++i) EXPECT_FLOAT_EQ(x[i], g[i] + u[i]);
 }
 
+// GeGLU's GELU (PyTorch's approximate="tanh"), soft-capping and scaling against double.
+TEST(CpuOps, GeluTanhMulSoftcapAndScale) {
+  const auto g = random_vector(33, 5, -6, 6), u = random_vector(33, 6);
+  std::vector<float> out(33);
+  gelu_tanh_mul(g.data(), u.data(), out.data(), 33);
+  for (size_t i = 0; i < 33; ++i) {
+    const double x = g[i];
+    EXPECT_NEAR(out[i], 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i], 1e-5);
+  }
+  std::vector<float> c = g;
+  softcap_inplace(c.data(), 33, 2.5f);
+  for (size_t i = 0; i < 33; ++i) EXPECT_NEAR(c[i], 2.5 * std::tanh(g[i] / 2.5), 1e-6);
+  c = g;
+  scale_inplace(c.data(), 33, 8.f);
+  for (size_t i = 0; i < 33; ++i) EXPECT_EQ(c[i], g[i] * 8.f);
+}
+
 TEST(CpuOps, GatherRowsRejectsOutOfRangeIds) {
   const auto table = random_vector(4 * 3, 6);
   std::vector<float> out(6);
@@ -129,12 +146,14 @@ TEST_P(PagedAttention, MatchesDenseReference) {
   a.block_tables = tables.data();
   a.positions = positions.data();
   a.out = out.data();
-  for (int run = 0; run < 8; ++run) {
+  for (int run = 0; run < 12; ++run) {
     const int n_threads = 1 + run % 2;
     force_portable_kernels(run % 4 >= 2);
-    // The last four runs: large queries make most softmax weights underflow to zero (exp of -100s).
+    // Runs 4-7: large queries make most softmax weights underflow to zero (exp of -100s); runs
+    // 8-11: the same scores soft-capped (Gemma 2: cap * tanh(s / cap)).
     if (run == 4)
       for (float& x : q) x *= 40.f;
+    a.softcap = run >= 8 ? 5.f : 0.f;
     ThreadPool threads(n_threads);
     AttentionScratch scratch;
     std::fill(out.begin(), out.end(), 0.f);
@@ -149,6 +168,7 @@ TEST_P(PagedAttention, MatchesDenseReference) {
           double d = 0;
           for (int e = 0; e < hd; ++e) d += double(qh[e]) * k_all[j * size_t(kvd) + size_t(g * hd + e)];
           w[j] = d / std::sqrt(double(hd));
+          if (a.softcap > 0) w[j] = a.softcap * std::tanh(w[j] / a.softcap);
           mx = std::max(mx, w[j]);
         }
         for (double& x : w) sum += (x = std::exp(x - mx));

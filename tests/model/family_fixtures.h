@@ -21,7 +21,7 @@ namespace fdl::test {
 /// The families the engine runs, each loaded from its HF directory and from its GGUF
 /// (qwen2-yarn: qwen2 with YaRN RoPE scaling).
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "mistral", "phi3", "qwen2-yarn"};
+  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "qwen2-yarn"};
   return f;
 }
 
@@ -42,6 +42,10 @@ inline nlohmann::json family_reference(const std::string& family) {
   return nlohmann::json::parse(in);
 }
 
+/// Whether llama.cpp's CPU run is an oracle as exact as Transformers: not for Gemma, whose GELU
+/// llama.cpp takes from a float16 table (logits ~1e-2 of the range off; reference.json's checks).
+inline bool llama_cpp_exact(const std::string& family) { return !family.starts_with("gemma"); }
+
 /// Whether the fixture's GGUF lacks what its HF directory says, so only llama.cpp (which runs the
 /// GGUF as written) is its oracle: llama.cpp's converter drops Mistral's sliding_window.
 inline bool gguf_drops_window(const std::string& family) { return family == "mistral"; }
@@ -57,6 +61,18 @@ inline void copy_gguf_with_keys(const std::filesystem::path& src, const std::fil
     w.add_tensor(t.name, t.type(), std::vector<uint64_t>(t.ne, t.ne + t.n_dims),
                  [&t](std::span<uint8_t> out) { std::copy_n(t.data, out.size(), out.begin()); });
   w.write(dst);
+}
+
+/// The fixture's GGUF saying what its HF directory says: for gguf_drops_window families, a copy
+/// (in the scratch directory) with `llama.attention.sliding_window` put back.
+inline std::filesystem::path fixture_gguf(const std::string& family) {
+  const std::filesystem::path gguf = family_dir(family) / "model.gguf";
+  if (!gguf_drops_window(family)) return gguf;
+  std::ifstream config(family_dir(family) / "hf" / "config.json");
+  const uint32_t window = nlohmann::json::parse(config).at("sliding_window").get<uint32_t>();
+  const std::filesystem::path copy = scratch_dir() / (family + "-window.gguf");
+  copy_gguf_with_keys(gguf, copy, {{"llama.attention.sliding_window", window}});
+  return copy;
 }
 
 struct FamilyCheck {

@@ -22,21 +22,21 @@ TEST_P(FamilyOnCpu, ConvertedGgufMatchesTransformers) {
   auto m = Model::load(family_dir(f) / "model.gguf", ModelOptions{.n_threads = 2});
   EXPECT_EQ(m->config().arch, gguf_drops_window(f) ? "llama" : f.substr(0, f.find('-')));  // qwen2-yarn: qwen2
   if (!gguf_drops_window(f)) expect_matches_hf(check_family(*m, family_reference(f)), f + " GGUF");
-  expect_matches_hf(check_family(*m, family_reference(f), "llama_cpp"), f + " GGUF vs llama.cpp");
+  if (llama_cpp_exact(f)) {
+    expect_matches_hf(check_family(*m, family_reference(f), "llama_cpp"), f + " GGUF vs llama.cpp");
+  } else {  // a looser oracle: its float16 GELU table
+    const FamilyCheck r = check_family(*m, family_reference(f), "llama_cpp", 5e-3);
+    std::cout << "  " << f << " GGUF vs llama.cpp: logits max error " << r.worst_logit_error << " of the range\n";
+    EXPECT_LE(r.worst_logit_error, 5e-3) << f;
+  }
 }
 
 // The directory and its converted GGUF hold the same values in the same places: the same
 // logits bit for bit (Mistral's GGUF with the window key its converter drops put back).
 TEST_P(FamilyOnCpu, HfDirectoryAndGgufGiveIdenticalLogits) {
   const std::string& f = GetParam();
-  std::filesystem::path gguf = family_dir(f) / "model.gguf";
-  if (gguf_drops_window(f)) {
-    const int window = nlohmann::json::parse(std::ifstream(family_dir(f) / "hf" / "config.json")).at("sliding_window");
-    copy_gguf_with_keys(gguf, scratch_dir() / (f + "-window.gguf"), {{"llama.attention.sliding_window", window}});
-    gguf = scratch_dir() / (f + "-window.gguf");
-  }
   auto a = Model::load(family_dir(f) / "hf", ModelOptions{.n_threads = 1});
-  auto b = Model::load(gguf, ModelOptions{.n_threads = 1});
+  auto b = Model::load(fixture_gguf(f), ModelOptions{.n_threads = 1});
   EXPECT_EQ(a->config().sliding_window, b->config().sliding_window);
   const auto prompt = family_reference(f).at("prompts")[7].get<std::vector<int32_t>>();
   auto pa = make_pool(*a, prompt.size() + 9), pb = make_pool(*b, prompt.size() + 9);
@@ -96,6 +96,43 @@ TEST(FamilyConfig, SlidingWindowSwitchIsQwensOnly) {
   }
 }
 
+// Gemma 3's per-layer-type RoPE and layers from config.json (both transformers layouts) and from
+// the GGUF: five sliding layers (base 10000) to one global (base 1e6); a scaled sliding RoPE is
+// refused.
+TEST(FamilyConfig, Gemma3LayerTypesAndTheirRope) {
+  namespace fs = std::filesystem;
+  const auto check = [](const ModelConfig& c, const std::string& what) {
+    EXPECT_EQ(c.sliding_window, 8) << what;
+    for (int il = 0; il < 6; ++il) EXPECT_EQ(c.attention_window(il), il == 5 ? 0 : 8) << what << " layer " << il;
+    EXPECT_EQ(c.rope_freq_base, 1e6f) << what;
+    EXPECT_EQ(c.rope_freq_base_swa, 1e4f) << what;
+    EXPECT_NEAR(c.query_scale(), 0.25f, 1e-7) << what;  // query_pre_attn_scalar 16
+    EXPECT_EQ(c.embed_scale, 8.f) << what;               // sqrt(64)
+  };
+  check(Model::load(family_dir("gemma3") / "hf", ModelOptions{.n_threads = 1})->config(), "HF");
+  check(Model::load(family_dir("gemma3") / "model.gguf", ModelOptions{.n_threads = 1})->config(), "GGUF");
+  const fs::path dir = scratch_dir() / "gemma3-t4";
+  fs::remove_all(dir);
+  fs::copy(family_dir("gemma3") / "hf", dir, fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  config.erase("rope_parameters");
+  config.erase("layer_types");
+  config["rope_theta"] = 1e6;
+  config["rope_local_base_freq"] = 1e4;
+  config["sliding_window_pattern"] = 6;
+  std::ofstream(dir / "config.json") << config.dump();
+  check(Model::load(dir, ModelOptions{.n_threads = 1})->config(), "transformers 4 layout");
+  config = nlohmann::json::parse(std::ifstream(family_dir("gemma3") / "hf" / "config.json"));
+  config["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
+  std::ofstream(dir / "config.json") << config.dump();
+  try {
+    Model::load(dir, ModelOptions{.n_threads = 1});
+    ADD_FAILURE() << "a scaled sliding RoPE loaded";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("must be unscaled"), std::string::npos) << e.what();
+  }
+}
+
 // Families whose plan is not built: loading says what is missing, from either format.
 struct Refusal {
   std::string family, hf_says, gguf_says;
@@ -121,9 +158,7 @@ TEST_P(FamilyRefused, ByNameFromBothFormats) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, FamilyRefused,
-    ::testing::Values(Refusal{"gemma2", "unsupported model_type 'gemma2'", "unsupported architecture 'gemma2'"},
-                      Refusal{"gemma3", "unsupported model_type 'gemma3", "unsupported architecture 'gemma3'"},
-                      Refusal{"mixtral", "unsupported model_type 'mixtral'", "expert"}),
+    ::testing::Values(Refusal{"mixtral", "unsupported model_type 'mixtral'", "expert"}),
     [](const auto& info) { return info.param.family; });
 
 }  // namespace

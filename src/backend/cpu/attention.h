@@ -3,6 +3,7 @@
 //
 // For each query token t and head h (GQA: kv head = h / (n_head / n_head_kv)):
 //   s_j  = dot(q[t][h], K[j]) * scale                 for positions j = lo .. positions[t]
+//          (then softcap * tanh(s_j / softcap) with soft-capping)
 //   p_j  = exp(s_j - max_j s_j) / sum_j exp(s_j - max)  (fp32, max subtraction, sum in double)
 //   out[t][h] = sum_j p_j * V[j]                       (positions in increasing order)
 // where lo = 0, or positions[t] - window + 1 (at least 0) with a sliding window.
@@ -58,6 +59,9 @@ struct PagedAttentionArgs {
   /// positions (positions[t] - window, positions[t]] only (virtual positions for a tree token).
   /// 0 = the whole context.
   int window = 0;
+  /// Soft-capping (Gemma 2): each scaled score s becomes softcap * tanh(s / softcap) before the
+  /// softmax. 0 = none.
+  float softcap = 0.f;
 };
 
 /// Per-thread score buffers, grown on demand and reused across calls (no allocation per

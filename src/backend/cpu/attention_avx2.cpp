@@ -391,6 +391,7 @@ void attend_run_avx2(const PagedAttentionArgs& a, int64_t t0, int64_t t1, int kv
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n_pos = int64_t(a.positions[t]) + 1;
     const int64_t lo = first_position(a, t), s8 = softmax_start(lo);
+    if (a.softcap > 0) soft_cap_scores(buf + (t - t0) * stride, nh, n_pos, lo, a.softcap);
     for (int h = 0; h < nh; ++h) {
       float* sg = buf + (t - t0) * stride + h * n_pos;
       std::fill(sg + std::min(jstart, s8), sg + lo, -INFINITY);
@@ -486,6 +487,7 @@ void attend_tree_avx2(const PagedAttentionArgs& a, int64_t t, int kvh0, int kvh1
       for (int g = 0; g < group; ++g)
         buf[g * n_pos + j] = simd::hsum_canonical(dot_lanes(q + g * hd, kj, steps, tail, tail_m)) * a.scale;
     }
+    if (a.softcap > 0) soft_cap_scores(buf, group, n_pos, lo, a.softcap);
     for (int g = 0; g < group; ++g) {
       float* sg = buf + g * n_pos;
       std::fill(sg + s8, sg + lo, -INFINITY);

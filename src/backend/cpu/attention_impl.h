@@ -45,6 +45,17 @@ inline int64_t first_position(const PagedAttentionArgs& a, int64_t t) {
 /// the scores of [softmax_start(lo), lo) to -inf (weights of exactly 0, which add nothing).
 inline int64_t softmax_start(int64_t lo) { return lo & ~int64_t(7); }
 
+/// Soft-caps positions [lo, n_pos) of `heads` score rows (stride n_pos) in place; with
+/// `max_score`, also recomputes each row's maximum over them.
+inline void soft_cap_scores(float* scores, int heads, int64_t n_pos, int64_t lo, float cap, float* max_score = nullptr) {
+  for (int h = 0; h < heads; ++h) {
+    float* sh = scores + h * n_pos;
+    float mx = -INFINITY;
+    for (int64_t j = lo; j < n_pos; ++j) mx = std::max(mx, sh[j] = cap * std::tanh(sh[j] / cap));
+    if (max_score != nullptr) max_score[h] = mx;
+  }
+}
+
 /// The VRows of token t's KV head `kvh` (tree slots included).
 inline VRows v_rows(const PagedAttentionArgs& a, int64_t t, int kvh) {
   const int64_t hd = a.head_dim, slot_stride = int64_t(a.n_head_kv) * hd;
@@ -98,6 +109,7 @@ void attend_group(const PagedAttentionArgs& a, int64_t t, int kvh, float* buf) {
       j += n_in_block;
     }
   }
+  if (a.softcap > 0) soft_cap_scores(scores, group, n_pos, lo, a.softcap, max_score);
   // Softmax per head (fp32 exponentials, double sum); the normalizer is folded into the
   // weights before the V sum.
   for (int g = 0; g < group; ++g) {

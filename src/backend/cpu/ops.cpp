@@ -84,6 +84,22 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + kCoef * g * g * g))) * up[i];
+  }
+}
+
+void softcap_inplace(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void scale_inplace(float* x, int64_t n, float f) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }

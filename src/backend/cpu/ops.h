@@ -66,6 +66,17 @@ void rope_apply(const RopeParams& p, const float* cos_sin, float* x, int n_heads
 /// polynomial exp (a few ulp; silu tested within 1e-6 relative), the portable set std::exp.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
+/// out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU) with gelu_tanh(g) =
+/// 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (PyTorch's approximate="tanh"). out may
+/// equal gate or up. Element-wise, std::tanh.
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
+
+/// x[i] = cap * tanh(x[i] / cap) (soft-capping: Gemma 2's attention scores and logits). cap > 0.
+void softcap_inplace(float* x, int64_t n, float cap);
+
+/// x[i] *= f.
+void scale_inplace(float* x, int64_t n, float f);
+
 /// x[i] += y[i].
 void add_inplace(float* x, const float* y, int64_t n);
 

@@ -32,15 +32,16 @@ __device__ __forceinline__ float4 axpby(const float4& x, float a, const float4& 
   return make_float4(x.x * a + y.x * b, x.y * a + y.y * b, x.z * a + y.z * b, x.w * a + y.w * b);
 }
 
-// The kernel parameter of a variant with (TreeAttentionArgs) or without token trees.
-template <bool TREE>
-using ArgsOf = std::conditional_t<TREE, TreeAttentionArgs, AttentionArgs>;
+// The kernel parameter of a variant with (MaskedAttentionArgs) or without masks.
+template <bool MASKED>
+using ArgsOf = std::conditional_t<MASKED, MaskedAttentionArgs, AttentionArgs>;
 
-// TREE: the batch holds token trees (AttentionTree): slots of other branches are skipped as
-// positions past the context are. A separate instantiation with its own parameter type, so
-// batches without trees run exactly the kernel they ran before.
-template <typename KvT, int CH, int GM, int U, bool TREE>
-__global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, int lanes) {
+// MASKED: the batch holds token trees or a sliding window (AttentionMasks): slots of other
+// branches and before the window are skipped as positions past the context are; the splits
+// share out the window only. A separate instantiation with its own parameter type, so steps
+// without masks run exactly the kernel they ran before.
+template <typename KvT, int CH, int GM, int U, bool MASKED>
+__global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<MASKED> a, int lanes) {
   extern __shared__ float smem[];
   launch_dependents();
   grid_dependency_wait();
@@ -53,8 +54,10 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, 
   const int h0 = kvh * group + hg * GM;
   const int gcount = min(GM, group - hg * GM);
   const int ctx = a.positions[t] + 1;
-  const int per = (ctx + a.n_splits - 1) / a.n_splits;
-  const int begin = blockIdx.x * per, end = min(ctx, begin + per);
+  RowMask mask{0, INT_MAX, 0};
+  if constexpr (MASKED) mask = row_mask_of(a, t);
+  const int per = (ctx - mask.lo + a.n_splits - 1) / a.n_splits;
+  const int begin = mask.lo + blockIdx.x * per, end = min(ctx, begin + per);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int groups_per_warp = 32 / lanes;
@@ -83,8 +86,6 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, 
 
   const int32_t* table = a.tables + a.table_off[t];
   const int64_t kv_dim = int64_t(kv.n_head_kv) * hd;
-  TreeMask tree{0, 0};
-  if constexpr (TREE) tree = tree_mask_of(a, t);
   // U positions per group and iteration, all loaded before any is used (more loads in
   // flight). The loop bound is uniform across the warp (every lane takes part in the shuffles).
   for (int j0 = begin + warp * groups_per_warp; j0 < end; j0 += U * n_slots) {
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<TREE> a, 
     for (int u = 0; u < U; ++u) {
       const int j = j0 + sub + u * n_slots;
       valid[u] = j < end;
-      if constexpr (TREE) valid[u] = valid[u] && tree.keeps(j);  // j < end <= the token's slot + 1
+      if constexpr (MASKED) valid[u] = valid[u] && mask.keeps(j);  // j < end <= the token's slot + 1
       if (valid[u]) {
         const KvT* kp = kv_ptr<KvT>(kv, table[j / kv.block_size], j % kv.block_size, int64_t(kvh) * hd);
         const KvT* vp = kp + int64_t(kv.block_size) * kv_dim;
@@ -214,12 +215,13 @@ __global__ void attn_combine_kernel(const float* partial, float* out, int n_spli
 // positions at a time in shared memory, transposed so that the 32 scores of a row and dim
 // come from 8 broadcast float4 reads; each K/V vector is read once per tile instead of once
 // per query token. Scores, masking (position j > the row's position), online softmax and
-// P·V in fp32. TREE: positions are KV slots, and a tree row also masks the slots its ancestor
-// mask leaves out (a tree is a run of consecutive slots, so it tiles like a prefill run).
+// P·V in fp32. MASKED: positions are KV slots, and a tree row also masks the slots its ancestor
+// mask leaves out (a tree is a run of consecutive slots, so it tiles like a prefill run); with a
+// sliding window the tile's context starts at the chunk of its lowest first slot.
 constexpr int kTileRows = 128, kChunk = 32;
 
-template <int HD, bool TREE>
-__global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
+template <int HD, bool MASKED>
+__global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<MASKED> a) {
   launch_dependents();
   grid_dependency_wait();
   extern __shared__ float sm[];
@@ -235,8 +237,12 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
   const int p_last = a.positions[t0] + nt - 1;
   const int my_pos = a.positions[t0] + r / group;
   const int32_t* table = a.tables + a.table_off[t0];
-  TreeMask tree{0, 0};
-  if constexpr (TREE) tree = r < rows ? tree_mask_of(a, t0 + r / group) : TreeMask{my_pos + 1, 0};
+  RowMask mask{0, INT_MAX, 0};
+  int c_first = 0;  // the tile's context starts at this chunk (sliding window)
+  if constexpr (MASKED) {
+    if (r < rows) mask = row_mask_of(a, t0 + r / group);
+    c_first = tile_first(a, t0, nt) / kChunk * kChunk;
+  }
 
   for (int idx = threadIdx.x; idx < rows * HD; idx += kTileRows) {
     const int rr = idx / HD, d = idx % HD;
@@ -249,9 +255,9 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
 
   // This block's share of the tile's context (split-K over chunks of kChunk positions: more
   // blocks, and the long tiles at the end of a prompt no longer set the kernel's length).
-  const int n_chunks = p_last / kChunk + 1;
+  const int n_chunks = (p_last - c_first) / kChunk + 1;
   const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
-  const int c_begin = int(blockIdx.z) * per * kChunk;
+  const int c_begin = c_first + int(blockIdx.z) * per * kChunk;
   const int c_end = min(p_last + 1, c_begin + per * kChunk);
   for (int c0 = c_begin; c0 < c_end; c0 += kChunk) {
     __syncthreads();  // the previous chunk is consumed (and qs is written, the first time)
@@ -298,14 +304,14 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         bool keep = c0 + j <= my_pos;
-        if constexpr (TREE) keep = keep && tree.keeps(c0 + j);
+        if constexpr (MASKED) keep = keep && mask.keeps(c0 + j);
         sc[j] = keep ? sc[j] * a.scale : -INFINITY;
         cmax = fmaxf(cmax, sc[j]);
       }
       const float m_new = fmaxf(m, cmax);
-      // A tree row may find a chunk of its share all masked before any kept slot: nothing to
-      // add (and expf(-inf - -inf) would be NaN). Without trees c0 <= my_pos keeps one.
-      if constexpr (TREE)
+      // A masked row may find a chunk of its share all masked before any kept slot: nothing to
+      // add (and expf(-inf - -inf) would be NaN). Without masks c0 <= my_pos keeps one.
+      if constexpr (MASKED)
         if (m_new == -INFINITY) continue;
       const float corr = expf(m - m_new);
       float psum = 0.f;
@@ -348,16 +354,16 @@ __global__ void __launch_bounds__(kTileRows) attn_tile_kernel(ArgsOf<TREE> a) {
   }
 }
 
-template <int HD, bool TREE>
-void launch_tiles(const ArgsOf<TREE>& a, cudaStream_t stream) {
+template <int HD, bool MASKED>
+void launch_tiles(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   const size_t smem = size_t(HD) * ((kTileRows + 1) + 2 * kChunk) * sizeof(float);
   static const bool configured = [&] {
     FDL_CUDA_CHECK(
-        cudaFuncSetAttribute(attn_tile_kernel<HD, TREE>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        cudaFuncSetAttribute(attn_tile_kernel<HD, MASKED>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_kernel<HD, TREE>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
+  launch_pdl(attn_tile_kernel<HD, MASKED>, dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)),
              dim3(kTileRows), smem, stream, a);
 }
 
@@ -383,25 +389,25 @@ int lanes_for(int head_dim, int gm) {
 // (a kernel with too few chunks would read a part of q, k and v and leave the merge reading
 // unwritten shared memory), which is checked here rather than trusted to the caller.
 template <typename KvT, int CH, int GM, int U>
-void launch_partial_kv(const AttentionArgs& a, const AttentionTree& tree, dim3 grid, size_t smem, int lanes,
+void launch_partial_kv(const AttentionArgs& a, const AttentionMasks& masks, dim3 grid, size_t smem, int lanes,
                        cudaStream_t stream) {
-  if (tree.base != nullptr)
-    launch_pdl(attn_partial_kernel<KvT, CH, GM, U, true>, grid, dim3(kThreads), smem, stream, with_tree(a, tree),
+  if (masks.any())
+    launch_pdl(attn_partial_kernel<KvT, CH, GM, U, true>, grid, dim3(kThreads), smem, stream, with_masks(a, masks),
                lanes);
   else
     launch_pdl(attn_partial_kernel<KvT, CH, GM, U, false>, grid, dim3(kThreads), smem, stream, a, lanes);
 }
 
 template <int CH, int GM, int U>
-void launch_partial(const AttentionArgs& a, const AttentionTree& tree, dim3 grid, size_t smem, int lanes,
+void launch_partial(const AttentionArgs& a, const AttentionMasks& masks, dim3 grid, size_t smem, int lanes,
                     cudaStream_t stream) {
   if (CH * lanes * 4 < a.kv.head_dim)
     throw CudaError("paged_attention: " + std::to_string(lanes) + " lanes x " + std::to_string(CH) +
                     " float4s do not cover head_dim " + std::to_string(a.kv.head_dim));
   switch (a.kv.dtype) {
-    case KvDtype::F32: return launch_partial_kv<float, CH, GM, U>(a, tree, grid, smem, lanes, stream);
-    case KvDtype::F16: return launch_partial_kv<__half, CH, GM, U>(a, tree, grid, smem, lanes, stream);
-    case KvDtype::BF16: return launch_partial_kv<__nv_bfloat16, CH, GM, U>(a, tree, grid, smem, lanes, stream);
+    case KvDtype::F32: return launch_partial_kv<float, CH, GM, U>(a, masks, grid, smem, lanes, stream);
+    case KvDtype::F16: return launch_partial_kv<__half, CH, GM, U>(a, masks, grid, smem, lanes, stream);
+    case KvDtype::BF16: return launch_partial_kv<__nv_bfloat16, CH, GM, U>(a, masks, grid, smem, lanes, stream);
   }
 }
 
@@ -454,21 +460,21 @@ int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_
   return n_tiles;
 }
 
-void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree) {
+void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionMasks& masks) {
   if (a.n_tokens <= 0) return;
   const int hd = a.kv.head_dim;
   if (a.tile_starts) {
     if (!attention_tiles_supported(hd, a.n_head, a.kv.n_head_kv))
       throw CudaError("paged_attention: tiles need head_dim 64 or 128 and at most 128 query heads per kv head");
     if (a.tensor_cores)
-      attention_tiles_tc(a, stream, tree);
+      attention_tiles_tc(a, stream, masks);
     else if (a.kv.dtype != KvDtype::F32)  // the fp32 tiles read fp32 K/V only
       throw CudaError(std::string("paged_attention: fp32 tiles over a KV cache of ") + kv_dtype_name(a.kv.dtype) +
                       " (set tensor_cores)");
     else if (hd == 64)
-      tree.base ? launch_tiles<64, true>(with_tree(a, tree), stream) : launch_tiles<64, false>(a, stream);
+      masks.any() ? launch_tiles<64, true>(with_masks(a, masks), stream) : launch_tiles<64, false>(a, stream);
     else
-      tree.base ? launch_tiles<128, true>(with_tree(a, tree), stream) : launch_tiles<128, false>(a, stream);
+      masks.any() ? launch_tiles<128, true>(with_masks(a, masks), stream) : launch_tiles<128, false>(a, stream);
     if (a.n_splits > 1)
       launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
                  size_t(a.n_splits) * sizeof(float), stream, static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
@@ -488,31 +494,31 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
   switch (gm) {
     case 1:
       if (wide)
-        launch_partial<2, 1, 4>(a, tree, grid, smem, lanes, stream);
+        launch_partial<2, 1, 4>(a, masks, grid, smem, lanes, stream);
       else
-        launch_partial<1, 1, 4>(a, tree, grid, smem, lanes, stream);
+        launch_partial<1, 1, 4>(a, masks, grid, smem, lanes, stream);
       break;
     case 2:
       if (wide)
-        launch_partial<2, 2, 4>(a, tree, grid, smem, lanes, stream);
+        launch_partial<2, 2, 4>(a, masks, grid, smem, lanes, stream);
       else
-        launch_partial<1, 2, 4>(a, tree, grid, smem, lanes, stream);
+        launch_partial<1, 2, 4>(a, masks, grid, smem, lanes, stream);
       break;
     case 4:
       if (lanes == 8)
-        launch_partial<4, 4, 2>(a, tree, grid, smem, lanes, stream);
+        launch_partial<4, 4, 2>(a, masks, grid, smem, lanes, stream);
       else if (lanes == 16)
-        launch_partial<2, 4, 4>(a, tree, grid, smem, lanes, stream);
+        launch_partial<2, 4, 4>(a, masks, grid, smem, lanes, stream);
       else if (wide)
-        launch_partial<2, 4, 2>(a, tree, grid, smem, lanes, stream);
+        launch_partial<2, 4, 2>(a, masks, grid, smem, lanes, stream);
       else
-        launch_partial<1, 4, 4>(a, tree, grid, smem, lanes, stream);
+        launch_partial<1, 4, 4>(a, masks, grid, smem, lanes, stream);
       break;
     default:
       if (wide)
-        launch_partial<2, 8, 2>(a, tree, grid, smem, lanes, stream);
+        launch_partial<2, 8, 2>(a, masks, grid, smem, lanes, stream);
       else
-        launch_partial<1, 8, 2>(a, tree, grid, smem, lanes, stream);
+        launch_partial<1, 8, 2>(a, masks, grid, smem, lanes, stream);
       break;
   }
   launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),

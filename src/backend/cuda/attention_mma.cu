@@ -1,4 +1,4 @@
-// Tiled prefill attention on tensor cores: the same tiles, causal (and token-tree) masking,
+// Tiled prefill attention on tensor cores: the same tiles, causal (token-tree, sliding-window) masking,
 // split-K shares and partial records as attn_tile_kernel in attention.cu, with Q·Kᵀ and P·V
 // as mma.sync m16n8k16 products on fp16 operands with fp32 accumulation, and the softmax in fp32.
 //
@@ -142,14 +142,15 @@ __device__ __forceinline__ void load_q_fragments(const AttentionArgs& a, int t0,
   }
 }
 
-// This block's share of positions [0, p_last]: whole chunks of CHUNK, so a share ends at a
-// chunk boundary or at p_last + 1 and no position is counted by two shares (blockIdx.z of
+// This block's share of positions [c_first, p_last] (c_first a multiple of CHUNK: 0, or the
+// chunk of a sliding window's start): whole chunks of CHUNK, so a share ends at a chunk
+// boundary or at p_last + 1 and no position is counted by two shares (blockIdx.z of
 // gridDim.z splits). Returns {begin, end}.
 template <int CHUNK>
-__device__ __forceinline__ int2 context_share(int p_last) {
-  const int n_chunks = p_last / CHUNK + 1;
+__device__ __forceinline__ int2 context_share(int c_first, int p_last) {
+  const int n_chunks = (p_last - c_first) / CHUNK + 1;
   const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
-  const int begin = int(blockIdx.z) * per * CHUNK;
+  const int begin = c_first + int(blockIdx.z) * per * CHUNK;
   return make_int2(begin, min(p_last + 1, begin + per * CHUNK));
 }
 
@@ -173,18 +174,27 @@ __device__ __forceinline__ void mask_scale(float (&s)[4], int j, int pos_r0, int
   s[3] = j + 1 <= pos_r1 ? s[3] * sl2 : -INFINITY;
 }
 
-// The kernel parameter of a variant with (TreeAttentionArgs, kernels.h) or without token trees.
-template <bool TREE>
-using ArgsOf = std::conditional_t<TREE, TreeAttentionArgs, AttentionArgs>;
+// The kernel parameter of a variant with (MaskedAttentionArgs, kernels.h) or without masks.
+template <bool MASKED>
+using ArgsOf = std::conditional_t<MASKED, MaskedAttentionArgs, AttentionArgs>;
 
-// Tile row r's token-tree mask (positions are then KV slots); rows past the tile keep all.
-__device__ __forceinline__ TreeMask row_tree_mask(const TreeAttentionArgs& a, int t0, int r, int rows, int group) {
-  return r < rows ? tree_mask_of(a, t0 + r / group) : TreeMask{INT_MAX, 0};
+// Tile row r's masks (positions are then KV slots); rows past the tile keep all.
+__device__ __forceinline__ RowMask row_mask(const MaskedAttentionArgs& a, int t0, int r, int rows, int group) {
+  return r < rows ? row_mask_of(a, t0 + r / group) : RowMask{0, INT_MAX, 0};
 }
 
-// mask_scale for tiles with token trees: also -inf where a row's tree mask drops the slot.
-__device__ __forceinline__ void mask_scale_tree(float (&s)[4], int j, int pos_r0, int pos_r1, const TreeMask& t0,
-                                                const TreeMask& t1, float sl2) {
+// The masks of a lane's rows r0, r1 of the tile of tokens [t0, t0 + nt); returns the first
+// chunk (of CHUNK positions) the tile's context share starts at.
+template <int CHUNK>
+__device__ __forceinline__ int tile_masks(const MaskedAttentionArgs& a, int t0, int nt, int r0, int r1, int group,
+                                          RowMask& m0, RowMask& m1) {
+  m0 = row_mask(a, t0, r0, nt * group, group), m1 = row_mask(a, t0, r1, nt * group, group);
+  return tile_first(a, t0, nt) / CHUNK * CHUNK;
+}
+
+// mask_scale for masked tiles: also -inf where a row's masks drop the slot.
+__device__ __forceinline__ void mask_scale_rows(float (&s)[4], int j, int pos_r0, int pos_r1, const RowMask& t0,
+                                                const RowMask& t1, float sl2) {
   s[0] = j <= pos_r0 && t0.keeps(j) ? s[0] * sl2 : -INFINITY;
   s[1] = j + 1 <= pos_r0 && t0.keeps(j + 1) ? s[1] * sl2 : -INFINITY;
   s[2] = j <= pos_r1 && t1.keeps(j) ? s[2] * sl2 : -INFINITY;
@@ -233,10 +243,11 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
   }
 }
 
-// TREE: the batch holds token trees (AttentionTree); a separate instantiation with its own
-// parameter type, so steps without trees run the kernel they ran before.
-template <int HD, typename Op, bool KV16, bool TREE>
-__global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE> a) {
+// MASKED: the batch holds token trees or a sliding window (AttentionMasks); a separate
+// instantiation with its own parameter type, so steps without masks run the kernel they ran
+// before.
+template <int HD, typename Op, bool KV16, bool MASKED>
+__global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<MASKED> a) {
   using T = MmaTile<HD, KV16>;
   using S = KvStage<Op, KV16>;
   using E = typename S::E;
@@ -268,10 +279,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE>
   const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;  // rows >= `rows` are never written
   const int warp_max_pos = warp * 16 < rows ? pos0 + min(warp * 16 + 15, rows - 1) / group : -1;
   const float sl2 = a.scale * 1.4426950408889634f;
-  TreeMask tree0{INT_MAX, 0}, tree1{INT_MAX, 0};
-  if constexpr (TREE) tree0 = row_tree_mask(a, t0, r0, rows, group), tree1 = row_tree_mask(a, t0, r1, rows, group);
+  RowMask tree0{0, INT_MAX, 0}, tree1{0, INT_MAX, 0};
+  int c_first = 0;
+  if constexpr (MASKED) c_first = tile_masks<kChunk>(a, t0, nt, r0, r1, group, tree0, tree1);
 
-  const int2 share = context_share<kChunk>(p_last);
+  const int2 share = context_share<kChunk>(c_first, p_last);
   const int c_begin = share.x, c_end = share.y;
 
   auto stage = [&](int c0, E* buf) {
@@ -294,8 +306,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<TREE>
 #pragma unroll
       for (int n = 0; n < kChunk / 8; ++n) {
         score_tile<HD, Op, KV16>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
-        if constexpr (TREE)
-          mask_scale_tree(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
+        if constexpr (MASKED)
+          mask_scale_rows(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
         else
           mask_scale(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
         mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
@@ -397,8 +409,8 @@ struct DecTile {
   static constexpr size_t smem_bytes = stage_bytes > merge_bytes ? stage_bytes : merge_bytes;
 };
 
-template <int HD, typename Op, bool KV16, bool TREE>
-__global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<TREE> a) {
+template <int HD, typename Op, bool KV16, bool MASKED>
+__global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<MASKED> a) {
   using T = DecTile<HD, KV16>;
   using S = KvStage<Op, KV16>;
   using E = typename S::E;
@@ -427,10 +439,11 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
   const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;
   const int max_pos = pos0 + (rows - 1) / group;
   const float sl2 = a.scale * 1.4426950408889634f;
-  TreeMask tree0{INT_MAX, 0}, tree1{INT_MAX, 0};
-  if constexpr (TREE) tree0 = row_tree_mask(a, t0, r0, rows, group), tree1 = row_tree_mask(a, t0, r1, rows, group);
+  RowMask tree0{0, INT_MAX, 0}, tree1{0, INT_MAX, 0};
+  int c_first = 0;
+  if constexpr (MASKED) c_first = tile_masks<kDecChunk>(a, t0, nt, r0, r1, group, tree0, tree1);
 
-  const int2 share = context_share<kDecChunk>(p_last);
+  const int2 share = context_share<kDecChunk>(c_first, p_last);
   const int c_begin = share.x, c_end = share.y;
 
   auto stage = [&](int c0, E* buf) {
@@ -451,8 +464,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
       const E* vs = ks + kDecChunk * T::kStride;
       float s[4];
       score_tile<HD, Op, KV16>(s, qa, ks + (n0 + g) * T::kStride + 2 * c);
-      if constexpr (TREE)
-        mask_scale_tree(s, c0 + n0 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
+      if constexpr (MASKED)
+        mask_scale_rows(s, c0 + n0 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
       else
         mask_scale(s, c0 + n0 + 2 * c, pos_r0, pos_r1, sl2);
       float base0, base1, corr0, corr1;
@@ -513,64 +526,64 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
   }
 }
 
-template <int HD, typename Op, bool KV16, bool TREE>
-void launch_decode(const ArgsOf<TREE>& a, cudaStream_t stream) {
+template <int HD, typename Op, bool KV16, bool MASKED>
+void launch_decode(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   constexpr size_t smem = DecTile<HD, KV16>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op, KV16, TREE>,
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_mma_kernel<HD, Op, KV16, MASKED>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_decode_mma_kernel<HD, Op, KV16, TREE>,
+  launch_pdl(attn_decode_mma_kernel<HD, Op, KV16, MASKED>,
              dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kDecThreads), smem,
              stream, a);
 }
 
-template <int HD, typename Op, bool KV16, bool TREE>
-void launch(const ArgsOf<TREE>& a, cudaStream_t stream) {
+template <int HD, typename Op, bool KV16, bool MASKED>
+void launch(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   constexpr size_t smem = MmaTile<HD, KV16>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, TREE>,
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, MASKED>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, TREE>,
+  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, MASKED>,
              dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kThreads), smem, stream,
              a);
 }
 
-template <typename Op, bool KV16, bool TREE>
-void dispatch(const ArgsOf<TREE>& a, cudaStream_t stream) {
+template <typename Op, bool KV16, bool MASKED>
+void dispatch(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
-    if (a.kv.head_dim == 64) return launch_decode<64, Op, KV16, TREE>(a, stream);
-    if (a.kv.head_dim == 128) return launch_decode<128, Op, KV16, TREE>(a, stream);
+    if (a.kv.head_dim == 64) return launch_decode<64, Op, KV16, MASKED>(a, stream);
+    if (a.kv.head_dim == 128) return launch_decode<128, Op, KV16, MASKED>(a, stream);
   }
-  if (a.kv.head_dim == 64) return launch<64, Op, KV16, TREE>(a, stream);
-  if (a.kv.head_dim == 128) return launch<128, Op, KV16, TREE>(a, stream);
+  if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED>(a, stream);
+  if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED>(a, stream);
   throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
 }
 
 // The operand type: a 16-bit cache's own (its bytes are the operands), else tc_bf16's choice.
-template <bool TREE>
-void dispatch_kv(const ArgsOf<TREE>& a, cudaStream_t stream) {
+template <bool MASKED>
+void dispatch_kv(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   switch (a.kv.dtype) {
-    case KvDtype::F16: return dispatch<F16Op, true, TREE>(a, stream);
-    case KvDtype::BF16: return dispatch<BF16Op, true, TREE>(a, stream);
+    case KvDtype::F16: return dispatch<F16Op, true, MASKED>(a, stream);
+    case KvDtype::BF16: return dispatch<BF16Op, true, MASKED>(a, stream);
     case KvDtype::F32: break;
   }
   if (a.tc_bf16)
-    dispatch<BF16Op, false, TREE>(a, stream);
+    dispatch<BF16Op, false, MASKED>(a, stream);
   else
-    dispatch<F16Op, false, TREE>(a, stream);
+    dispatch<F16Op, false, MASKED>(a, stream);
 }
 
 }  // namespace
 
-void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree) {
-  if (tree.base != nullptr)
-    dispatch_kv<true>(with_tree(a, tree), stream);
+void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionMasks& masks) {
+  if (masks.any())
+    dispatch_kv<true>(with_masks(a, masks), stream);
   else
     dispatch_kv<false>(a, stream);
 }

@@ -33,9 +33,10 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   if (c.head_dim % 4 != 0 || c.head_dim > 256)
     throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
                      std::to_string(c.head_dim));
-  if (c.sliding_window > 0)
-    throw ModelError(file_.path() + ": --device cuda: sliding-window attention (window " +
-                     std::to_string(c.sliding_window) + ") is supported on the CPU only");
+  if (c.post_norms || c.ffn_gelu || c.embed_scale != 1.f || c.attn_softcap > 0 || c.final_softcap > 0 ||
+      c.attn_scale > 0 || c.rope_freq_base_swa > 0)
+    throw ModelError(file_.path() + ": --device cuda: " + c.arch +
+                     "'s plan (post-norms, GeGLU, soft-capping, scaled embeddings and queries) runs on the CPU only");
   rope_.head_dim = c.head_dim;
   rope_.rope_dim = c.rope_dim;
   rope_.freq_base = c.rope_freq_base;
@@ -143,6 +144,9 @@ void CudaModel::validate(const StepBatch& b, const KvCache& kv, long chain_rows)
   check_step_batch(b, kv, config_, kv_dtype_, tree_, chained);
   // After the per-token checks, so a batch the CPU model refuses with std::out_of_range is
   // refused the same way here whatever its tree's size.
+  if (tree_.has_tree() && !supports_tree_verification())
+    throw std::invalid_argument("forward: --device cuda verifies token trees only for models without a sliding "
+                                "window of " + std::to_string(TokenTreeLayout::kMaskWindow) + " positions or fewer");
   if (tree_.window() > TokenTreeLayout::kMaskWindow)
     throw std::invalid_argument("forward: --device cuda verifies token trees of at most " +
                                 std::to_string(TokenTreeLayout::kMaskWindow) + " nodes below their root, got " +
@@ -305,7 +309,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   // from step to step).
   const size_t tiles_at = lay.tables;
   const size_t tree_at = tiles_at + (use_tiles_ ? size_t(n) + 1 : 0);  // [n] base, then [2n] mask words
-  const size_t tables_at = tree_at + (tree_step_ ? 3 * size_t(n) : 0);
+  const size_t first_at = tree_at + (tree_step_ ? 3 * size_t(n) : 0);  // [n] sliding-window starts
+  const size_t tables_at = first_at + (c.sliding_window > 0 ? size_t(n) : 0);
   const size_t total = tables_at + tables_len;
   const size_t sampling_bytes = DeviceSampling::input_bytes(sampling);
   if (total > staging_cap_ || !sampling_->input_fits(turn, sampling_bytes)) {
@@ -335,6 +340,9 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
       h[tree_at + size_t(n) + 2 * size_t(t)] = int32_t(uint32_t(mask));
       h[tree_at + size_t(n) + 2 * size_t(t) + 1] = int32_t(uint32_t(mask >> 32));
     }
+    // A sliding layer reads the slots of the window's positions: a tree node's window (over its
+    // RoPE position) starts below its root's slot (sliding_window > kMaskWindow, validate()).
+    if (c.sliding_window > 0) h[first_at + size_t(t)] = std::max(0, pos - c.sliding_window + 1);
     h[lay.table_off + size_t(t)] = seq_table_off_[size_t(s)];
     if (batch.want_logits[size_t(t)]) h[lay.row_idx + size_t(row++)] = t;
     cpu::rope_cos_sin(rope_, pos, reinterpret_cast<float*>(h + lay.cos_sin) + size_t(t) * size_t(c.rope_dim));
@@ -372,6 +380,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   in.tile_starts = use_tiles_ ? d + tiles_at : nullptr;
   in.tree_base = tree_step_ ? d + tree_at : nullptr;
   in.tree_mask = tree_step_ ? reinterpret_cast<const uint32_t*>(d + tree_at + size_t(n)) : nullptr;
+  in.first = c.sliding_window > 0 ? d + first_at : nullptr;
   in.splits = splits_;
   in.n_tiles = n_tiles_;
   in.max_tile_rows = max_tile_rows_;

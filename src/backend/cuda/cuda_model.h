@@ -94,7 +94,10 @@ class CudaModel final : public Model {
   size_t submitted_steps() const override { return sampling_->submitted(); }
   bool prefers_device_sampling() const override { return true; }
   /// Trees of up to TokenTreeLayout::kMaskWindow nodes below their root (see above).
-  bool supports_tree_verification() const override { return true; }
+  /// Trees whose window could cut into the tree itself are not (the masks cut below its root).
+  bool supports_tree_verification() const override {
+    return config_.sliding_window == 0 || config_.sliding_window > TokenTreeLayout::kMaskWindow;
+  }
   /// Allocates the device KV arena for `pool` now (not at the first forward) and registers
   /// the model as its BlockMirror, so the KV tiers can page-lock their memory at start-up.
   void bind_kv_pool(BlockPool& pool) override;

@@ -125,8 +125,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   // before the step's first kernel): its K/V vectors, written by earlier steps, start moving
   // into L2 now; only the newest position's comes from this kernel (not prefetched).
   const int pos = a.positions[0];
-  const int ctx = pos + 1, per = (ctx + bpg - 1) / bpg;
-  const int begin = min(ctx, r * per), end = min(ctx, begin + per);
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;  // a sliding window's first position
+  const int ctx = pos + 1, per = (ctx - lo + bpg - 1) / bpg;
+  const int begin = min(ctx, lo + r * per), end = min(ctx, begin + per);
   const int32_t* table = a.tables + a.table_off[0];
   auto kv_at = [&](int j) { return kv_ptr<KvT>(kv, table[j / kv.block_size], j % kv.block_size, int64_t(g) * hd); };
   for (int i = threadIdx.x; i < 2 * (min(end, pos) - begin); i += kThreads) {

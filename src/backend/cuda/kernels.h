@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -115,21 +116,26 @@ struct AttentionArgs {
   /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
   int max_tile_rows = 0;
 };
-/// Token trees for paged_attention (flashdllm/model.h, StepBatch::tree_parent; device
-/// arrays of n_tokens entries). With `base` set, positions[t] is token t's KV slot (not its
-/// RoPE position; a tree is then a run of consecutive slots and tiles like a prefill run) and
-/// t reads slot j of [0, positions[t]] only when j < base[t] or bit j - base[t] of its 64-bit
-/// ancestor mask (mask[2t] low word, mask[2t + 1] high word) is set: masked slots are skipped
-/// as positions past the causal limit are. Ordinary tokens: base[t] = positions[t] + 1, mask
-/// 0. positions[t] - base[t] must stay below 64 (the caller refuses larger trees). Every
-/// attention kernel has a variant for it; `base` null runs the kernels without trees.
-struct AttentionTree {
+/// Masks for paged_attention (device arrays of n_tokens entries; all null: none).
+/// Token trees (flashdllm/model.h, StepBatch::tree_parent): with `base` set, positions[t] is
+/// token t's KV slot (not its RoPE position; a tree is then a run of consecutive slots and
+/// tiles like a prefill run) and t reads slot j of [0, positions[t]] only when j < base[t] or
+/// bit j - base[t] of its 64-bit ancestor mask (mask[2t] low word, mask[2t + 1] high word) is
+/// set: masked slots are skipped as positions past the causal limit are. Ordinary tokens:
+/// base[t] = positions[t] + 1, mask 0. positions[t] - base[t] must stay below 64 (the caller
+/// refuses larger trees).
+/// Sliding windows (ModelConfig::sliding_window): with `first` set, t reads no slot below
+/// first[t] (<= positions[t]; for a tree token, its window must start below base[t]).
+/// Every attention kernel has a masked variant; all null runs the kernels without masks.
+struct AttentionMasks {
   const int32_t* base = nullptr;
   const uint32_t* mask = nullptr;
+  const int32_t* first = nullptr;
+  bool any() const { return base != nullptr || first != nullptr; }
 };
 /// The tiled kernel on tensor cores (called by paged_attention when a.tensor_cores is set;
 /// writes a.out when a.n_splits == 1, else the partials the combine kernel merges).
-void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree = {});
+void attention_tiles_tc(const AttentionArgs& a, cudaStream_t stream, const AttentionMasks& masks = {});
 /// Context shares per tile for the tiled kernel (fills the GPU; shares of >= 64 positions).
 int attention_tile_splits(int n_tiles, int n_head_kv, int n_sm, int max_ctx);
 /// Whether the tiled kernel handles this shape (head_dim 64 or 128).
@@ -145,31 +151,43 @@ int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_
 /// Any value >= 1 is correct (empty chunks are skipped in the merge).
 int attention_splits(int n_tokens, int n_head, int n_head_kv, int n_sm, int max_ctx);
 size_t attention_partial_floats(int n_tokens, int n_head, int head_dim, int n_splits);
-void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionTree& tree = {});
+void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionMasks& masks = {});
 
 #ifdef __CUDACC__
-/// Device side of AttentionTree, shared by attention.cu and attention_mma.cu. The tree
-/// variants' kernel parameter: AttentionArgs plus the tree, a type of its own so that the
-/// kernels without trees keep AttentionArgs as their parameter (same size: nvcc allocates
+/// Device side of AttentionMasks, shared by attention.cu and attention_mma.cu. The masked
+/// variants' kernel parameter: AttentionArgs plus the masks, a type of its own so that the
+/// kernels without masks keep AttentionArgs as their parameter (same size: nvcc allocates
 /// registers differently for a larger parameter struct even where the new fields go unread).
-struct TreeAttentionArgs : AttentionArgs {
-  AttentionTree tree;
+struct MaskedAttentionArgs : AttentionArgs {
+  AttentionMasks masks;
 };
-inline TreeAttentionArgs with_tree(const AttentionArgs& a, const AttentionTree& tree) {
-  TreeAttentionArgs t;
+inline MaskedAttentionArgs with_masks(const AttentionArgs& a, const AttentionMasks& masks) {
+  MaskedAttentionArgs t;
   static_cast<AttentionArgs&>(t) = a;
-  t.tree = tree;
+  t.masks = masks;
   return t;
 }
-/// One token's tree mask: slot j >= base is read only where bit j - base is set.
-struct TreeMask {
+/// One token's masks: slots below `lo` are dropped (sliding window), and a slot j >= base is
+/// read only where bit j - base is set (token tree).
+struct RowMask {
+  int lo;
   int base;
   uint64_t bits;
   /// For j <= the token's slot (so j - base < 64).
-  __device__ bool keeps(int j) const { return j < base || ((bits >> (j - base)) & 1u); }
+  __device__ bool keeps(int j) const { return j >= lo && (j < base || ((bits >> (j - base)) & 1u)); }
 };
-__device__ __forceinline__ TreeMask tree_mask_of(const TreeAttentionArgs& a, int t) {
-  return TreeMask{a.tree.base[t], uint64_t(a.tree.mask[2 * t]) | uint64_t(a.tree.mask[2 * t + 1]) << 32};
+__device__ __forceinline__ RowMask row_mask_of(const MaskedAttentionArgs& a, int t) {
+  RowMask r{a.masks.first != nullptr ? a.masks.first[t] : 0, INT_MAX, 0};
+  if (a.masks.base != nullptr)
+    r.base = a.masks.base[t], r.bits = uint64_t(a.masks.mask[2 * t]) | uint64_t(a.masks.mask[2 * t + 1]) << 32;
+  return r;
+}
+/// The lowest first slot of batch tokens [t0, t0 + n) (a tile's; 0 without a window).
+__device__ __forceinline__ int tile_first(const MaskedAttentionArgs& a, int t0, int n) {
+  if (a.masks.first == nullptr) return 0;
+  int lo = INT_MAX;
+  for (int t = t0; t < t0 + n; ++t) lo = min(lo, a.masks.first[t]);
+  return lo;
 }
 #endif
 
@@ -217,8 +235,8 @@ void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStr
 ///   as rope_qkv_store (q to q_out; with q/k norms the raw k of the group goes to k_new and
 ///   each norm runs after the group's hand-off, in registers: a head's rows are spread over
 ///   the group's blocks),
-///   attn_out = attention of q over positions [0, positions[0]] of the sequence whose block
-///   table is tables[table_off[0] ...] (causal, GQA),
+///   attn_out = attention of q over positions [0, positions[0]] (the last `window` of them with
+///   a sliding window) of the sequence whose block table is tables[table_off[0] ...] (causal, GQA),
 ///   y = wo · attn_out.
 /// Blocks are grouped per KV head (attention_subgroups x blocks_per_group each, the latter from
 /// attention_block_groups) and hand over through `sync`: n_head_kv + 1 counters that must be
@@ -247,6 +265,7 @@ struct AttentionBlockArgs {
   int n_head = 0;
   int rope_dim = 0;
   float scale = 1.f;
+  int window = 0;                ///< sliding window (ModelConfig::attention_window); 0 = none
   KvLayerView kv;
   float* q_out = nullptr;        ///< [n_head hd] scratch (with Q/K norms: q before its norm and RoPE)
   QkvExtras extras;              ///< the family's bias / q,k norms (all null: none)

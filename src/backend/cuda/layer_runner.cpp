@@ -151,7 +151,8 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   att.tc_bf16 = weights_.layers[0].qkv.view.type == WType::BF16;  // operands in the weights' type
   att.max_tile_rows = in.max_tile_rows;
   att.partial = partial_.get();
-  const AttentionTree tree{in.tree_base, in.tree_mask};  // null without trees: the kernels without masks
+  const AttentionMasks tree{in.tree_base, in.tree_mask};  // null without trees: the kernels without masks
+  const AttentionMasks sliding{in.tree_base, in.tree_mask, in.first};  // a sliding layer's
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
   const bool fused = n == 1 && fuse_enabled_;
   if (fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0))  // every layer's hand-off counters start at zero
@@ -175,7 +176,7 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
                    extras(L));
     prof_.mark(kRope);
     att.kv = kv;
-    paged_attention(att, stream_, tree);
+    paged_attention(att, stream_, c.attention_window(l) > 0 ? sliding : tree);
     prof_.mark(kAttention);
     if (gemm_input_type(L.wo.view, n) != WType::F32) {
       cast_f32(attn_.get(), size_t(n) * size_t(c.n_head) * c.head_dim, L.wo.view.type, xh_.get(), stream_);
@@ -240,7 +241,7 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
     }
     prof_.mark(kQkv);
     att.kv = kv;
-    paged_attention(att, stream_);
+    paged_attention(att, stream_, AttentionMasks{nullptr, nullptr, c.attention_window(l) > 0 ? in.first : nullptr});
     prof_.mark(kAttention);
     gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
     prof_.mark(kWo);
@@ -298,6 +299,7 @@ void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayer
   b.tables = in.tables;
   b.table_off = in.table_off;
   b.n_head = c.n_head;
+  b.window = c.attention_window(l);
   b.rope_dim = c.rope_dim;
   b.scale = scale;
   b.kv = kv;

@@ -59,6 +59,7 @@ struct StepInputs {
   const int32_t* tile_starts = nullptr;  ///< [n_tiles + 1]; null: the per-token attention kernel
   const int32_t* tree_base = nullptr;    ///< [n] first slot after a token's tree root; null without trees
   const uint32_t* tree_mask = nullptr;   ///< [n][2] 64-bit ancestor masks; null without trees
+  const int32_t* first = nullptr;        ///< [n] first slot a sliding layer reads; null without a window
   int splits = 1;                      ///< attention context chunks
   int n_tiles = 0;
   int max_tile_rows = 0;  ///< rows of the largest tile (selects the decode-tile kernel when <= 16)
