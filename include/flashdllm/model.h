@@ -90,6 +90,11 @@ struct ModelConfig {
   float rope_freq_base_swa = 0.f;
   /// The query scale actually applied.
   float query_scale() const { return attn_scale > 0 ? attn_scale : 1.f / std::sqrt(float(head_dim)); }
+  /// Mixture of experts (Mixtral: `expert_count`, `expert_used_count`): each layer's FFN is
+  /// n_expert SwiGLU experts of n_ff; a token runs the n_expert_used whose router logits are
+  /// highest (ties: the lower index), weighted by the softmax of those logits. 0 = dense.
+  int n_expert = 0;
+  int n_expert_used = 0;
   /// Positions layer `il` attends to behind and including the current one; 0 = all of them.
   int attention_window(int il) const {
     return sliding_window > 0 && layer_sliding[size_t(il)] ? sliding_window : 0;

@@ -31,7 +31,7 @@ enum class RopePairs {
 
 struct Family {
   std::string_view name;                                  ///< general.architecture
-  std::array<std::string_view, 2> hf_model_types{};        ///< config.json model_type values (empty: unused)
+  std::array<std::string_view, 3> hf_model_types{};        ///< config.json model_type values (empty: unused)
   RopePairs gguf_rope_pairs = RopePairs::Interleaved;     ///< layout of Q/K rows in the family's GGUF
   bool qkv_bias = false;  ///< blk.N.attn_{q,k,v}.bias, [q_dim] / [kv_dim] / [kv_dim]
   bool qk_norm = false;   ///< blk.N.attn_{q,k}_norm.weight, [head_dim], RMSNorm per head before RoPE

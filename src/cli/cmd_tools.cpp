@@ -127,7 +127,7 @@ void add_make_model_command(CLI::App& tools_app) {
   CLI::App* cmd = tools_app.add_subcommand("make-model", "Write a random-weight llama, qwen2 or qwen3 GGUF model");
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: " + presets)->capture_default_str();
-  a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3 (default: the preset's)");
+  a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3|gemma2 (default: the preset's)");
   cmd->add_option("--dtype", a->dtype, "Matrix weight type: f32|f16|bf16|q8_0")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random weights (0..2^64-1)")->capture_default_str();
   a->vocab_from_opt = cmd->add_option("--vocab-from", a->vocab_from,

@@ -66,6 +66,8 @@ struct Binding {
   std::vector<uint64_t> hf_shape;  ///< expected, outermost first
   int permute_heads = 0;           ///< > 0: reorder rows from rotate-half to interleaved pairs
   float add = 0.f;                 ///< added to every element of a 1-D tensor (Gemma's norms: 1)
+  /// More sources stacked after `src` as a 3-D tensor (Mixtral's experts: llama.cpp's layout).
+  std::vector<const SafetensorsTensor*> more;
 };
 
 class Mapper {
@@ -89,7 +91,23 @@ class Mapper {
       throw HfError(dir_.string() + ": tensor '" + hf_name + "' has dtype " + t->dtype +
                     " (supported: F32, F16, BF16)");
     used_.insert(hf_name);
-    bindings_.push_back({std::move(gguf_name), t, std::move(shape), permute_heads});
+    bindings_.push_back({std::move(gguf_name), t, std::move(shape), permute_heads, 0.f, {}});
+  }
+  /// The 2-D tensors hf_names[0..] (each `shape`, one dtype) as one GGUF tensor of
+  /// hf_names.size() matrices (Mixtral's experts: ffn_*_exps).
+  void bind_stacked(const std::vector<std::string>& hf_names, std::string gguf_name, std::vector<uint64_t> shape) {
+    bind(hf_names[0], std::move(gguf_name), shape);
+    const size_t at = bindings_.size() - 1;
+    for (size_t i = 1; i < hf_names.size(); ++i) {
+      bind(hf_names[i], "", shape);
+      const SafetensorsTensor* t = bindings_.back().src;
+      bindings_.pop_back();
+      if (t->dtype != bindings_[at].src->dtype)
+        throw HfError(dir_.string() + ": tensor '" + hf_names[i] + "' has dtype " + t->dtype + ", '" + hf_names[0] +
+                      "' " + bindings_[at].src->dtype + " (experts must share one)");
+      bindings_[at].more.push_back(t);
+    }
+    bindings_[at].hf_shape.insert(bindings_[at].hf_shape.begin(), uint64_t(hf_names.size()));
   }
   void skip(const std::string& hf_name) { used_.insert(hf_name); }
 
@@ -138,6 +156,17 @@ void add_tensor(GgufWriter& w, const Binding& b) {
       for (size_t i = 0; i < t.n_elements(); ++i) {
         const float f = element_as_f32(t.dtype, t.data + i * elem) + add;
         std::memcpy(out.data() + 4 * i, &f, 4);
+      }
+    });
+    return;
+  }
+  if (!b.more.empty()) {  // stacked experts, in order
+    w.add_tensor(b.gguf_name, ggml_type_of(t.dtype), ne, [&b](std::span<uint8_t> out) {
+      std::memcpy(out.data(), b.src->data, b.src->n_bytes);
+      size_t at = b.src->n_bytes;
+      for (const SafetensorsTensor* m : b.more) {
+        std::memcpy(out.data() + at, m->data, m->n_bytes);
+        at += m->n_bytes;
       }
     });
     return;
@@ -221,13 +250,24 @@ GgufFile open_hf_directory(const fs::path& dir) {
     } else {
       m.bind(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d});
     }
-    if (s.family->fused_gate_up) {
+    if (s.n_expert > 0) {  // Mixtral: w1 = gate, w3 = up, w2 = down per expert, stacked
+      m.bind(hf + "block_sparse_moe.gate.weight", gg + "ffn_gate_inp.weight", {uint64_t(s.n_expert), d});
+      const auto experts = [&](const char* part) {
+        std::vector<std::string> names;
+        for (int e = 0; e < s.n_expert; ++e)
+          names.push_back(hf + "block_sparse_moe.experts." + std::to_string(e) + "." + part + ".weight");
+        return names;
+      };
+      m.bind_stacked(experts("w1"), gg + "ffn_gate_exps.weight", {ff, d});
+      m.bind_stacked(experts("w3"), gg + "ffn_up_exps.weight", {ff, d});
+      m.bind_stacked(experts("w2"), gg + "ffn_down_exps.weight", {d, ff});
+    } else if (s.family->fused_gate_up) {
       m.bind(hf + "mlp.gate_up_proj.weight", gg + "ffn_up.weight", {2 * ff, d});
     } else {
       m.bind(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {ff, d});
       m.bind(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {ff, d});
     }
-    m.bind(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, ff});
+    if (s.n_expert == 0) m.bind(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, ff});
   }
   m.bind_norm("model.norm.weight", "output_norm.weight", d, s.family->hf_norm_minus_one);
   if (!s.tied_output)

@@ -296,8 +296,16 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
                                                         : family->gguf_sliding_pattern;
     }
   }
-  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"})
+  // Mixtral's experts; other MoE layouts (shared experts, other routers) are refused.
+  const bool mixtral = model_type == "mixtral";
+  for (const char* key : {"num_experts", "n_routed_experts", "moe_intermediate_size", "shared_expert_intermediate_size"})
     if (r.find(key)) r.fail("key '" + std::string(key) + "' is set: not supported for " + a);
+  if (r.find("num_local_experts") && !mixtral) r.fail("key 'num_local_experts' is set: not supported for " + model_type);
+  if (mixtral) {
+    s.n_expert = r.positive_int("num_local_experts");
+    s.n_expert_used = r.positive_int("num_experts_per_tok");
+    if (s.n_expert_used > s.n_expert) r.fail("num_experts_per_tok exceeds num_local_experts");
+  }
   if (const json* tp = r.find("pretraining_tp"); tp && !tp->is_number_integer())
     r.fail("key 'pretraining_tp' must be an integer");
 
@@ -310,6 +318,10 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   w.set_uint32(a + ".attention.head_count_kv", uint32_t(s.n_head_kv));
   w.set_uint32(a + ".attention.key_length", uint32_t(s.head_dim));
   w.set_uint32(a + ".attention.value_length", uint32_t(s.head_dim));
+  if (s.n_expert > 0) {
+    w.set_uint32(a + ".expert_count", uint32_t(s.n_expert));
+    w.set_uint32(a + ".expert_used_count", uint32_t(s.n_expert_used));
+  }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
     if (const json* cap = r.find(key); cap && !cap->is_null())
       w.set_float32(a + "." + key, float(r.positive_number(*cap, key)));

@@ -9,7 +9,7 @@
 // or separate output embeddings, and the family's own parts (qwen2's Q/K/V biases, qwen3's Q/K
 // norms, phi3's fused QKV and gate/up). Everything that would change the math and is
 // not supported is refused by name — another model_type, other biases, another activation,
-// other RoPE scaling types, soft-capping, experts — so a file never
+// other RoPE scaling types, other expert layouts — so a file never
 // runs with the wrong math.
 //
 // The GGUF keys written are llama.cpp's (`<arch>.embedding_length`, ...), the same that
@@ -38,6 +38,7 @@ class HfError : public std::runtime_error {
 /// What the tensor mapping needs from config.json.
 struct HfModelShape {
   int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
+  int n_expert = 0, n_expert_used = 0;  ///< Mixtral's experts; 0 = a dense FFN
   bool tied_output = false;
   const arch::Family* family = nullptr;  ///< the family model_type names (never null on return)
 };

@@ -46,6 +46,13 @@ struct ForwardScratch {
   AlignedFloats rope_cs_swa;  ///< the sliding layers' own (ModelConfig::rope_freq_base_swa), else empty
   AlignedFloats out_rows;  ///< final-normed rows of tokens that want logits [m][n_embd]
   std::vector<const int32_t*> block_tables;  ///< per token: its sequence's block table
+  // Mixture of experts (ModelConfig::n_expert > 0), k = n_expert_used:
+  AlignedFloats router;     ///< router logits [n][n_expert]
+  std::vector<int32_t> route_ids;  ///< [n][k] chosen experts
+  std::vector<float> route_w;      ///< [n][k] their weights
+  AlignedFloats moe_in;     ///< the normed rows of one expert's tokens [<= n][n_embd]
+  AlignedFloats moe_out;    ///< each (token, rank)'s expert output [n][k][n_embd]
+  std::vector<int32_t> moe_rows;   ///< one expert's (token * k + rank) entries
   cpu::AttentionScratch attention;
 
   void ensure(const ModelConfig& c, int64_t n_tokens) {
@@ -66,6 +73,15 @@ struct ForwardScratch {
     if (c.rope_freq_base_swa > 0) grow(rope_cs_swa, n_tokens * c.rope_dim);
     grow(out_rows, n_tokens * c.n_embd);
     grow(block_tables, n_tokens);
+    if (c.n_expert > 0) {
+      const int64_t k = c.n_expert_used;
+      grow(router, n_tokens * c.n_expert);
+      grow(route_ids, n_tokens * k);
+      grow(route_w, n_tokens * k);
+      grow(moe_in, n_tokens * c.n_embd);
+      grow(moe_out, n_tokens * k * c.n_embd);
+      grow(moe_rows, n_tokens);
+    }
   }
 };
 

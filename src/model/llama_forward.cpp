@@ -90,14 +90,16 @@ void LlamaModel::run_layer(int layer, int64_t n, const StepBatch& batch, KvCache
 
   // FFN block (SwiGLU): x += w_down · (silu(w_gate·norm(x)) * (w_up·norm(x))).
   cpu::rms_norm_rows(s.x.data(), w.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-  {
+  if (c.n_expert > 0) {
+    run_moe_ffn(w, n);
+  } else {
     const cpu::WeightMatrix* mats[] = {&w.w_gate, &w.w_up};
     float* outs[] = {s.gate.data(), s.up.data()};
     // gate = silu(gate) * up, fused; GeGLU after the products.
     cpu::matmul_multi(threads_, mats, outs, 2, s.xn.data(), n, /*swiglu=*/!c.ffn_gelu);
     if (c.ffn_gelu) cpu::gelu_tanh_mul(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
+    cpu::matmul(threads_, w.w_down, s.gate.data(), n, s.proj.data());
   }
-  cpu::matmul(threads_, w.w_down, s.gate.data(), n, s.proj.data());
   if (w.post_ffn_norm) cpu::rms_norm_rows(s.proj.data(), w.post_ffn_norm, s.proj.data(), n, c.n_embd, c.rms_eps);
   cpu::add_inplace(s.x.data(), s.proj.data(), n * c.n_embd);
 }

@@ -30,6 +30,8 @@ class LlamaModel final : public Model {
   /// the batch's token trees into tree_.
   void validate(const StepBatch& batch, const KvCache& kv);
   void run_layer(int layer, int64_t n_tokens, const StepBatch& batch, KvCache& kv);
+  /// The mixture-of-experts FFN of the normed rows in scratch_.xn into scratch_.proj.
+  void run_moe_ffn(const LlamaLayerWeights& w, int64_t n_tokens);
 
   GgufFile file_;
   ModelConfig config_;

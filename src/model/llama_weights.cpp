@@ -39,12 +39,17 @@ class Binder {
              "architecture's tensor): refusing to run the model without it");
   }
 
-  /// A matrix of `rows` rows of `cols` (ggml ne = {cols, rows}).
-  cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows) {
+  /// A matrix of `rows` rows of `cols` (ggml ne = {cols, rows}); with `stack` > 0, a 3-D tensor
+  /// of `stack` such matrices (ne = {cols, rows, stack}: llama.cpp's expert tensors) as one
+  /// matrix of stack * rows rows.
+  cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows, int64_t stack = 0) {
     const GgufTensorInfo& t = find(name);
-    if (t.n_dims != 2 || t.ne[0] != uint64_t(cols) || t.ne[1] != uint64_t(rows))
-      fail("tensor '" + name + "' has shape " + shape_str(t) + ", expected [" +
-           std::to_string(cols) + ", " + std::to_string(rows) + "] (ggml order: n_in, n_out)");
+    const bool shape_ok = stack > 0 ? t.n_dims == 3 && t.ne[2] == uint64_t(stack) : t.n_dims == 2;
+    if (!shape_ok || t.ne[0] != uint64_t(cols) || t.ne[1] != uint64_t(rows))
+      fail("tensor '" + name + "' has shape " + shape_str(t) + ", expected [" + std::to_string(cols) + ", " +
+           std::to_string(rows) + (stack > 0 ? ", " + std::to_string(stack) : "") + "] (ggml order: n_in, n_out" +
+           (stack > 0 ? ", expert" : "") + ")");
+    if (stack > 0) rows *= stack;
     if (!is_supported_weight_type(t.type()))
       fail("tensor '" + name + "' has unsupported type " + ggml_type_name(t.type_id) +
            "; supported weight types: " + std::string(supported_weight_types()));
@@ -182,7 +187,15 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
     }
     L.wo = b.matrix(p + "attn_output.weight", q, d);
     L.ffn_norm = b.vector(p + "ffn_norm.weight", d);
-    if (c.fused_gate_up) {  // phi3: ffn_up holds [gate | up]
+    if (c.n_expert > 0) {  // Mixtral: a router and n_expert FFNs in 3-D tensors
+      L.router = b.matrix(p + "ffn_gate_inp.weight", d, c.n_expert);
+      const cpu::WeightMatrix gate = b.matrix(p + "ffn_gate_exps.weight", d, ff, c.n_expert);
+      const cpu::WeightMatrix up = b.matrix(p + "ffn_up_exps.weight", d, ff, c.n_expert);
+      const cpu::WeightMatrix down = b.matrix(p + "ffn_down_exps.weight", ff, d, c.n_expert);
+      for (int e = 0; e < c.n_expert; ++e)
+        L.experts.push_back(ExpertWeights{Binder::rows_of(gate, e * ff, ff), Binder::rows_of(up, e * ff, ff),
+                                          Binder::rows_of(down, e * d, d)});
+    } else if (c.fused_gate_up) {  // phi3: ffn_up holds [gate | up]
       const cpu::WeightMatrix gate_up = b.matrix(p + "ffn_up.weight", d, 2 * ff);
       L.w_gate = Binder::rows_of(gate_up, 0, ff);
       L.w_up = Binder::rows_of(gate_up, ff, ff);
@@ -190,7 +203,7 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
       L.w_gate = b.matrix(p + "ffn_gate.weight", d, ff);
       L.w_up = b.matrix(p + "ffn_up.weight", d, ff);
     }
-    L.w_down = b.matrix(p + "ffn_down.weight", ff, d);
+    if (c.n_expert == 0) L.w_down = b.matrix(p + "ffn_down.weight", ff, d);
     if (c.post_norms) {
       L.post_attn_norm = b.vector(p + "post_attention_norm.weight", d);
       L.post_ffn_norm = b.vector(p + "post_ffw_norm.weight", d);

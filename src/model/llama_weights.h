@@ -15,6 +15,13 @@
 
 namespace fdl {
 
+/// One expert's FFN (views into the file's 3-D expert tensors).
+struct ExpertWeights {
+  cpu::WeightMatrix gate{};  ///< n_ff rows of n_embd
+  cpu::WeightMatrix up{};    ///< n_ff rows of n_embd
+  cpu::WeightMatrix down{};  ///< n_embd rows of n_ff
+};
+
 struct LlamaLayerWeights {
   const float* attn_norm = nullptr;  ///< [n_embd]
   cpu::WeightMatrix wq{};            ///< n_head*head_dim rows of n_embd
@@ -30,6 +37,10 @@ struct LlamaLayerWeights {
   cpu::WeightMatrix w_gate{};        ///< n_ff rows of n_embd
   cpu::WeightMatrix w_up{};          ///< n_ff rows of n_embd
   cpu::WeightMatrix w_down{};        ///< n_embd rows of n_ff
+  /// Mixture of experts (ModelConfig::n_expert > 0) instead of w_gate/w_up/w_down: the router
+  /// (n_expert rows of n_embd, blk.N.ffn_gate_inp) and each expert's FFN.
+  cpu::WeightMatrix router{};
+  std::vector<ExpertWeights> experts;
   const float* post_attn_norm = nullptr;  ///< [n_embd] RMSNorm of wo's output, or null (post_norms)
   const float* post_ffn_norm = nullptr;   ///< [n_embd] RMSNorm of w_down's output, or null
 };

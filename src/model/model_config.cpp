@@ -209,10 +209,6 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.fused_qkv = family->fused_qkv;
   c.fused_gate_up = family->fused_gate_up;
   MetaReader m(f, c.arch);
-  // Mixtral-style files are labelled llama (Qwen MoE files qwen2moe); expert FFNs are not run.
-  if (const GgufValue* experts = f.find(m.key("expert_count")); experts && experts->u64 + uint64_t(experts->i64) > 0)
-    m.fail("mixture-of-experts models ('" + m.key("expert_count") + "' = " +
-           std::to_string(experts->u64 + uint64_t(experts->i64)) + ") are not supported");
   c.name = m.string_or("general.name", "");
   c.n_embd = m.positive_int("embedding_length");
   c.n_layer = m.positive_int("block_count");
@@ -246,6 +242,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   read_rope_scaling(f, m, c);
   read_sliding_window(f, m, c);
   read_gemma_parts(*family, m, c);
+  // Mixtral-style files are labelled llama: experts where expert_count says so.
+  if (const uint64_t experts = m.uint_or("expert_count", 0); experts > 0) {
+    c.n_expert = m.positive_int("expert_count");
+    c.n_expert_used = m.positive_int("expert_used_count");
+    if (c.n_expert_used > c.n_expert)
+      m.fail("'" + m.key("expert_used_count") + "' = " + std::to_string(c.n_expert_used) + " exceeds '" +
+             m.key("expert_count") + "' = " + std::to_string(c.n_expert));
+  }
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   return c;
 }
@@ -255,7 +259,8 @@ uint64_t ModelConfig::n_params() const {
                  kv = uint64_t(n_head_kv) * head_dim;
   const uint64_t per_layer = (post_norms ? 4 : 2) * d  // attention and FFN norms
                              + d * q + 2 * d * kv + q * d  // Q, K, V, output
-                             + 3 * d * uint64_t(n_ff)      // gate, up, down
+                             + 3 * d * uint64_t(n_ff) * uint64_t(n_expert > 0 ? n_expert : 1)  // gate, up, down
+                             + uint64_t(n_expert) * d      // router
                              + (qkv_bias ? q + 2 * kv : 0)  // Q/K/V biases
                              + (qk_norm ? 2 * uint64_t(head_dim) : 0);
   const uint64_t embeddings = uint64_t(n_vocab) * d * (tied_output ? 1 : 2);

@@ -37,17 +37,21 @@ std::vector<TensorPlan> llama_tensor_list(const ModelShape& s, const MakeModelOp
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     list.push_back({p + "attn_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
-    list.push_back({p + "attn_q.weight", w, {s.dim, s.dim}, 0.f, wstd});
+    list.push_back({p + "attn_q.weight", w, {s.dim, s.q_dim()}, 0.f, wstd});
     list.push_back({p + "attn_k.weight", w, {s.dim, s.kv_dim()}, 0.f, wstd});
     list.push_back({p + "attn_v.weight", w, {s.dim, s.kv_dim()}, 0.f, wstd});
     if (s.arch == "qwen2")
-      for (const auto& [name, len] : {std::pair{"attn_q.bias", s.dim}, {"attn_k.bias", s.kv_dim()}, {"attn_v.bias", s.kv_dim()}})
+      for (const auto& [name, len] : {std::pair{"attn_q.bias", s.q_dim()}, {"attn_k.bias", s.kv_dim()}, {"attn_v.bias", s.kv_dim()}})
         list.push_back({p + name, GgmlType::F32, {len}, 0.f, kNormStd});
     if (s.arch == "qwen3") {
       list.push_back({p + "attn_q_norm.weight", GgmlType::F32, {s.head_dim()}, 1.f, kNormStd});
       list.push_back({p + "attn_k_norm.weight", GgmlType::F32, {s.head_dim()}, 1.f, kNormStd});
     }
-    list.push_back({p + "attn_output.weight", w, {s.dim, s.dim}, 0.f, wstd});
+    list.push_back({p + "attn_output.weight", w, {s.q_dim(), s.dim}, 0.f, wstd});
+    if (s.arch == "gemma2") {
+      list.push_back({p + "post_attention_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
+      list.push_back({p + "post_ffw_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
+    }
     list.push_back({p + "ffn_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
     list.push_back({p + "ffn_gate.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
     list.push_back({p + "ffn_up.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
@@ -76,6 +80,15 @@ void make_model(const MakeModelOptions& opt) {
   w.set_uint32(a + ".attention.head_count", s.n_heads);
   w.set_uint32(a + ".attention.head_count_kv", s.n_kv_heads);
   w.set_uint32(a + ".rope.dimension_count", s.head_dim());
+  if (s.head_dim_set) {
+    w.set_uint32(a + ".attention.key_length", s.head_dim());
+    w.set_uint32(a + ".attention.value_length", s.head_dim());
+  }
+  if (a == "gemma2") {  // Gemma-2-9B's: soft-caps, a 4096-position window on layers 0, 2, ...
+    w.set_float32(a + ".attn_logit_softcapping", 50.f);
+    w.set_float32(a + ".final_logit_softcapping", 30.f);
+    w.set_uint32(a + ".attention.sliding_window", 4096);
+  }
   w.set_float32(a + ".rope.freq_base", s.rope_theta);
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_uint32(a + ".vocab_size", s.vocab);

@@ -68,7 +68,7 @@ struct MakeModelOptions {
   std::optional<uint32_t> context;     ///< llama.context_length (tokens)
   std::optional<float> rope_theta;     ///< llama.rope.freq_base
   std::optional<float> rms_eps;        ///< llama.attention.layer_norm_rms_epsilon
-  std::optional<std::string> arch;     ///< family: llama, qwen2, qwen3 (keys and tensors follow it)
+  std::optional<std::string> arch;     ///< family: llama, qwen2, qwen3, gemma2 (keys and tensors follow it)
 
   float weight_std = 0.02f;     ///< standard deviation of matrix values
   bool tied_embeddings = false;  ///< omit output.weight (the model reuses token_embd)
@@ -82,12 +82,17 @@ struct ModelShape {
            context = 0;
   float rope_theta = 10000.f;
   float rms_eps = 1e-5f;
-  std::string arch = "llama";  ///< general.architecture: llama, qwen2 (Q/K/V biases) or qwen3 (Q/K norms)
-  uint32_t head_dim() const { return dim / n_heads; }
+  /// general.architecture: llama, qwen2 (Q/K/V biases), qwen3 (Q/K norms) or gemma2 (post-norms,
+  /// soft-caps 50 / 30, a 4096-position window on every other layer)
+  std::string arch = "llama";
+  uint32_t head_dim_set = 0;  ///< attention.key_length when it is not dim / n_heads (Gemma 2: 256); 0 = that
+  uint32_t head_dim() const { return head_dim_set ? head_dim_set : dim / n_heads; }
+  uint32_t q_dim() const { return n_heads * head_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
-/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b".
+/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b",
+/// "gemma2-9b".
 std::vector<std::string> model_presets();
 
 /// The shape `make_model(opt)` would write, validated (throws std::invalid_argument naming the

@@ -19,14 +19,16 @@ struct Preset {
 };
 
 // Shapes of the published models each preset imitates (Llama-2-7B's context and epsilon for
-// llama-7b; Meta-Llama-3-8B for llama3-8b; Qwen2.5-7B for qwen2-7b; Qwen3-8B for qwen3-8b).
-const std::array<Preset, 6> kPresets{{
+// llama-7b; Meta-Llama-3-8B for llama3-8b; Qwen2.5-7B for qwen2-7b; Qwen3-8B for qwen3-8b; Gemma-2-9B
+// for gemma2-9b).
+const std::array<Preset, 7> kPresets{{
     {"tiny", {64, 2, 4, 2, 128, 512, 512, 10000.f, 1e-5f}},
     {"110m", {768, 12, 12, 12, 2048, 32000, 2048, 10000.f, 1e-5f}},
     {"llama-7b", {4096, 32, 32, 32, 11008, 32000, 4096, 10000.f, 1e-5f}},
     {"llama3-8b", {4096, 32, 32, 8, 14336, 128256, 8192, 500000.f, 1e-5f}},
     {"qwen2-7b", {3584, 28, 28, 4, 18944, 152064, 32768, 1000000.f, 1e-6f, "qwen2"}},
     {"qwen3-8b", {4096, 36, 32, 8, 12288, 151936, 40960, 1000000.f, 1e-6f, "qwen3"}},
+    {"gemma2-9b", {3584, 42, 16, 8, 14336, 256000, 8192, 10000.f, 1e-6f, "gemma2", 256}},
 }};
 
 [[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("make_model: " + msg); }
@@ -64,8 +66,9 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
   s.rope_theta = opt.rope_theta.value_or(s.rope_theta);
   s.rms_eps = opt.rms_eps.value_or(s.rms_eps);
   s.arch = opt.arch.value_or(s.arch);
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3")
-    bad("unknown arch '" + s.arch + "' (available: llama, qwen2, qwen3)");
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma2")
+    bad("unknown arch '" + s.arch + "' (available: llama, qwen2, qwen3, gemma2)");
+  if (opt.dim || opt.n_heads) s.head_dim_set = 0;  // a reshaped model: dim / n_heads
   if (file_vocab) {
     if (opt.vocab && *opt.vocab != *file_vocab)
       bad("vocab " + std::to_string(*opt.vocab) + " conflicts with vocab_from, which has " +
@@ -85,13 +88,13 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
   require_positive(s.ffn_dim, "ffn_dim");
   require_positive(s.vocab, "vocab");
   require_positive(s.context, "context");
-  if (s.dim % s.n_heads != 0)
+  if (s.head_dim_set == 0 && s.dim % s.n_heads != 0)
     bad("dim " + std::to_string(s.dim) + " is not divisible by n_heads " + std::to_string(s.n_heads));
   if (s.n_heads % s.n_kv_heads != 0)
     bad("n_heads " + std::to_string(s.n_heads) + " is not divisible by n_kv_heads " +
         std::to_string(s.n_kv_heads));
   if (s.head_dim() % 2 != 0)
-    bad("head dim " + std::to_string(s.head_dim()) + " (dim / n_heads) must be even for RoPE");
+    bad("head dim " + std::to_string(s.head_dim()) + (s.head_dim_set ? "" : " (dim / n_heads)") + " must be even for RoPE");
   if (opt.dtype == GgmlType::Q8_0 && (s.dim % 32 != 0 || s.ffn_dim % 32 != 0))
     bad("Q8_0 needs dim and ffn_dim to be multiples of 32 (got dim " + std::to_string(s.dim) +
         ", ffn_dim " + std::to_string(s.ffn_dim) + ")");

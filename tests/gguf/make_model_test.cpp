@@ -48,7 +48,7 @@ std::string invalid_message(const MakeModelOptions& opt) {
 
 TEST(MakeModel, PresetsAreListedAndResolve) {
   EXPECT_EQ(model_presets(),
-            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b"}));
+            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b", "gemma2-9b"}));
   MakeModelOptions opt;
   opt.preset = "llama3-8b";
   const ModelShape s = resolve_model_shape(opt);
@@ -150,6 +150,33 @@ TEST(MakeModel, FamilyFilesCarryTheirOwnTensorsAndKeys) {
       }
     }
   }
+}
+
+// The gemma2-9b preset: Gemma-2-9B's head_dim 256 (not dim / n_heads = 224) through key_length,
+// its post-norms, soft-caps and window; a reshaped model (--dim) goes back to dim / n_heads.
+TEST(MakeModel, Gemma2PresetCarriesItsHeadDimAndParts) {
+  MakeModelOptions opt;
+  opt.preset = "gemma2-9b";
+  opt.n_layers = 2;
+  opt.vocab = 512;
+  const ModelShape s = resolve_model_shape(opt);
+  EXPECT_EQ(s.head_dim(), 256u);
+  EXPECT_EQ(s.q_dim(), 4096u);
+  opt.dim = 1024;
+  EXPECT_EQ(resolve_model_shape(opt).head_dim(), 64u);
+  opt.dim.reset();
+  opt.n_layers = 1;
+  opt.ffn_dim = 64;
+  opt.output = scratch("gemma2.gguf");
+  opt.dtype = GgmlType::F32;
+  opt.tied_embeddings = true;
+  make_model(opt);
+  const GgufFile f = GgufFile::open(opt.output);
+  EXPECT_EQ(f.get_uint("gemma2.attention.key_length"), 256u);
+  EXPECT_EQ(f.get_uint("gemma2.attention.sliding_window"), 4096u);
+  EXPECT_EQ(f.get_float("gemma2.attn_logit_softcapping"), 50.0);
+  EXPECT_EQ(f.tensor("blk.0.attn_q.weight").ne[1], 4096u);
+  EXPECT_NE(f.find_tensor("blk.0.post_ffw_norm.weight"), nullptr);
 }
 
 TEST(MakeModel, ValuesHaveTheRequestedStatistics) {
@@ -332,11 +359,11 @@ TEST(MakeModel, InvalidOptionsNameTheOption) {
   MakeModelOptions opt;
   opt.preset = "gpt-5";
   EXPECT_NE(invalid_message(opt).find(
-                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, qwen2-7b, qwen3-8b)"),
+                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, qwen2-7b, qwen3-8b, gemma2-9b)"),
             std::string::npos);
   opt = {};
-  opt.arch = "gemma2";
-  EXPECT_NE(invalid_message(opt).find("unknown arch 'gemma2' (available: llama, qwen2, qwen3)"), std::string::npos);
+  opt.arch = "gemma4";
+  EXPECT_NE(invalid_message(opt).find("unknown arch 'gemma4' (available: llama, qwen2, qwen3, gemma2)"), std::string::npos);
   opt = {};
   opt.dim = 100;
   opt.n_heads = 3;

@@ -162,8 +162,8 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   EXPECT_THAT(error(), HasSubstr("'sliding_window' must be a positive integer or null"));
   config_.erase("sliding_window");
   config_.erase("use_sliding_window");
-  config_["num_local_experts"] = 8;
-  EXPECT_THAT(error(), HasSubstr("num_local_experts"));
+  config_["num_local_experts"] = 8;  // experts are Mixtral's (model_type mixtral), not llama's
+  EXPECT_THAT(error(), HasSubstr("'num_local_experts' is set: not supported for llama"));
   config_.erase("num_local_experts");
   config_["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}};
   EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'longrope'"));

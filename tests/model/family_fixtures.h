@@ -21,7 +21,7 @@ namespace fdl::test {
 /// The families the engine runs, each loaded from its HF directory and from its GGUF
 /// (qwen2-yarn: qwen2 with YaRN RoPE scaling).
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "qwen2-yarn"};
+  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "mixtral", "qwen2-yarn"};
   return f;
 }
 
@@ -40,6 +40,13 @@ inline nlohmann::json family_reference(const std::string& family) {
   std::ifstream in(family_dir(family) / "reference.json");
   if (!in) throw std::runtime_error("cannot open " + (family_dir(family) / "reference.json").string());
   return nlohmann::json::parse(in);
+}
+
+/// general.architecture of the family's files: Mistral and Mixtral are `llama` files;
+/// qwen2-yarn is qwen2.
+inline std::string expected_arch(const std::string& family) {
+  if (family == "mistral" || family == "mixtral") return "llama";
+  return family.substr(0, family.find('-'));
 }
 
 /// Whether llama.cpp's CPU run is an oracle as exact as Transformers: not for Gemma, whose GELU

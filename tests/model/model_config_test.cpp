@@ -148,11 +148,16 @@ TEST(ModelConfig, TensorTheModelDoesNotUseIsRefused) {
   expect_model_error([&] { Model::load(path); }, {"tensor 'blk.0.attn_q.bias' is not used", "refusing"});
 }
 
-TEST(ModelConfig, MixtureOfExpertsIsRefusedByName) {
+// expert_count makes a llama file a mixture of experts: it needs expert_used_count (at most
+// expert_count) and the 3-D expert tensors, each named when missing.
+TEST(ModelConfig, MixtureOfExpertsNeedsItsKeysAndTensors) {
   TinyLlamaSpec s;
   s.extra_u32_keys["llama.expert_count"] = 8;
-  const auto path = write_tiny_llama("moe.gguf", s);
-  expect_model_error([&] { Model::load(path); }, {"mixture-of-experts", "llama.expert_count' = 8"});
+  expect_model_error([&] { Model::load(write_tiny_llama("moe.gguf", s)); }, {"llama.expert_used_count"});
+  s.extra_u32_keys["llama.expert_used_count"] = 9;
+  expect_model_error([&] { Model::load(write_tiny_llama("moe.gguf", s)); }, {"exceeds", "llama.expert_count' = 8"});
+  s.extra_u32_keys["llama.expert_used_count"] = 2;
+  expect_model_error([&] { Model::load(write_tiny_llama("moe.gguf", s)); }, {"missing tensor 'blk.0.ffn_gate_inp.weight'"});
 }
 
 // A window shorter than the context (Mistral 7B v0.1, Phi-3-mini's 2047, Gemma's local layers):

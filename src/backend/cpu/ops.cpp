@@ -88,7 +88,7 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + kCoef * g * g * g))) * up[i];
+    out[i] = ((0.5f * g) * (1.0f + std::tanh(kSqrt2OverPi * (g + ((kCoef * g) * g) * g)))) * up[i];
   }
 }
 

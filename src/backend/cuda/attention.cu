@@ -36,9 +36,9 @@ __device__ __forceinline__ float4 axpby(const float4& x, float a, const float4& 
 template <bool MASKED>
 using ArgsOf = std::conditional_t<MASKED, MaskedAttentionArgs, AttentionArgs>;
 
-// MASKED: the batch holds token trees or a sliding window (AttentionMasks): slots of other
-// branches and before the window are skipped as positions past the context are; the splits
-// share out the window only. A separate instantiation with its own parameter type, so steps
+// MASKED: the batch holds token trees or a sliding window, or the scores are soft-capped
+// (AttentionMasks): slots of other branches and before the window are skipped as positions
+// past the context are; the splits share out the window only. A separate instantiation with its own parameter type, so steps
 // without masks run exactly the kernel they ran before.
 template <typename KvT, int CH, int GM, int U, bool MASKED>
 __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<MASKED> a, int lanes) {
@@ -121,6 +121,8 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<MASKED> a
         for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (valid[u]) {
           s *= a.scale;
+          if constexpr (MASKED)
+            if (a.masks.softcap > 0) s = __fmul_rn(a.masks.softcap, tanhf(__fdiv_rn(s, a.masks.softcap)));
           const float m_new = fmaxf(m[g], s);
           const float corr = expf(m[g] - m_new), p = expf(s - m_new);
           l[g] = l[g] * corr + p;
@@ -464,6 +466,7 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
   if (a.n_tokens <= 0) return;
   const int hd = a.kv.head_dim;
   if (a.tile_starts) {
+    if (masks.softcap > 0) throw CudaError("paged_attention: soft-capped scores run the per-token kernel (no tiles)");
     if (!attention_tiles_supported(hd, a.n_head, a.kv.n_head_kv))
       throw CudaError("paged_attention: tiles need head_dim 64 or 128 and at most 128 query heads per kv head");
     if (a.tensor_cores)

@@ -16,11 +16,13 @@ namespace {
 /// Offsets (in int32 words) of the packed per-step inputs; fixed for a given (n, m), so the
 /// device pointers a captured graph holds stay valid across steps of the same shape.
 struct Layout {
-  size_t tokens, positions, dst_block, table_off, row_idx, cos_sin, tables;
-  Layout(int n, int m, int rope_dim)
+  size_t tokens, positions, dst_block, table_off, row_idx, cos_sin, cos_sin_swa, tables;
+  /// `swa`: the sliding layers rotate with a RoPE of their own (a second cos/sin table).
+  Layout(int n, int m, int rope_dim, bool swa)
       : tokens(0), positions(size_t(n)), dst_block(2 * size_t(n)), table_off(3 * size_t(n)),
         row_idx(4 * size_t(n)), cos_sin(4 * size_t(n) + size_t(m)),
-        tables(cos_sin + size_t(n) * size_t(rope_dim)) {}
+        cos_sin_swa(cos_sin + size_t(n) * size_t(rope_dim)),
+        tables(cos_sin_swa + (swa ? size_t(n) * size_t(rope_dim) : 0)) {}
 };
 }  // namespace
 
@@ -33,16 +35,23 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   if (c.head_dim % 4 != 0 || c.head_dim > 256)
     throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
                      std::to_string(c.head_dim));
-  if (c.post_norms || c.ffn_gelu || c.embed_scale != 1.f || c.attn_softcap > 0 || c.final_softcap > 0 ||
-      c.attn_scale > 0 || c.rope_freq_base_swa > 0)
-    throw ModelError(file_.path() + ": --device cuda: " + c.arch +
-                     "'s plan (post-norms, GeGLU, soft-capping, scaled embeddings and queries) runs on the CPU only");
+  // Gemma's kernels (post-norms, GeGLU, soft-caps, the second RoPE table) are built but not yet
+  // checked on a GPU: refused until they are.
+  if (c.post_norms || c.ffn_gelu || c.attn_softcap > 0 || c.final_softcap > 0 || c.rope_freq_base_swa > 0)
+    throw ModelError(file_.path() + ": --device cuda: " + c.arch + "'s plan (post-norms, GeGLU, soft-capping) runs on "
+                     "the CPU only for now");
+  if (c.n_expert > 0)
+    throw ModelError(file_.path() + ": --device cuda: mixture-of-experts models (" + std::to_string(c.n_expert) +
+                     " experts) run on the CPU only");
   rope_.head_dim = c.head_dim;
   rope_.rope_dim = c.rope_dim;
   rope_.freq_base = c.rope_freq_base;
   rope_.freq_scale = c.rope_freq_scale;
   rope_.freq_factors = host_weights_.rope_freq_factors;
   if (c.rope_yarn) cpu::set_yarn(rope_, c.rope_orig_ctx, c.yarn_beta_fast, c.yarn_beta_slow);
+  rope_swa_.head_dim = c.head_dim;
+  rope_swa_.rope_dim = c.rope_dim;
+  rope_swa_.freq_base = c.rope_freq_base_swa;  // unscaled (used only when > 0)
   // Before any upload or CUDA resource: a refused --kv-cache-dtype costs nothing.
   kv_dtype_ = resolve_kv_dtype(opt.kv_dtype);
 
@@ -276,7 +285,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   for (int t = 0; t < n; ++t) max_ctx = std::max(max_ctx, attn_pos[t] + 1);
 
   // Pack the step's inputs into one pinned buffer; block tables of distinct sequences last.
-  const Layout lay(n, m, c.rope_dim);
+  const bool swa_rope = c.rope_freq_base_swa > 0;
+  const Layout lay(n, m, c.rope_dim, swa_rope);
   const int block_size = kv.pool().shape().block_size;
   size_t tables_len = 0;
   for (int t = 0; t < n; ++t) {
@@ -291,7 +301,9 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   // tiles pay off only for runs of several tokens (a batch of single decode tokens is faster
   // per token); on tensor cores a tile of one token is a memory-bound K/V stream with its
   // query heads as the rows (GQA), so every such step uses them.
-  use_tiles_ = n > kGemvMaxTokens && knobs_.attn_tiles && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv);
+  // Soft-capped scores run the per-token kernel only (kernels.h: AttentionMasks).
+  use_tiles_ = n > kGemvMaxTokens && knobs_.attn_tiles && c.attn_softcap == 0 &&
+               attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv);
   if (use_tiles_) {
     tile_starts_.resize(size_t(n) + 1);
     n_tiles_ = attention_tiles(batch.seqs.data(), attn_pos, n, c.n_head, c.n_head_kv, tile_starts_.data());
@@ -346,6 +358,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
     h[lay.table_off + size_t(t)] = seq_table_off_[size_t(s)];
     if (batch.want_logits[size_t(t)]) h[lay.row_idx + size_t(row++)] = t;
     cpu::rope_cos_sin(rope_, pos, reinterpret_cast<float*>(h + lay.cos_sin) + size_t(t) * size_t(c.rope_dim));
+    if (swa_rope)
+      cpu::rope_cos_sin(rope_swa_, pos, reinterpret_cast<float*>(h + lay.cos_sin_swa) + size_t(t) * size_t(c.rope_dim));
   }
   for (int t = 0; t < n; ++t) {
     const SeqId s = batch.seqs[size_t(t)];
@@ -376,6 +390,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   in.table_off = d + lay.table_off;
   in.row_idx = d + lay.row_idx;
   in.cos_sin = reinterpret_cast<const float*>(d + lay.cos_sin);
+  in.cos_sin_swa = swa_rope ? reinterpret_cast<const float*>(d + lay.cos_sin_swa) : nullptr;
   in.tables = d + tables_at;
   in.tile_starts = use_tiles_ ? d + tiles_at : nullptr;
   in.tree_base = tree_step_ ? d + tree_at : nullptr;

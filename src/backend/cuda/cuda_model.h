@@ -175,6 +175,7 @@ class CudaModel final : public Model {
   ModelConfig config_;
   LlamaWeights host_weights_;  // views into file_ (and the rope factors the rope table uses)
   cpu::RopeParams rope_;
+  cpu::RopeParams rope_swa_;  ///< the sliding layers' (ModelConfig::rope_freq_base_swa > 0)
   CudaWeights weights_;
   CudaKnobs knobs_;
   int n_sm_ = 0;

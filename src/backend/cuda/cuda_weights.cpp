@@ -102,7 +102,8 @@ uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c) {
   for (const LlamaLayerWeights& L : w.layers)
     total += matrix_bytes({&L.wq, &L.wk, &L.wv}) + matrix_bytes({&L.wo}) +
              matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down}) + 2 * uint64_t(c.n_embd) * 4 +
-             (L.bq ? uint64_t(L.wq.rows + L.wk.rows + L.wv.rows) * 4 : 0) + (L.q_norm ? 2 * uint64_t(c.head_dim) * 4 : 0);
+             (L.bq ? uint64_t(L.wq.rows + L.wk.rows + L.wv.rows) * 4 : 0) + (L.q_norm ? 2 * uint64_t(c.head_dim) * 4 : 0) +
+             (L.post_attn_norm ? 2 * uint64_t(c.n_embd) * 4 : 0);
   return total + uint64_t(c.n_embd) * 4;
 }
 
@@ -135,9 +136,14 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
       dst.q_norm = upload_vector(src.q_norm, c.head_dim);
       dst.k_norm = upload_vector(src.k_norm, c.head_dim);
     }
+    if (src.post_attn_norm) {
+      dst.post_attn_norm = upload_vector(src.post_attn_norm, c.n_embd);
+      dst.post_ffn_norm = upload_vector(src.post_ffn_norm, c.n_embd);
+    }
     out.bytes_per_step += dst.qkv.storage.bytes() + dst.wo.storage.bytes() + dst.gate_up.storage.bytes() +
                           dst.down.storage.bytes() + 2 * dst.attn_norm.bytes() + dst.qkv_bias.bytes() +
-                          dst.q_norm.bytes() + dst.k_norm.bytes();
+                          dst.q_norm.bytes() + dst.k_norm.bytes() + dst.post_attn_norm.bytes() +
+                          dst.post_ffn_norm.bytes();
   }
   const uint64_t out_bytes = uint64_t(out.output.view.rows) * out.output.view.cols * wtype_size(out.output.view.type);
   out.bytes_per_step += out_bytes + out.output_norm.bytes();

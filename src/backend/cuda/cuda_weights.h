@@ -30,6 +30,7 @@ struct CudaLayer {
   CudaMatrix qkv, wo, gate_up, down;
   DeviceBuffer<float> qkv_bias;        ///< [q_dim + 2 kv_dim] fused like qkv; empty without biases
   DeviceBuffer<float> q_norm, k_norm;  ///< [head_dim] each; empty without per-head Q/K norms
+  DeviceBuffer<float> post_attn_norm, post_ffn_norm;  ///< [n_embd] each; empty without post-norms
 };
 
 struct CudaWeights {

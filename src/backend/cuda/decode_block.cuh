@@ -187,6 +187,22 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double sum = 0.0;
   const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
+  float add_scale = 1.f;  // post-norm of the addend (NormIn::add_w): its own RMS first
+  if (in.add_w != nullptr) {
+    for (int i = threadIdx.x; i < cols; i += THREADS) {
+      const float a = __ldcg(in.add + i);
+      sum += double(__fmul_rn(a, a));
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) red[warp] = sum;
+    __syncthreads();
+    double total = 0.0;
+#pragma unroll
+    for (int k = 0; k < THREADS / 32; ++k) total += red[k];
+    add_scale = 1.0f / sqrtf(float(total / double(cols)) + in.eps);
+    sum = 0.0;
+    __syncthreads();  // red is read by every thread before it is reused below
+  }
   for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
     float xv[kNormBatch], av[kNormBatch];
 #pragma unroll
@@ -199,6 +215,7 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
     for (int k = 0; k < kNormBatch; ++k) {
       const int i = i0 + k * THREADS;
       if (i >= cols) break;
+      if (in.add_w != nullptr) av[k] = __fmul_rn(__fmul_rn(av[k], add_scale), in.add_w[i]);
       const float v = in.add ? xv[k] + av[k] : xv[k];
       if (write_x) in.x_out[i] = v;
       xs[i] = v;

@@ -11,6 +11,7 @@
 // fp32 rounding (tests/gpu/decode_block_test.cpp).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
+#include "backend/cuda/ffn_act.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
           gate = v;
         } else if (lane == 0) {
           const int64_t p = p0 + warp + int64_t(kWarps) * (i >> 1);
-          a.h[p] = __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), v);  // silu_mul's formula
+          a.h[p] = ffn_act(gate, v, a.gelu);  // silu_mul's formula
         }
       });
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ffn_act.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
@@ -26,7 +27,7 @@ __device__ __forceinline__ float load_as_float(const void* p, int64_t i, WType t
 }
 
 __global__ void embed_kernel(WType type, const void* E, int64_t rows, int64_t cols, const int32_t* ids,
-                             const int32_t* prev_ids, float* out) {
+                             const int32_t* prev_ids, float* out, float scale) {
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.x;
@@ -36,7 +37,7 @@ __global__ void embed_kernel(WType type, const void* E, int64_t rows, int64_t co
     if (row < 0 || row >= rows) row = 0;  // a failed row's id: the host fails this step
   }
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    out[t * cols + c] = load_as_float(E, row * cols + c, type);
+    out[t * cols + c] = scale == 1.f ? load_as_float(E, row * cols + c, type) : load_as_float(E, row * cols + c, type) * scale;
 }
 
 // One block per row, up to 1024 threads, each holding up to kNormPer elements in registers:
@@ -52,8 +53,26 @@ __device__ __forceinline__ void store_as(void* p, int64_t i, float v, WType t) {
   }
 }
 
+// Sum over the block of each thread's `sum`, in `partial`; every thread gets the total.
+__device__ __forceinline__ double block_sum(double sum, double* partial) {
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const int n_warps = (blockDim.x + 31) / 32;
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    double s = threadIdx.x < n_warps ? partial[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) partial[0] = s;
+  }
+  __syncthreads();
+  const double total = partial[0];
+  __syncthreads();  // partial is read by every thread before a next use writes it
+  return total;
+}
+
 __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, void* y, WType y_type,
-                                    const int32_t* row_idx, int width, float eps, bool write_back) {
+                                    const int32_t* row_idx, int width, float eps, bool write_back,
+                                    const float* add_w) {
   launch_dependents();
   grid_dependency_wait();
   const int r = blockIdx.x;
@@ -66,7 +85,23 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
     const int i = threadIdx.x + k * blockDim.x;
     v[k] = i < width ? xr[i] : 0.f;
   }
-  if (ar) {
+  __shared__ double partial[kNormMaxThreads / 32];
+  if (ar && add_w) {  // a post-norm of the addend (Gemma): add's own RMSNorm first
+    float a[kNormPer];
+    double sa = 0.0;
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      a[k] = i < width ? ar[i] : 0.f;
+      sa += double(__fmul_rn(a[k], a[k]));
+    }
+    const float scale_a = 1.0f / sqrtf(float(block_sum(sa, partial) / double(width)) + eps);
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i < width) v[k] += __fmul_rn(__fmul_rn(a[k], scale_a), add_w[i]);
+    }
+  } else if (ar) {
 #pragma unroll
     for (int k = 0; k < kNormPer; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
@@ -84,7 +119,6 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
       sum += double(__fmul_rn(v[k], v[k]));
     }
   }
-  __shared__ double partial[kNormMaxThreads / 32];
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const int n_warps = (blockDim.x + 31) / 32;
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
@@ -221,14 +255,21 @@ __global__ void rope_qkv_norm_kernel(const float* qkv, const float* cos_sin, con
   }
 }
 
-__global__ void silu_mul_kernel(const float* gu, void* out, WType out_type, int n_ff) {
+__global__ void silu_mul_kernel(const float* gu, void* out, WType out_type, int n_ff, bool gelu) {
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.y;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= n_ff) return;
   const float g = gu[int64_t(t) * 2 * n_ff + c], u = gu[int64_t(t) * 2 * n_ff + n_ff + c];
-  store_as(out, int64_t(t) * n_ff + c, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u), out_type);
+  store_as(out, int64_t(t) * n_ff + c, ffn_act(g, u, gelu), out_type);
+}
+
+__global__ void softcap_kernel(float* x, size_t n, float cap) {
+  launch_dependents();
+  grid_dependency_wait();
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = __fmul_rn(cap, tanhf(__fdiv_rn(x[i], cap)));
 }
 
 __global__ void cast_kernel(const float* x, size_t count, WType type, void* dst) {
@@ -327,13 +368,19 @@ const char* wtype_name(WType t) {
 }
 
 void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
-                cudaStream_t stream) {
+                cudaStream_t stream, float scale) {
   if (n <= 0) return;
-  launch_pdl(embed_kernel, dim3(n), dim3(256), 0, stream, E.type, E.data, E.rows, E.cols, ids, prev_ids, out);
+  launch_pdl(embed_kernel, dim3(n), dim3(256), 0, stream, E.type, E.data, E.rows, E.cols, ids, prev_ids, out, scale);
+}
+
+void softcap(float* x, size_t n, float cap, cudaStream_t stream) {
+  if (n == 0) return;
+  launch_pdl(softcap_kernel, dim3(grid_for(int64_t(n), 256)), dim3(256), 0, stream, x, n, cap);
 }
 
 void add_rms_norm(float* x, const float* add, const float* w, void* y, const int32_t* row_idx,
-                  int n_rows, int width, float eps, bool write_back, cudaStream_t stream, WType y_type) {
+                  int n_rows, int width, float eps, bool write_back, cudaStream_t stream, WType y_type,
+                  const float* add_w) {
   if (n_rows <= 0) return;
   if (width > kNormMaxThreads * kNormPer)
     throw CudaError("add_rms_norm: rows wider than " + std::to_string(kNormMaxThreads * kNormPer) + " are not supported");
@@ -351,7 +398,7 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
                     " threads; this kernel launches at most " + std::to_string(max_threads) + " (rows up to " +
                     std::to_string(max_threads * kNormPer) + " floats)");
   launch_pdl(add_rms_norm_kernel, dim3(n_rows), dim3(threads), 0, stream, x, add, w, y, y_type, row_idx, width, eps,
-             write_back);
+             write_back, add_w);
 }
 
 void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* positions,
@@ -373,11 +420,11 @@ void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* posit
              positions, dst_block, n_head, rope_dim, kv, q_out, extras.bias);
 }
 
-void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type) {
+void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type, bool gelu) {
   const int64_t total = int64_t(n) * n_ff;
   if (total <= 0) return;
   launch_pdl(silu_mul_kernel, dim3(unsigned((n_ff + 255) / 256), unsigned(n)), dim3(256), 0, stream, gu, out, out_type,
-             n_ff);
+             n_ff, gelu);
 }
 
 void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream) {

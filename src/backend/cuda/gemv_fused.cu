@@ -18,6 +18,7 @@
 // where they avoid it), so the fused path gives the same values up to the fp64 sum order.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
+#include "backend/cuda/ffn_act.cuh"
 #include "backend/cuda/gemv_widen.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_elem.cuh"
@@ -30,7 +31,8 @@ namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kUnroll = 8;
 constexpr int kMaxCols = 16384;  // 64 KiB of shared memory for the normalized row
-enum Epilogue { kRopeQkv = 0, kSwiglu = 1, kPlain = 2 };
+enum Epilogue { kRopeQkv = 0, kSwiglu = 1, kPlain = 2, kGeglu = 3 };  // kGeglu: kSwiglu with GELU-tanh
+constexpr bool gated(int epi) { return epi == kSwiglu || epi == kGeglu; }
 
 struct RopeOut {  // the rope_qkv_store arguments for token 0
   const float* cos_sin;
@@ -54,11 +56,11 @@ __global__ void __launch_bounds__(kThreads)
   // Groups of 8 rows (SwiGLU: 4 gate rows and the 4 matching up rows) are dealt round-robin
   // to a grid sized to the resident blocks, so the norm prologue runs once per block, not
   // once per group.
-  const int64_t n_groups = EPI == kSwiglu ? (rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (rows + kWarps - 1) / kWarps;
+  const int64_t n_groups = gated(EPI) ? (rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (rows + kWarps - 1) / kWarps;
   int64_t r = 0;
   bool valid = false;
   auto row_of = [&](int64_t g) {  // this warp's weight row in group g, and whether it exists
-    if constexpr (EPI == kSwiglu) {
+    if constexpr (gated(EPI)) {
       const int64_t n_ff = rows / 2, p = g * (kWarps / 2) + (warp & 3);
       valid = p < n_ff;
       r = warp < 4 ? p : n_ff + p;
@@ -103,13 +105,13 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) res[warp] = acc;
     __syncthreads();
 
-    if constexpr (EPI == kSwiglu) {
-      // out[p] = silu(gate[p]) * up[p], as silu_mul_kernel computes it.
+    if constexpr (gated(EPI)) {
+      // out[p] = silu(gate[p]) * up[p] (GeGLU: gelu_tanh), as silu_mul_kernel computes it.
       if (threadIdx.x < kWarps / 2) {
         const int64_t p = g * (kWarps / 2) + threadIdx.x;
         if (p < rows / 2) {
           const float gt = res[threadIdx.x], u = res[threadIdx.x + kWarps / 2];
-          h[p] = __fmul_rn(__fdiv_rn(gt, __fadd_rn(1.0f, expf(-gt))), u);
+          h[p] = ffn_act(gt, u, EPI == kGeglu);
         }
       }
     } else if constexpr (EPI == kPlain) {
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename WT, int EPI>
 void launch_fused(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float* h, cudaStream_t stream) {
-  const int64_t groups = EPI == kSwiglu ? (W.rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (W.rows + kWarps - 1) / kWarps;
+  const int64_t groups = gated(EPI) ? (W.rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (W.rows + kWarps - 1) / kWarps;
   const size_t smem = size_t(W.cols) * sizeof(float);
   // One wave of resident blocks, each taking the same number of groups (no partial last wave).
   // Cached per kernel on first use (launches come from one thread: forward is not reentrant),
@@ -213,7 +215,8 @@ void gemv_norm_qkv(const DeviceMatrix& W, const NormIn& in, float* y, cudaStream
   dispatch<kPlain>(W, in, RopeOut{}, y, stream);
 }
 
-void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream) {
+void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream, bool gelu) {
+  if (gelu) return dispatch<kGeglu>(W, in, RopeOut{}, h, stream);
   dispatch<kSwiglu>(W, in, RopeOut{}, h, stream);
 }
 

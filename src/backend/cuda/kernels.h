@@ -35,8 +35,9 @@ struct DeviceMatrix {
 /// drew on the device; prev_ids may be null when no id is negative). Ids >= 0 must be in
 /// [0, E.rows) (checked on the host by the caller); a drawn id outside it (a failed row's -1)
 /// reads row 0, and the host fails that step (CudaModel::collect_ids).
+/// Each value is multiplied by `scale` (Gemma: sqrt(n_embd)).
 void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
-                cudaStream_t stream);
+                cudaStream_t stream, float scale = 1.f);
 
 /// Residual add fused with RMSNorm, for r < n_rows (row width `width`):
 ///   src = row_idx ? row_idx[r] : r;   v = x[src] + (add ? add[src] : 0)
@@ -45,9 +46,14 @@ void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_i
 /// is written as `y_type` (F16/BF16: rounded once, feeding a tensor-core GEMM directly).
 /// width <= 16384 by design; this build launches rows up to 16 x the kernel's register-bound block
 /// size (8192 at 512 threads) and throws CudaError for wider ones.
+/// With add_w (Gemma's post-norms), add[src] is first RMS-normalized with weight add_w:
+///   v = x[src] + (add[src] * scale_a) * add_w, scale_a = 1/sqrt(mean(add[src]²) + eps).
 void add_rms_norm(float* x, const float* add, const float* w, void* y, const int32_t* row_idx,
                   int n_rows, int width, float eps, bool write_back, cudaStream_t stream,
-                  WType y_type = WType::F32);
+                  WType y_type = WType::F32, const float* add_w = nullptr);
+
+/// x[i] = cap * tanh(x[i] / cap) for i < n (Gemma 2's final logit soft-capping). cap > 0.
+void softcap(float* x, size_t n, float cap, cudaStream_t stream);
 
 /// Geometry of one layer of the paged KV arena on the device; the layout is the host pool's
 /// (flashdllm/kv_cache.h): per block [layer][k|v][slot][kv_head][head_dim] elements of
@@ -127,11 +133,14 @@ struct AttentionArgs {
 /// Sliding windows (ModelConfig::sliding_window): with `first` set, t reads no slot below
 /// first[t] (<= positions[t]; for a tree token, its window must start below base[t]).
 /// Every attention kernel has a masked variant; all null runs the kernels without masks.
+/// Soft-capping (Gemma 2: each scaled score s becomes softcap * tanh(s / softcap)) also runs in
+/// the masked variants, of the per-token kernel only (callers use no tiles with it).
 struct AttentionMasks {
   const int32_t* base = nullptr;
   const uint32_t* mask = nullptr;
   const int32_t* first = nullptr;
-  bool any() const { return base != nullptr || first != nullptr; }
+  float softcap = 0.f;
+  bool any() const { return base != nullptr || first != nullptr || softcap > 0; }
 };
 /// The tiled kernel on tensor cores (called by paged_attention when a.tensor_cores is set;
 /// writes a.out when a.n_splits == 1, else the partials the combine kernel merges).
@@ -192,8 +201,10 @@ __device__ __forceinline__ int tile_first(const MaskedAttentionArgs& a, int t0, 
 #endif
 
 /// out[t][i] = silu(gu[t][i]) * gu[t][n_ff + i] for t < n, i < n_ff (gate and up fused as
-/// one [n][2*n_ff] projection), written as `out_type`.
-void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type = WType::F32);
+/// one [n][2*n_ff] projection), written as `out_type`; with `gelu`, GeGLU: gelu_tanh(gate) * up
+/// (ffn_act.cuh).
+void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, WType out_type = WType::F32,
+              bool gelu = false);
 
 /// Y[t][r] = sum_k X[t][k] * W[r][k] for t < n, r < W.rows; X fp32 [n][W.cols], Y fp32
 /// [n][W.rows]. fp32 activations and accumulation; W is widened exactly. For n up to
@@ -204,12 +215,15 @@ void gemv(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t s
 /// Input of the fused single-token projections below: the row v = x + add (add may be null)
 /// of `W.cols` floats, normalized as add_rms_norm does: xn = (v * scale) * w. When x_out is
 /// set, v is also written there (the updated residual stream); x_out must not alias x or add.
+/// With add_w set, the addend is first RMS-normalized with that weight (a post-norm of the
+/// sublayer that produced it, Gemma): v = x + (add * scale_a) * add_w, scale_a = 1/sqrt(mean(add²) + eps).
 struct NormIn {
   const float* x = nullptr;
   const float* add = nullptr;
   const float* w = nullptr;
   float* x_out = nullptr;
   float eps = 0.f;
+  const float* add_w = nullptr;
 };
 /// Whether the fused kernels take W: cols a multiple of 4, 16-byte rows, cols <= 16384, an
 /// even row count, 16-byte-aligned data.
@@ -227,7 +241,7 @@ void gemv_norm_rope_qkv(const DeviceMatrix& W, const NormIn& in, const float* co
 void gemv_norm_qkv(const DeviceMatrix& W, const NormIn& in, float* y, cudaStream_t stream);
 /// One decode token: add_rms_norm, then gemv with the fused gate/up matrix W ([gate|up],
 /// 2*n_ff rows), then silu_mul: h[i] = silu(gate_i) * up_i for i < W.rows / 2 (fp32).
-void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream);
+void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStream_t stream, bool gelu = false);
 
 /// The attention half of a batch-1 decode layer in one kernel (decode_attention_block.cu):
 ///   v = in.x + in.add (block 0 writes v to in.x_out), xn = RMSNorm(v) * in.w,
@@ -318,6 +332,7 @@ struct FfnBlockArgs {
   int64_t down_rows = 0;
   int cols = 0;
   int n_ff = 0;
+  bool gelu = false;               ///< GeGLU (gelu_tanh(gate) * up) instead of SwiGLU
   NormIn in;
   float* h = nullptr;              ///< [n_ff]
   float* y = nullptr;              ///< [down_rows]

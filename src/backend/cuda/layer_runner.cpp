@@ -41,7 +41,7 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
       return first;
     };
     const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim, kv_dtype};
-    if (knobs.attn_block)
+    if (knobs.attn_block && c.attn_softcap == 0)  // its scores are not soft-capped: the chain does that
       attn_block_groups_ = same_for_all_layers([&](const CudaLayer& L) {
         return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm, L.q_norm.get() != nullptr);
       });
@@ -132,7 +132,7 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   const ModelConfig& c = config_;
   const int d = c.n_embd, kv_dim = c.n_head_kv * c.head_dim;
   const int block_size = in.kv.block_size;
-  embed_rows(weights_.token_embd.view, in.tokens, ids_.get(), n, x_.get(), stream_);
+  embed_rows(weights_.token_embd.view, in.tokens, ids_.get(), n, x_.get(), stream_, c.embed_scale);
   prof_.mark(kEmbed);
   KvLayerView kv = in.kv;
   AttentionArgs att;
@@ -143,7 +143,7 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   att.tables = in.tables;
   att.n_tokens = n;
   att.n_head = c.n_head;
-  att.scale = 1.0f / std::sqrt(float(c.head_dim));
+  att.scale = c.query_scale();
   att.n_splits = in.splits;
   att.tile_starts = in.tile_starts;
   att.n_tiles = in.n_tiles;
@@ -151,8 +151,9 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   att.tc_bf16 = weights_.layers[0].qkv.view.type == WType::BF16;  // operands in the weights' type
   att.max_tile_rows = in.max_tile_rows;
   att.partial = partial_.get();
-  const AttentionMasks tree{in.tree_base, in.tree_mask};  // null without trees: the kernels without masks
-  const AttentionMasks sliding{in.tree_base, in.tree_mask, in.first};  // a sliding layer's
+  // All null (no trees, no soft-capping): the kernels without masks.
+  const AttentionMasks tree{in.tree_base, in.tree_mask, nullptr, c.attn_softcap};
+  const AttentionMasks sliding{in.tree_base, in.tree_mask, in.first, c.attn_softcap};  // a sliding layer's
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
   const bool fused = n == 1 && fuse_enabled_;
   if (fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0))  // every layer's hand-off counters start at zero
@@ -168,12 +169,12 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     const WType qkv_in = gemm_input_type(L.qkv.view, n);
     void* xn_in = qkv_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
     add_rms_norm(x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), xn_in, nullptr, n, d, c.rms_eps,
-                 true, stream_, qkv_in);
+                 true, stream_, qkv_in, post_ffn_norm(l - 1));
     prof_.mark(kNorm);
     matmul(L.qkv.view, xn_in, n, qkv_.get());
     prof_.mark(kQkv);
-    rope_qkv_store(qkv_.get(), in.cos_sin, in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(), stream_,
-                   extras(L));
+    rope_qkv_store(qkv_.get(), cos_sin(l, in), in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(),
+                   stream_, extras(L));
     prof_.mark(kRope);
     att.kv = kv;
     paged_attention(att, stream_, c.attention_window(l) > 0 ? sliding : tree);
@@ -187,13 +188,14 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     prof_.mark(kWo);
     const WType gu_in = gemm_input_type(L.gate_up.view, n);
     void* xn2 = gu_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
-    add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in);
+    add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in,
+                 L.post_attn_norm.get());
     prof_.mark(kNorm);
     matmul(L.gate_up.view, xn2, n, gu_.get());
     prof_.mark(kGateUp);
     const WType down_in = gemm_input_type(L.down.view, n);
     void* h_in = down_in == WType::F32 ? static_cast<void*>(h_.get()) : static_cast<void*>(xh_.get());
-    silu_mul(gu_.get(), h_in, n, c.n_ff, stream_, down_in);
+    silu_mul(gu_.get(), h_in, n, c.n_ff, stream_, down_in, c.ffn_gelu);
     prof_.mark(kSilu);
     matmul(L.down.view, h_in, n, proj_.get());
     prof_.mark(kDown);
@@ -205,10 +207,11 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     o.w = weights_.output.view.data;
     o.rows = weights_.output.view.rows;
     o.cols = int(weights_.output.view.cols);
-    o.in = NormIn{x_.get(), proj_.get(), weights_.output_norm.get(), nullptr, c.rms_eps};
+    o.in = NormIn{x_.get(), proj_.get(), weights_.output_norm.get(), nullptr, c.rms_eps, post_ffn_norm(c.n_layer - 1)};
     o.y = logits_.get();
     o.blocks = output_blocks_;
     decode_output_block(o, stream_);
+    if (c.final_softcap > 0) softcap(logits_.get(), size_t(c.n_vocab), c.final_softcap, stream_);
     prof_.mark(kOutput);
     return;
   }
@@ -216,8 +219,9 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   const WType out_in = gemm_input_type(weights_.output.view, m);
   void* rows_in = out_in == WType::F32 ? static_cast<void*>(out_rows_.get()) : static_cast<void*>(xh_.get());
   add_rms_norm(x_.get(), proj_.get(), weights_.output_norm.get(), rows_in, in.row_idx, m, d, c.rms_eps, false, stream_,
-               out_in);
+               out_in, post_ffn_norm(c.n_layer - 1));
   matmul(weights_.output.view, rows_in, m, logits_.get());
+  if (c.final_softcap > 0) softcap(logits_.get(), size_t(m) * size_t(c.n_vocab), c.final_softcap, stream_);
   prof_.mark(kOutput);
 }
 
@@ -227,30 +231,32 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
 void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView& kv, AttentionArgs& att) {
   const ModelConfig& c = config_;
   const CudaLayer& L = weights_.layers[size_t(l)];
-  const NormIn attn_in{x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), x2_.get(), c.rms_eps};
+  const NormIn attn_in{x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), x2_.get(), c.rms_eps,
+                       post_ffn_norm(l - 1)};
   if (attn_block_groups_ > 0) {
     run_attention_block(l, in, kv, attn_in, att.scale);
   } else {
     if (L.q_norm.get()) {  // per-head norms need whole heads: the projection, then the extras and RoPE
       gemv_norm_qkv(L.qkv.view, attn_in, qkv_.get(), stream_);
-      rope_qkv_store(qkv_.get(), in.cos_sin, in.positions, in.dst_block, 1, c.n_head, c.rope_dim, kv, q_.get(),
+      rope_qkv_store(qkv_.get(), cos_sin(l, in), in.positions, in.dst_block, 1, c.n_head, c.rope_dim, kv, q_.get(),
                      stream_, extras(L));
     } else {
-      gemv_norm_rope_qkv(L.qkv.view, attn_in, in.cos_sin, in.positions, in.dst_block, c.n_head, c.rope_dim, kv,
+      gemv_norm_rope_qkv(L.qkv.view, attn_in, cos_sin(l, in), in.positions, in.dst_block, c.n_head, c.rope_dim, kv,
                          q_.get(), stream_, L.qkv_bias.get());
     }
     prof_.mark(kQkv);
     att.kv = kv;
-    paged_attention(att, stream_, AttentionMasks{nullptr, nullptr, c.attention_window(l) > 0 ? in.first : nullptr});
+    paged_attention(att, stream_,
+                    AttentionMasks{nullptr, nullptr, c.attention_window(l) > 0 ? in.first : nullptr, c.attn_softcap});
     prof_.mark(kAttention);
     gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
     prof_.mark(kWo);
   }
-  const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps};
+  const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps, L.post_attn_norm.get()};
   if (ffn_blocks_ > 0) {
     run_ffn_block(l, ffn_in);
   } else {
-    gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_);
+    gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_, c.ffn_gelu);
     prof_.mark(kGateUp);
     gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
     prof_.mark(kDown);
@@ -269,6 +275,7 @@ void LayerRunner::run_ffn_block(int l, const NormIn& ffn_in) {
   f.down_rows = L.down.view.rows;
   f.cols = int(L.gate_up.view.cols);
   f.n_ff = c.n_ff;
+  f.gelu = c.ffn_gelu;
   f.in = ffn_in;
   f.h = h_.get();
   f.y = proj_.get();
@@ -293,7 +300,7 @@ void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayer
   b.wo_rows = L.wo.view.rows;
   b.cols = int(L.qkv.view.cols);
   b.in = attn_in;
-  b.cos_sin = in.cos_sin;
+  b.cos_sin = cos_sin(l, in);
   b.positions = in.positions;
   b.dst_block = in.dst_block;
   b.tables = in.tables;
@@ -314,6 +321,14 @@ void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayer
   if (trace_.get()) b.trace = trace_.get() + size_t(l) * trace_per_layer();
   decode_attention_block(b, stream_);
   prof_.mark(kAttnBlock);
+}
+
+const float* LayerRunner::post_ffn_norm(int l) const {
+  return l < 0 ? nullptr : weights_.layers[size_t(l)].post_ffn_norm.get();
+}
+
+const float* LayerRunner::cos_sin(int l, const StepInputs& in) const {
+  return in.cos_sin_swa != nullptr && config_.attention_window(l) > 0 ? in.cos_sin_swa : in.cos_sin;
 }
 
 QkvExtras LayerRunner::extras(const CudaLayer& L) const {

@@ -56,6 +56,7 @@ struct StepInputs {
   const int32_t* row_idx = nullptr;    ///< [m] the tokens whose rows want logits
   const int32_t* tables = nullptr;     ///< the step's sequences' block tables
   const float* cos_sin = nullptr;      ///< [n][rope_dim] RoPE cos/sin rows
+  const float* cos_sin_swa = nullptr;  ///< the sliding layers' own (Gemma 3), else null
   const int32_t* tile_starts = nullptr;  ///< [n_tiles + 1]; null: the per-token attention kernel
   const int32_t* tree_base = nullptr;    ///< [n] first slot after a token's tree root; null without trees
   const uint32_t* tree_mask = nullptr;   ///< [n][2] 64-bit ancestor masks; null without trees
@@ -119,6 +120,11 @@ class LayerRunner {
   WType gemm_input_type(const DeviceMatrix& W, int n) const;
   /// The layer's bias and per-head norms for the RoPE step (all null for llama).
   QkvExtras extras(const CudaLayer& L) const;
+  /// Layer l's post-FFN norm weight (the addend's post-norm for the next norm), or null (none,
+  /// or l < 0).
+  const float* post_ffn_norm(int l) const;
+  /// The RoPE table layer l rotates with (the sliding layers' own where the model has one).
+  const float* cos_sin(int l, const StepInputs& in) const;
   size_t trace_per_layer() const;
   size_t attn_trace_blocks() const {
     return size_t(attn_block_groups_) * size_t(config_.n_head_kv) * size_t(attention_subgroups(config_.n_head, config_.n_head_kv));
