@@ -149,8 +149,8 @@ TEST_P(PagedAttention, MatchesDenseReference) {
   for (int run = 0; run < 12; ++run) {
     const int n_threads = 1 + run % 2;
     force_portable_kernels(run % 4 >= 2);
-    // Runs 4-7: large queries make most softmax weights underflow to zero (exp of -100s); runs
-    // 8-11: the same scores soft-capped (Gemma 2: cap * tanh(s / cap)).
+    // From the fifth pass on, large queries make most softmax weights underflow to zero (exp
+    // of -100s); the last four passes soft-cap those scores (Gemma 2: cap * tanh(s / cap)).
     if (run == 4)
       for (float& x : q) x *= 40.f;
     a.softcap = run >= 8 ? 5.f : 0.f;

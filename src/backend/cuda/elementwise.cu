@@ -119,17 +119,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
       sum += double(__fmul_rn(v[k], v[k]));
     }
   }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  const int n_warps = (blockDim.x + 31) / 32;
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    double s = threadIdx.x < n_warps ? partial[threadIdx.x] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) partial[0] = s;
-  }
-  __syncthreads();
-  const float mean = float(partial[0] / double(width));
+  const float mean = float(block_sum(sum, partial) / double(width));
   const float scale = 1.0f / sqrtf(mean + eps);  // IEEE div and sqrt (no fast-math)
 #pragma unroll
   for (int k = 0; k < kNormPer; ++k) {
