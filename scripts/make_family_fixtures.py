@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Make the per-family tiny random-weight model fixtures under tests/data/families/.
 
-For each model family (llama, qwen2, qwen3, mistral, gemma2, gemma3, phi3, mixtral) this
-writes tests/data/families/<family>/ with:
+For each model family (llama, qwen2, qwen3, mistral, gemma2, gemma3, phi3, mixtral, and the
+variants qwen2-yarn and phi3-longrope) this writes tests/data/families/<family>/ with:
 
   hf/              a Hugging Face model directory (config.json, model.safetensors in float32,
                    tokenizer.json, tokenizer_config.json, generation_config.json), saved with
@@ -14,6 +14,10 @@ writes tests/data/families/<family>/ with:
                    the top-1 minus top-2 logit margin at each greedy step, from HF Transformers
                    with eager attention ("hf"), and, when a llama.cpp reference program is
                    given, the same from llama.cpp running model.gguf ("llama_cpp").
+                   phi3-longrope's prompts are longer than its original context (64), so both
+                   oracles rotate with the long factors there; its "short_context" section
+                   holds HF's outputs for the 8 usual prompts kept within 64 tokens (short
+                   factors; see LONGROPE_* below).
 
 Everything is deterministic (fixed seeds; the tokenizer is trained on fixed text in this file).
 All families share one tiny byte-level BPE tokenizer (256 byte symbols + merges + 3 special
@@ -60,8 +64,20 @@ PROMPT_LENGTHS = [3, 5, 9, 13, 17, 24, 31, 40]
 N_GREEDY = 32
 PROMPT_SEED = 1234
 
-# "qwen2-yarn" is the qwen2 family with YaRN context extension (factor 4 over 64 positions).
-FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "mixtral", "qwen2-yarn"]
+# "qwen2-yarn" is the qwen2 family with YaRN context extension (factor 4 over 64 positions);
+# "phi3-longrope" is phi3 with LongRoPE (per-pair long / short frequency factors, original
+# context 64 of 256).
+FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "mixtral", "qwen2-yarn",
+            "phi3-longrope"]
+
+# LongRoPE picks its long factors for sequences beyond the original context (HF: per forward, by
+# the sequence length; llama.cpp: by the context it is run with, padded to a multiple of 256, so
+# always the long ones here). The main prompts are all longer than that context, so both oracles
+# use the long factors throughout; the short-context section takes the usual prompts with their
+# greedy runs cut so that prompt + generated tokens stay within it (HF only: short factors).
+LONGROPE_ORIG_CTX = 64
+LONGROPE_PROMPT_LENGTHS = [65, 68, 72, 77, 83, 88, 94, 100]
+LONGROPE_PROMPT_SEED = 4321
 
 # Text the tokenizer is trained on (written for these fixtures).
 TRAINING_TEXT = """\
@@ -141,7 +157,7 @@ def save_tokenizer(tok, hf_dir: Path, family: str) -> None:
     cfg["add_eos_token"] = False
     # convert_hf_to_gguf.py's Phi3 class reads a SentencePiece tokenizer.model unless
     # tokenizer_class is GPT2Tokenizer (the Phi-4 case), when it takes the byte-level BPE path.
-    cfg["tokenizer_class"] = "GPT2Tokenizer" if family == "phi3" else "PreTrainedTokenizerFast"
+    cfg["tokenizer_class"] = "GPT2Tokenizer" if family.startswith("phi3") else "PreTrainedTokenizerFast"
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -201,6 +217,21 @@ def make_config(family: str):
         return tf.Phi3Config(**c, rope_parameters=rope(10000, partial_rotary_factor=0.5),
                              original_max_position_embeddings=256, sliding_window=None,
                              tie_word_embeddings=True)
+    if family == "phi3-longrope":
+        # Phi-4-mini's partial rotation (0.75: 12 of 16 dims, 6 pairs). Short factors near 1, long
+        # ones rising with the pair index as in the released Phi-3 configs; fixed seed.
+        import numpy as np
+
+        rng = np.random.RandomState(77)
+        n_pairs = int(16 * 0.75) // 2
+        short = [round(float(x), 4) for x in 1.0 + 0.5 * rng.rand(n_pairs)]
+        long = [round(float(x), 4) for x in sorted(1.5 + 14.5 * rng.rand(n_pairs))]
+        c = {k: v for k, v in common.items() if k != "head_dim"}
+        return tf.Phi3Config(**c, rope_parameters=rope(10000, partial_rotary_factor=0.75, rope_type="longrope",
+                                                       long_factor=long, short_factor=short,
+                                                       original_max_position_embeddings=LONGROPE_ORIG_CTX),
+                             original_max_position_embeddings=LONGROPE_ORIG_CTX, sliding_window=None,
+                             tie_word_embeddings=True)
     if family == "mixtral":
         return tf.MixtralConfig(**dict(common, intermediate_size=32), rope_parameters=rope(1e6), num_local_experts=4, num_experts_per_tok=2,
                                 router_jitter_noise=0.0, sliding_window=None, tie_word_embeddings=True)
@@ -254,16 +285,17 @@ def round7(x: float) -> float:
     return float(f"{x:.7g}")
 
 
-def make_prompts() -> list[list[int]]:
+def make_prompts(lengths: list[int] = PROMPT_LENGTHS, seed: int = PROMPT_SEED) -> list[list[int]]:
     import numpy as np
 
-    rng = np.random.RandomState(PROMPT_SEED)
-    return [[int(t) for t in rng.randint(0, N_BPE, size=n)] for n in PROMPT_LENGTHS]
+    rng = np.random.RandomState(seed)
+    return [[int(t) for t in rng.randint(0, N_BPE, size=n)] for n in lengths]
 
 
-def hf_reference(hf_dir: Path, prompts: list[list[int]]) -> tuple[dict, float]:
+def hf_reference(hf_dir: Path, prompts: list[list[int]], max_len: int | None = None) -> tuple[dict, float]:
     """HF outputs for the prompts, and the largest |logit| difference between the cached greedy
-    decode and one uncached forward pass over the same tokens (a self-check)."""
+    decode and one uncached forward pass over the same tokens (a self-check). With `max_len`,
+    each greedy run stops where prompt + generated tokens would exceed it (fewer than 32 ids)."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -278,6 +310,8 @@ def hf_reference(hf_dir: Path, prompts: list[list[int]]) -> tuple[dict, float]:
     worst_recheck = 0.0
     with torch.no_grad():
         for ids in prompts:
+            n_greedy = N_GREEDY if max_len is None else min(N_GREEDY, max_len - len(ids))
+            gen_cfg.max_new_tokens = n_greedy
             x = torch.tensor([ids])
             logits = model(input_ids=x, use_cache=False).logits[0, -1].float()
             assert torch.isfinite(logits).all()
@@ -285,7 +319,7 @@ def hf_reference(hf_dir: Path, prompts: list[list[int]]) -> tuple[dict, float]:
 
             g = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gen_cfg)
             new = g.sequences[0, len(ids):].tolist()
-            assert len(new) == N_GREEDY, (len(new), N_GREEDY)
+            assert len(new) == n_greedy, (len(new), n_greedy)
             step_logits = torch.stack([l[0].float() for l in g.logits])          # [32, vocab], raw
             top2 = step_logits.topk(2, dim=-1).values
             assert step_logits.argmax(-1).tolist() == new
@@ -347,7 +381,7 @@ def convert(hf_dir: Path, gguf_path: Path, family: str) -> None:
     env = dict(os.environ, NO_LOCAL_GGUF="1")   # the child puts llama.cpp's gguf-py first itself
     # general.name. Not "...phi3": llama.cpp's vocabulary loader matches "phi3" / "phi-3" in the
     # model name and then requires Phi-3's SentencePiece special tokens (<unk>), which these lack.
-    name = "tiny-random-phi" if family == "phi3" else f"tiny-random-{family}"
+    name = {"phi3": "tiny-random-phi", "phi3-longrope": "tiny-random-phi-longrope"}.get(family, f"tiny-random-{family}")
     subprocess.run([sys.executable, __file__, "--convert", str(hf_dir), str(gguf_path), name],
                    check=True, env=env, cwd=ROOT)
 
@@ -380,6 +414,10 @@ LLAMA_CPP_NOTES = {
                 "greedy steps); past that the HF reference is the one to follow."),
     "gemma2": _GELU_NOTE,
     "gemma3": _GELU_NOTE,
+    "phi3-longrope": ("llama.cpp runs with n_ctx 256 (> the original context 64), so it rotates with the long "
+                      "factors, as HF does for these prompts (all longer than 64 tokens). short_context has no "
+                      "llama.cpp part: llama.cpp pads its context to a multiple of 256, so it never picks the "
+                      "short factors of a model whose original context is 64."),
 }
 
 
@@ -430,9 +468,18 @@ def make_family(family: str, prompts, llama_cpp_bin: Path | None, seed: int) -> 
     gguf_path = fam_dir / "model.gguf"
     convert(hf_dir, gguf_path, family)
 
+    longrope = family == "phi3-longrope"
+    if longrope:
+        short_prompts, prompts = prompts, make_prompts(LONGROPE_PROMPT_LENGTHS, LONGROPE_PROMPT_SEED)
     ref = {"family": family, "prompts": prompts}
     ref["hf"], recheck = hf_reference(hf_dir, prompts)
     checks = {"hf_cached_vs_uncached_max_abs_diff": recheck}
+    if longrope:
+        ref["n_ctx"] = 256
+        short = {"n_ctx": LONGROPE_ORIG_CTX, "prompts": short_prompts}
+        short["hf"], short_recheck = hf_reference(hf_dir, short_prompts, max_len=LONGROPE_ORIG_CTX)
+        ref["short_context"] = short
+        checks["short_context_hf_cached_vs_uncached_max_abs_diff"] = short_recheck
     if llama_cpp_bin is not None:
         ref["llama_cpp"] = llama_cpp_reference(llama_cpp_bin, gguf_path, prompts)
         checks["llama_cpp_vs_hf"] = compare(ref["hf"], ref["llama_cpp"])

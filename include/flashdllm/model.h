@@ -5,7 +5,8 @@
 // SmolLM, ...): token embedding, pre-norm RMSNorm, RoPE (llama.cpp's "normal" mode: adjacent
 // pairs (2i, 2i+1) rotated — GGUF converters permute Q/K rows for this), GQA/MQA attention,
 // SwiGLU FFN, final RMSNorm, output projection (tied to token_embd when output.weight is
-// absent). Llama-3 rope scaling ("llama3" rope type) when the metadata has it.
+// absent). Llama-3 rope scaling ("llama3" rope type), YaRN and LongRoPE when the metadata has
+// them.
 //
 // Weight dtypes: F32, F16, BF16, Q8_0; anything else is rejected with a message listing them.
 //
@@ -54,7 +55,7 @@ struct ModelConfig {
   float rope_scale_factor = 1.f;
   float rope_low_freq_factor = 1.f;
   float rope_high_freq_factor = 4.f;
-  int rope_orig_ctx = 8192;   ///< llama3 and YaRN: the context the model was trained with
+  int rope_orig_ctx = 8192;   ///< llama3, YaRN and LongRoPE: the context the model was pretrained with
   // YaRN ("rope.scaling.type" == "yarn", Peng et al. 2023, arXiv:2309.00071): rope_freq_scale is
   // 1 / factor; pair i rotates at a mix of the interpolated and the original frequency (the
   // original for fast pairs, beta_fast rotations over rope_orig_ctx, the interpolated for slow
@@ -62,6 +63,23 @@ struct ModelConfig {
   bool rope_yarn = false;
   float yarn_beta_fast = 32.f;
   float yarn_beta_slow = 1.f;
+  // LongRoPE (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini; arXiv:2402.13753): the tensors
+  // rope_factors_long.weight and rope_factors_short.weight hold rope_dim/2 per-pair frequency
+  // divisors each (as llama.cpp's converter writes them; `rope.scaling.type` "longrope" or
+  // absent). A model run with contexts beyond rope_orig_ctx (`rope.scaling.original_context_length`,
+  // default n_ctx_train) rotates with the long set, otherwise with the short one: see
+  // rope_long_factors. Not combined with llama3 or YaRN scaling.
+  bool rope_longrope = false;
+  /// cos and sin of every rotation are multiplied by this (`rope.scaling.attn_factor`, as
+  /// llama.cpp applies it: LongRoPE's sqrt(1 + ln(n_ctx_train / rope_orig_ctx) / ln(rope_orig_ctx))
+  /// in Phi-3 files); 1 = none. Not applied to the sliding layers' own RoPE (rope_freq_base_swa).
+  float rope_attn_factor = 1.f;
+  /// Whether a LongRoPE model run with sequences of up to `n_ctx` tokens (ModelOptions::n_ctx;
+  /// 0 or above n_ctx_train = n_ctx_train) rotates with its long factors: when that context
+  /// exceeds rope_orig_ctx (llama.cpp's rule; Transformers switches per forward on the sequence
+  /// length, so the two agree whenever every sequence fits the context the rule was given).
+  /// False for other models.
+  bool rope_long_factors(int n_ctx) const;
   bool tied_output = false;
   // The family's optional parts of the layer plan (src/arch/family.h).
   bool qkv_bias = false;     ///< Q, K and V projections add a bias vector (qwen2)
@@ -190,6 +208,13 @@ struct ModelOptions {
   /// its kernels support a 16-bit cache (head_dim 64 or 128), else F32; a 16-bit type other
   /// than the weights' is refused (ModelError). kv_shape() reports the choice.
   std::optional<KvDtype> kv_dtype = std::nullopt;
+  /// The longest sequence (prompt + generated tokens) the caller will run, in tokens; 0 = the
+  /// model's trained context (n_ctx_train), as are values above it (the engine refuses contexts
+  /// beyond it). ModelError if negative. Only LongRoPE models read it: it picks their long or
+  /// short RoPE factors once, at load (ModelConfig::rope_long_factors), so a sequence longer
+  /// than this context still runs, with the factors chosen for it. The CLI passes --ctx-size
+  /// (or the engine's default context).
+  int n_ctx = 0;
 };
 /// Parses a --kv-cache-dtype value: "auto" -> nullopt, "f32"/"fp32"/"float32",
 /// "f16"/"fp16"/"float16"/"half", "bf16"/"bfloat16". Throws std::invalid_argument otherwise.

@@ -1,7 +1,10 @@
 // Phi-3 / Phi-3.5 / Phi-4 (dense): Q, K and V in one matrix, gate and up in one matrix, RoPE on
 // half-split pairs (often on part of each head: partial_rotary_factor, rope.dimension_count).
 // Phi-3-mini's sliding window (2047 of 4096) on every layer, as Transformers runs it (llama.cpp
-// ignores it). LongRoPE files (rope_factors_long/short) are refused by the shared checks.
+// ignores it). LongRoPE (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini: rope_factors_long/short
+// tensors, or rope_scaling "longrope" in config.json) is the shared RoPE's: per-pair divisors
+// chosen by the context the model is loaded for, and cos/sin times rope.scaling.attn_factor
+// (ModelConfig::rope_longrope).
 #include "arch/families.h"
 
 namespace fdl::arch {

@@ -164,8 +164,8 @@ void bench_speculation(const BenchOptions& opt, const std::vector<int32_t>& prom
   }
   spec.window = opt.spec_window;
   spec.tree = opt.spec_tree == "on";
-  LoadedModel loaded = load_model(resolve_model_path(opt.model), model_options(opt.threads, opt.mmap));
   const int n_ctx = opt.n_prompt + opt.n_gen + 1;
+  LoadedModel loaded = load_model(resolve_model_path(opt.model), model_options(opt.threads, opt.mmap, n_ctx));
   Generator plain(*loaded.model, *loaded.tokenizer,
                   GeneratorOptions{.block_size = opt.block_size, .n_ctx = n_ctx, .max_sequences = 1});
   Generator fast(*loaded.model, *loaded.tokenizer,
@@ -206,10 +206,10 @@ void run_bench(const BenchOptions& opt) {
   check_options(opt);
   const auto path = resolve_model_path(opt.model);
   const auto t_load = Clock::now();
-  const auto model = Model::load(path, model_options(opt.threads, opt.mmap));
+  const int n_ctx = opt.n_prompt + opt.n_gen;
+  const auto model = Model::load(path, model_options(opt.threads, opt.mmap, n_ctx));
   const double load_ms = ms_since(t_load);
   const ModelConfig& cfg = model->config();
-  const int n_ctx = opt.n_prompt + opt.n_gen;
   if (cfg.n_ctx_train > 0 && n_ctx > cfg.n_ctx_train) {
     throw CliError("-p + -n = " + std::to_string(n_ctx) + " tokens exceeds the model's context of " +
                    std::to_string(cfg.n_ctx_train));

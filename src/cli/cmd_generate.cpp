@@ -197,7 +197,7 @@ void run_generate(const GenerateOptions& opt) {
 
   const auto path = resolve_model_path(opt.model);
   const auto t_load = Clock::now();
-  LoadedModel loaded = load_model(path, model_options(opt.threads, opt.mmap));
+  LoadedModel loaded = load_model(path, model_options(opt.threads, opt.mmap, model_context(opt.ctx_size)));
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
 
   const int n_ctx_train = loaded.model->config().n_ctx_train;

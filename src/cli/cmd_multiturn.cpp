@@ -92,7 +92,7 @@ void run_multiturn(const MultiturnOptions& o) {
                    std::to_string(needed) + " tokens)");
 
   const auto path = resolve_model_path(o.model);
-  LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap));
+  LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap, n_ctx));
   const int n_ctx_train = loaded.model->config().n_ctx_train;
   if (n_ctx_train > 0 && n_ctx > n_ctx_train)
     throw CliError("the workload needs a context of " + std::to_string(n_ctx) +

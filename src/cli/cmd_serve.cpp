@@ -148,7 +148,7 @@ void run_serve(const ServeOptions& o) {
   }
 
   const auto path = resolve_model_path(o.model);
-  LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap));
+  LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap, model_context(o.ctx_size)));
   const int n_ctx_train = loaded.model->config().n_ctx_train;
   if (n_ctx_train > 0 && o.ctx_size > n_ctx_train) {
     throw CliError("--ctx-size " + std::to_string(o.ctx_size) +

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "engine/resolved_options.h"
 #include "flashdllm/model.h"
 
 namespace fdl::cli {
@@ -41,12 +42,20 @@ inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
       ->capture_default_str();
 }
 
-/// ModelOptions for `-t THREADS`, `--mmap`, `--device` and `--kv-cache-dtype`.
-inline ModelOptions model_options(int threads, bool mmap) {
+/// ModelOptions::n_ctx for a command whose Generator/Engine context is `ctx_size` (--ctx-size;
+/// 0 = the engine's default, min(trained context, kDefaultContextCap)). Known before the model
+/// is: the cap itself stands for the default, as the model clamps it to its trained context
+/// just as the engine does.
+inline int model_context(int ctx_size) { return ctx_size > 0 ? ctx_size : engine::kDefaultContextCap; }
+
+/// ModelOptions for `-t THREADS`, `--mmap`, `--device`, `--kv-cache-dtype`, and the longest
+/// sequence the command runs (`n_ctx`: ModelOptions::n_ctx, 0 = the model's trained context).
+inline ModelOptions model_options(int threads, bool mmap, int n_ctx = 0) {
   return ModelOptions{.n_threads = threads,
                       .weights = mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy,
                       .device = detail::device_flag() == "cuda" ? Device::Cuda : Device::Cpu,
-                      .kv_dtype = parse_kv_dtype(detail::kv_dtype_flag())};
+                      .kv_dtype = parse_kv_dtype(detail::kv_dtype_flag()),
+                      .n_ctx = n_ctx};
 }
 
 }  // namespace fdl::cli

@@ -6,13 +6,6 @@
 #include <string>
 
 namespace fdl::engine {
-namespace {
-
-// Default context when the caller gives none: the model's, capped so that a large model's
-// KV pool (sized for max_sequences full contexts) stays reasonable.
-constexpr int kDefaultContextCap = 4096;
-
-}  // namespace
 
 GeneratorOptions resolve_options(const Model& model, GeneratorOptions o) {
   const int n_ctx_train = model.config().n_ctx_train;

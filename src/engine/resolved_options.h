@@ -9,7 +9,12 @@
 
 namespace fdl::engine {
 
-/// Checks `o` against the model and fills in defaults (n_ctx = min(training context, 4096)).
+/// The default context when the caller gives none is the model's, capped at this many tokens
+/// so that a large model's KV pool (sized for max_sequences full contexts) stays reasonable.
+inline constexpr int kDefaultContextCap = 4096;
+
+/// Checks `o` against the model and fills in defaults (n_ctx = min(training context,
+/// kDefaultContextCap)).
 GeneratorOptions resolve_options(const Model& model, GeneratorOptions o);
 /// KV pool size that never preempts: max_sequences full contexts (twice that with audit
 /// shadows, which fork a copy beside each audited sequence).

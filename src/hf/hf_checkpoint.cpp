@@ -287,6 +287,14 @@ GgufFile open_hf_directory(const fs::path& dir) {
     write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(),
                              (dir / "tokenizer_config.json").string(), w);
   });
+  // LongRoPE's factors first, as llama.cpp's converter writes them (F32, rope_dim/2 each).
+  for (const auto& [name, list] : {std::pair{"rope_factors_long.weight", &s.rope_factors_long},
+                                   std::pair{"rope_factors_short.weight", &s.rope_factors_short}}) {
+    const std::vector<float>* factors = list;
+    if (!factors->empty())
+      w.add_tensor(name, GgmlType::F32, {factors->size()},
+                   [factors](std::span<uint8_t> out) { std::memcpy(out.data(), factors->data(), out.size()); });
+  }
   for (const Binding& b : m.bindings()) add_tensor(w, b);
   return GgufFile::from_bytes(w.to_bytes(dir.string()), dir.string());
 }

@@ -13,7 +13,9 @@
 //    its converted GGUF give the same logits bit for bit;
 //  - the family's extra tensors (qwen2's q/k/v_proj.bias, qwen3's q_norm/k_norm) by their
 //    llama.cpp names (attn_q.bias, attn_q_norm.weight, ...);
-//  - a tied lm_head (tie_word_embeddings) reuses the embedding, as in the GGUF.
+//  - a tied lm_head (tie_word_embeddings) reuses the embedding, as in the GGUF;
+//  - LongRoPE's long_factor / short_factor lists (config.json) become the F32 tensors
+//    rope_factors_long.weight / rope_factors_short.weight, as the converter writes them.
 // Every tensor in the checkpoint must be used (rotary inv_freq buffers aside): a tensor the
 // family's plan does not read (an output bias, an expert) is an error naming it, never ignored.
 // Cost: the weights are copied once into memory (the safetensors files stay mapped only while

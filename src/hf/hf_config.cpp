@@ -73,21 +73,31 @@ class ConfigReader {
   std::string label_;
 };
 
+/// What write_rope needs besides the RoPE keys: the rotated dimensions and the context
+/// (max_position_embeddings) for LongRoPE, and where its factors go.
+struct RopeTarget {
+  std::string arch;  ///< the GGUF key prefix
+  int rope_dim = 0;
+  int n_ctx = 0;
+  HfModelShape* shape = nullptr;
+};
+
 /// RoPE parameters: transformers 5 keeps them in `rope_parameters`, 4 in `rope_theta` and
 /// `rope_scaling`.
-void write_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta, GgufWriter& w);
+void write_rope(const ConfigReader& r, const RopeTarget& t, double default_theta, GgufWriter& w);
 
 /// Gemma 3: rope_parameters per layer type (transformers 5: {full_attention: {...},
 /// sliding_attention: {...}}; 4: rope_theta, rope_scaling and rope_local_base_freq). The global
 /// layers' is the model's RoPE; the sliding layers' must be unscaled, its base written as
 /// `rope.freq_base_swa`. Returns false for a config without per-layer-type RoPE.
-bool write_layer_type_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta,
+bool write_layer_type_rope(const ConfigReader& r, const json& config, const RopeTarget& t, double default_theta,
                            GgufWriter& w) {
+  const std::string& a = t.arch;
   const json* params = r.find("rope_parameters");
   if (params && params->is_object() && params->contains("full_attention")) {
-    for (const char* t : {"full_attention", "sliding_attention"})
-      if (!params->contains(t) || !params->at(t).is_object())
-        r.fail("key 'rope_parameters." + std::string(t) + "' must be an object");
+    for (const char* type : {"full_attention", "sliding_attention"})
+      if (!params->contains(type) || !params->at(type).is_object())
+        r.fail("key 'rope_parameters." + std::string(type) + "' must be an object");
     const json& slide = params->at("sliding_attention");
     for (const char* k : {"rope_type", "type"})
       if (slide.contains(k) && slide.at(k) != "default")
@@ -97,18 +107,78 @@ bool write_layer_type_rope(const ConfigReader& r, const json& config, const std:
     w.set_float32(a + ".rope.freq_base_swa", float(r.positive_number(slide.at("rope_theta"), "rope_parameters.sliding_attention.rope_theta")));
     json global = config;
     global["rope_parameters"] = params->at("full_attention");
-    write_rope(ConfigReader(global, r.label()), global, a, default_theta, w);
+    write_rope(ConfigReader(global, r.label()), t, default_theta, w);
     return true;
   }
   if (r.find("rope_local_base_freq")) {
     w.set_float32(a + ".rope.freq_base_swa", float(r.positive_number_or("rope_local_base_freq", 10000)));
-    write_rope(r, config, a, default_theta, w);
+    write_rope(r, t, default_theta, w);
     return true;
   }
   return false;
 }
 
-void write_rope(const ConfigReader& r, const json& config, const std::string& a, double default_theta, GgufWriter& w) {
+/// LongRoPE (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini) as llama.cpp's converter writes it: the
+/// factor lists as tensors (HfModelShape), `rope.scaling.original_context_length` and
+/// `rope.scaling.attn_factor`, no scaling type. The values are transformers' (its
+/// _compute_longrope_parameters): the original context is the top-level
+/// original_max_position_embeddings (Phi3Config's; both spellings must agree), else `s`'s; the
+/// attention factor is `s.attention_factor`, else sqrt(1 + ln(f) / ln(original)) for
+/// f = `s.factor`, else max_position_embeddings / original, when f > 1, else 1.
+void write_longrope(const ConfigReader& r, const json& s, const std::string& where, const RopeTarget& t,
+                    GgufWriter& w) {
+  const auto factors = [&](const char* k) {
+    const std::string key = where + "." + k;
+    if (!s.contains(k) || s.at(k).is_null()) r.fail("rope type 'longrope' needs '" + key + "'");
+    const json& v = s.at(k);
+    const size_t n = size_t(t.rope_dim / 2);
+    if (!v.is_array() || v.size() != n)
+      r.fail("key '" + key + "' must be a list of " + std::to_string(n) + " numbers (rotated dimensions / 2), got " +
+             (v.is_array() ? std::to_string(v.size()) + " entries" : std::string(v.type_name())));
+    std::vector<float> out;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string at = key + "[" + std::to_string(i) + "]";
+      const double x = r.positive_number(v[i], at);
+      if (x > 1e6) r.fail("key '" + at + "' = " + v[i].dump() + " is out of range (up to 1e6)");
+      out.push_back(float(x));
+    }
+    return out;
+  };
+  t.shape->rope_factors_long = factors("long_factor");
+  t.shape->rope_factors_short = factors("short_factor");
+
+  const auto integer = [&](const json& v, const std::string& key) {
+    const double d = r.positive_number(v, key);
+    if (d != std::floor(d) || d > std::numeric_limits<int>::max())
+      r.fail("key '" + key + "' = " + v.dump() + " must be an integer in 1 .. 2^31-1");
+    return int(d);
+  };
+  const json* top = r.find("original_max_position_embeddings");
+  const bool inner = s.contains("original_max_position_embeddings") && !s.at("original_max_position_embeddings").is_null();
+  if (!top && !inner) r.fail("rope type 'longrope' needs 'original_max_position_embeddings'");
+  const int orig = top ? integer(*top, "original_max_position_embeddings")
+                       : integer(s.at("original_max_position_embeddings"), where + ".original_max_position_embeddings");
+  if (top && inner && integer(s.at("original_max_position_embeddings"), where + ".original_max_position_embeddings") != orig)
+    r.fail("original_max_position_embeddings " + top->dump() + " and '" + where + ".original_max_position_embeddings' " +
+           s.at("original_max_position_embeddings").dump() + " disagree: keep one");
+
+  double attn_factor = 1;
+  if (s.contains("attention_factor") && !s.at("attention_factor").is_null()) {
+    attn_factor = r.positive_number(s.at("attention_factor"), where + ".attention_factor");
+  } else {
+    const double f = s.contains("factor") && !s.at("factor").is_null() ? r.positive_number(s.at("factor"), where + ".factor")
+                                                                        : double(t.n_ctx) / orig;
+    if (f > 1) attn_factor = std::sqrt(1 + std::log(f) / std::log(double(orig)));
+  }
+  if (!std::isfinite(float(attn_factor)) || attn_factor > 1e6)
+    r.fail("the LongRoPE attention factor " + std::to_string(attn_factor) + " is out of range (original context " +
+           std::to_string(orig) + ")");
+  w.set_uint32(t.arch + ".rope.scaling.original_context_length", uint32_t(orig));
+  w.set_float32(t.arch + ".rope.scaling.attn_factor", float(attn_factor));
+}
+
+void write_rope(const ConfigReader& r, const RopeTarget& t, double default_theta, GgufWriter& w) {
+  const std::string& a = t.arch;
   const json* params = r.find("rope_parameters");
   const json* scaling = r.find("rope_scaling");
   if (params && !params->is_object()) r.fail("key 'rope_parameters' must be an object");
@@ -184,7 +254,11 @@ void write_rope(const ConfigReader& r, const json& config, const std::string& a,
       if (s->contains(k) && !s->at(k).is_null()) w.set_float32(a + key, float(number(k)));
     return;
   }
-  r.fail("unsupported RoPE type '" + type + "' in '" + where + "' (supported: default, linear, llama3, yarn)");
+  if (type == "longrope" || type == "su") {  // "su": the name of Phi-3's first 128k configs
+    write_longrope(r, *s, where, t, w);
+    return;
+  }
+  r.fail("unsupported RoPE type '" + type + "' in '" + where + "' (supported: default, linear, llama3, yarn, longrope)");
 }
 
 }  // namespace
@@ -347,8 +421,9 @@ HfModelShape write_model_metadata(const json& config, const std::string& label, 
   w.set_uint32(a + ".rope.dimension_count", uint32_t(rope_dim));
   w.set_uint32(a + ".vocab_size", uint32_t(s.n_vocab));
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", float(r.positive_number_or("rms_norm_eps", 1e-6)));
-  if (!(family->sliding_rope_base > 0 && write_layer_type_rope(r, config, a, family->hf_default_rope_theta, w)))
-    write_rope(r, config, a, family->hf_default_rope_theta, w);
+  const RopeTarget rope{.arch = a, .rope_dim = int(rope_dim), .n_ctx = n_ctx, .shape = &s};
+  if (!(family->sliding_rope_base > 0 && write_layer_type_rope(r, config, rope, family->hf_default_rope_theta, w)))
+    write_rope(r, rope, family->hf_default_rope_theta, w);
   return s;
 }
 

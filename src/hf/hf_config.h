@@ -5,7 +5,7 @@
 // layouts: transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`).
 // Supported: the model_types of src/arch's families (llama and mistral, qwen2, qwen3, phi3): SiLU
 // gated FFN, RMSNorm, GQA, sliding-window attention (on every layer, or per `layer_types`), RoPE with
-// default, linear, llama3 or YaRN scaling on all or part of each head (partial_rotary_factor), tied
+// default, linear, llama3, YaRN or LongRoPE scaling on all or part of each head (partial_rotary_factor), tied
 // or separate output embeddings, and the family's own parts (qwen2's Q/K/V biases, qwen3's Q/K
 // norms, phi3's fused QKV and gate/up). Everything that would change the math and is
 // not supported is refused by name — another model_type, other biases, another activation,
@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "arch/family.h"
 #include "flashdllm/gguf.h"
@@ -41,6 +42,10 @@ struct HfModelShape {
   int n_expert = 0, n_expert_used = 0;  ///< Mixtral's experts; 0 = a dense FFN
   bool tied_output = false;
   const arch::Family* family = nullptr;  ///< the family model_type names (never null on return)
+  /// LongRoPE's per-pair divisors (rope type "longrope"; rope dimensions / 2 each, positive and
+  /// finite), written as the F32 tensors rope_factors_long.weight / rope_factors_short.weight as
+  /// llama.cpp's converter writes them; empty for other RoPE types.
+  std::vector<float> rope_factors_long, rope_factors_short;
 };
 
 /// Checks `config` (parsed config.json; `label` names it in errors) and writes the model's

@@ -2,15 +2,18 @@
 // tokenizer.ggml.* GGUF metadata the engine's tokenizers read.
 //
 // Format followed: the `tokenizers` library's serialization
-// (https://huggingface.co/docs/tokenizers/api/models, .../pre-tokenizers). Supported: byte-level
-// BPE (model "BPE" without byte fallback) with the GPT-2 pre-tokenizer (`ByteLevel` with its
-// regex), or a `Split` with the Llama 3 or the Qwen2 pattern followed by `ByteLevel` without a
-// regex; merges as "a b" strings or [a, b] pairs; added tokens (special ones become control
-// tokens); no normalizer, or NFC (which llama.cpp does not apply either: text is tokenized as
-// given, so ids match llama.cpp on the converted GGUF); a ByteLevel decoder. The vocabulary
-// must hold all 256 byte symbols (or some text could not be encoded). Everything else
-// (WordPiece, Unigram, SentencePiece-style BPE with byte fallback, BPE dropout, subword
-// prefixes or suffixes, other normalizers, pre-tokenizers or decoders) is refused by name.
+// (https://huggingface.co/docs/tokenizers/api/models, .../pre-tokenizers). Model "BPE" of two
+// kinds, mapped onto the GGUF llama.cpp's convert_hf_to_gguf.py writes for it:
+//  - byte-level BPE (no byte fallback: GPT-2, Llama 3, Qwen2, Mistral Nemo) as tokenizer.ggml.model
+//    "gpt2" with the pre-tokenizer named after its split (hf_bpe_tokenizer.h);
+//  - SentencePiece-style BPE (byte_fallback, "<0xNN>" tokens, spaces as "▁": Llama 2,
+//    Mistral 7B, TinyLlama, Phi-3, Gemma) as "llama", with scores taken from the merges' order
+//    (hf_spm_tokenizer.h, hf_spm_pipeline.h).
+// Added tokens: special ones become control tokens. BOS/EOS come from tokenizer_config.json
+// (config.json's ids as fallback); add_bos_token from tokenizer_config.json, else from a
+// post-processor template that starts with a special token. Everything else (WordPiece,
+// Unigram, BPE dropout, subword prefixes or suffixes, normalizers, pre-tokenizers or decoders
+// neither kind uses) is refused by name.
 // Ids above the tokenizer's vocabulary up to config.json's vocab_size become "[PAD<id>]"
 // tokens of type unused, as llama.cpp's converter writes them.
 // Errors: HfError (hf_config.h), one line naming the file. Thread-safety: stateless.

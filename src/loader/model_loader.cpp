@@ -31,6 +31,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   if (opt.n_threads < 0)
     throw ModelError("Model::load: n_threads must be >= 0 (0 = all cores), got " +
                      std::to_string(opt.n_threads));
+  if (opt.n_ctx < 0)
+    throw ModelError("Model::load: n_ctx must be >= 0 (0 = the model's trained context), got " +
+                     std::to_string(opt.n_ctx));
   const auto open = [&](GgufBacking backing) { return open_file(path, backing); };
   if (opt.device == Device::Cuda) {
 #ifdef FLASHDLLM_HAVE_CUDA

@@ -14,12 +14,7 @@ LlamaModel::LlamaModel(GgufFile file, const ModelOptions& opt)
       config_(ModelConfig::from_gguf(file_)),
       weights_(bind_llama_weights(file_, config_)),
       threads_(opt.n_threads) {
-  rope_.head_dim = config_.head_dim;
-  rope_.rope_dim = config_.rope_dim;
-  rope_.freq_base = config_.rope_freq_base;
-  rope_.freq_scale = config_.rope_freq_scale;
-  rope_.freq_factors = weights_.rope_freq_factors;
-  if (config_.rope_yarn) cpu::set_yarn(rope_, config_.rope_orig_ctx, config_.yarn_beta_fast, config_.yarn_beta_slow);
+  rope_ = global_rope_params(config_, weights_, opt.n_ctx);
   rope_swa_.head_dim = config_.head_dim;
   rope_swa_.rope_dim = config_.rope_dim;
   rope_swa_.freq_base = config_.rope_freq_base_swa;  // unscaled

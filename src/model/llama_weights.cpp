@@ -96,6 +96,16 @@ class Binder {
     return dst.data();
   }
 
+  /// A vector of `n` RoPE frequency divisors, each positive and finite (a copy).
+  std::vector<float> rope_factors(const std::string& name, int64_t n) {
+    const float* v = vector(name, n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!(v[i] > 0) || !std::isfinite(v[i]))
+        fail("tensor '" + name + "' holds a non-positive or non-finite factor (" + std::to_string(v[i]) +
+             " at index " + std::to_string(i) + ")");
+    return std::vector<float>(v, v + n);
+  }
+
   /// A vector of `n` floats; F32 is used in place, F16/BF16 are widened once.
   const float* vector(const std::string& name, int64_t n) {
     const GgufTensorInfo& t = find(name);
@@ -145,6 +155,21 @@ std::vector<float> llama3_rope_factors(const ModelConfig& c) {
     factors[size_t(i)] = float(factor);
   }
   return factors;
+}
+
+cpu::RopeParams global_rope_params(const ModelConfig& c, const LlamaWeights& w, int n_ctx) {
+  cpu::RopeParams p;
+  p.head_dim = c.head_dim;
+  p.rope_dim = c.rope_dim;
+  p.freq_base = c.rope_freq_base;
+  p.freq_scale = c.rope_freq_scale;
+  p.attn_factor = c.rope_attn_factor;
+  if (c.rope_longrope)
+    p.freq_factors = c.rope_long_factors(n_ctx) ? w.rope_factors_long : w.rope_factors_short;
+  else
+    p.freq_factors = w.rope_freq_factors;
+  if (c.rope_yarn) cpu::set_yarn(p, c.rope_orig_ctx, c.yarn_beta_fast, c.yarn_beta_slow);
+  return p;
 }
 
 LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
@@ -210,13 +235,13 @@ LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c) {
     }
   }
   if (f.find_tensor("rope_freqs.weight")) {
-    const float* factors = b.vector("rope_freqs.weight", c.rope_dim / 2);
-    w.rope_freq_factors.assign(factors, factors + c.rope_dim / 2);
-    for (float x : w.rope_freq_factors)
-      if (!(x > 0) || !std::isfinite(x))
-        b.fail("tensor 'rope_freqs.weight' holds a non-positive or non-finite factor");
+    w.rope_freq_factors = b.rope_factors("rope_freqs.weight", c.rope_dim / 2);
   } else if (c.rope_llama3) {
     w.rope_freq_factors = llama3_rope_factors(c);
+  }
+  if (c.rope_longrope) {  // ModelConfig::from_gguf saw both tensors
+    w.rope_factors_long = b.rope_factors("rope_factors_long.weight", c.rope_dim / 2);
+    w.rope_factors_short = b.rope_factors("rope_factors_short.weight", c.rope_dim / 2);
   }
   b.check_all_used();
   return w;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 #include "flashdllm/gguf.h"
 #include "flashdllm/model.h"
 
@@ -53,6 +54,9 @@ struct LlamaWeights {
   /// Per-pair RoPE frequency divisors (rope_dim/2), empty when the model has none: from the
   /// `rope_freqs.weight` tensor, or computed from the llama3 scaling metadata.
   std::vector<float> rope_freq_factors;
+  /// LongRoPE's two sets of per-pair divisors (rope_dim/2 each, from rope_factors_long.weight
+  /// and rope_factors_short.weight; ModelConfig::rope_longrope), empty otherwise.
+  std::vector<float> rope_factors_long, rope_factors_short;
   /// Vectors that were not F32 in the file (widened) or whose order changed (deque: pointers
   /// stay valid).
   std::deque<std::vector<float>> owned;
@@ -72,6 +76,13 @@ constexpr int64_t halves_source_dim(int64_t e, int64_t rope_dim) {
 /// disagrees with `c`, an unsupported dtype (listing F32, F16, BF16, Q8_0), or a tensor the
 /// plan does not read.
 LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c);
+
+/// The RoPE of the model's global layers when it runs sequences of up to `n_ctx` tokens
+/// (ModelOptions::n_ctx, 0 = the trained context): base, linear scale, YaRN, attention factor
+/// and per-pair divisors — LongRoPE's long or short set (ModelConfig::rope_long_factors), else
+/// rope_freq_factors. Its freq_factors points into `w`, which must outlive it. Both backends
+/// build their cos/sin tables from it.
+cpu::RopeParams global_rope_params(const ModelConfig& c, const LlamaWeights& w, int n_ctx);
 
 /// The Llama-3 per-pair frequency divisors for `c` (Meta's "llama3" rope scaling: pairs with
 /// wavelength above orig_ctx/low_freq_factor are divided by the factor, those below

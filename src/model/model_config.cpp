@@ -125,9 +125,9 @@ void read_rope_scaling(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
     // differently: refused rather than run with this plan's scale.
     for (const char* k : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor"})
       if (m.has(k)) m.fail("'" + m.key(k) + "' is set: only YaRN's default scaling is supported");
-  } else if (type != "none") {
+  } else if (type != "none" && type != "longrope") {  // longrope: read_longrope
     m.fail("unsupported rope scaling type '" + type + "' in '" + m.key("rope.scaling.type") +
-           "' (supported: none, linear, llama3, yarn)");
+           "' (supported: none, linear, llama3, yarn, longrope)");
   }
   // Older converters wrote linear scaling as a bare factor.
   if (type == "none" && m.has("rope.scale_linear"))
@@ -143,6 +143,25 @@ void read_rope_scaling(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
       m.fail("llama3 rope scaling needs high_freq_factor > low_freq_factor (got " +
              std::to_string(c.rope_high_freq_factor) + " <= " + std::to_string(c.rope_low_freq_factor) + ")");
   }
+}
+
+// LongRoPE: llama.cpp's converter writes its two factor sets as tensors (bound and checked in
+// bind_llama_weights), the original context and the attention factor, and no scaling type.
+void read_longrope(const GgufFile& f, const MetaReader& m, ModelConfig& c) {
+  const char* names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+  const bool has[2] = {f.find_tensor(names[0]) != nullptr, f.find_tensor(names[1]) != nullptr};
+  const bool typed = m.string_or(m.key("rope.scaling.type"), "none") == "longrope";
+  if (!typed && !has[0] && !has[1]) return;
+  for (int i = 0; i < 2; ++i)
+    if (!has[i])
+      m.fail(std::string("LongRoPE") + (typed ? " ('" + m.key("rope.scaling.type") + "' = longrope)" : "") +
+             " needs the tensors 'rope_factors_long.weight' and 'rope_factors_short.weight'; '" + names[i] +
+             "' is missing");
+  if (c.rope_llama3 || c.rope_yarn)
+    m.fail(std::string("LongRoPE factors together with ") + (c.rope_yarn ? "YaRN" : "llama3") +
+           " rope scaling are not supported");
+  c.rope_longrope = true;
+  c.rope_orig_ctx = m.positive_int_or("rope.scaling.original_context_length", c.n_ctx_train);
 }
 
 // `<arch>.attention.sliding_window` (0 or at least the context: none) and which layers it
@@ -240,6 +259,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     m.fail("rope.dimension_count " + std::to_string(c.rope_dim) +
            " must be even and at most the head dimension " + std::to_string(c.head_dim));
   read_rope_scaling(f, m, c);
+  read_longrope(f, m, c);
+  // llama.cpp multiplies every rotation by it, whatever the scaling type.
+  c.rope_attn_factor = m.positive_float_or("rope.scaling.attn_factor", 1.f);
   read_sliding_window(f, m, c);
   read_gemma_parts(*family, m, c);
   // Mixtral-style files are labelled llama: experts where expert_count says so.
@@ -252,6 +274,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   }
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   return c;
+}
+
+bool ModelConfig::rope_long_factors(int n_ctx) const {
+  const int ctx = n_ctx > 0 ? std::min(n_ctx, n_ctx_train) : n_ctx_train;
+  return rope_longrope && ctx > rope_orig_ctx;
 }
 
 uint64_t ModelConfig::n_params() const {

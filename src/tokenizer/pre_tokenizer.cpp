@@ -66,6 +66,13 @@ constexpr std::string_view kLlama3 =
 // Qwen2: Llama 3's with single digits.
 constexpr std::string_view kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Tekken (Mistral Nemo, Mistral Small 3). Its tokenizer.json splits letter runs by Unicode case
+// ([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ | ...+...*); llama.cpp runs its
+// rewrite with "a letter that is not a-z" / "not A-Z" instead, so only ASCII letters have a case
+// and combining marks are not letters. The rewrite is what llama.cpp tokenizes with, so it is
+// the one used here.
+constexpr std::string_view kTekken =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // CJK ideographs, U+0800..U+4E00 and Hangul, minus White_Space (see the header).
 constexpr std::string_view kDeepseekCjk =
     R"([\x{4E00}-\x{9FA5}\x{0800}-\x{167F}\x{1681}-\x{1FFF}\x{200B}-\x{2027}\x{202A}-\x{202E}\x{2030}-\x{205E}\x{2060}-\x{2FFF}\x{3001}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
@@ -96,6 +103,7 @@ std::vector<std::string_view> regexes_of(PreTokenizerKind kind) {
     case PreTokenizerKind::Gpt2: return {kGpt2};
     case PreTokenizerKind::Llama3: return {kLlama3};
     case PreTokenizerKind::Qwen2: return {kQwen2};
+    case PreTokenizerKind::Tekken: return {kTekken};
     case PreTokenizerKind::Falcon: return {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"};
     case PreTokenizerKind::Starcoder: return {R"(\p{N})", kGpt2};
     case PreTokenizerKind::DeepseekLlm:
@@ -117,9 +125,9 @@ constexpr PreTokenizerConfig cfg(PreTokenizerKind k, bool ignore_merges = false,
   return {k, ignore_merges, add_bos};
 }
 
-const std::array<PreName, 25>& pre_names() {
+const std::array<PreName, 26>& pre_names() {
   using K = PreTokenizerKind;
-  static const std::array<PreName, 25> names = {{
+  static const std::array<PreName, 26> names = {{
       {"default", cfg(K::Default)},
       {"gpt-2", cfg(K::Gpt2)},
       {"phi-2", cfg(K::Gpt2)},
@@ -145,6 +153,7 @@ const std::array<PreName, 25>& pre_names() {
       {"exaone", cfg(K::Starcoder)},
       {"deepseek-llm", cfg(K::DeepseekLlm)},
       {"deepseek-coder", cfg(K::DeepseekCoder)},
+      {"tekken", cfg(K::Tekken, true, true)},
   }};
   return names;
 }

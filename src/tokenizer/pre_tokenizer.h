@@ -24,7 +24,7 @@
 
 namespace fdl::tok {
 
-enum class PreTokenizerKind { Default, Gpt2, Llama3, Qwen2, Falcon, Starcoder, DeepseekLlm, DeepseekCoder };
+enum class PreTokenizerKind { Default, Gpt2, Llama3, Qwen2, Falcon, Starcoder, DeepseekLlm, DeepseekCoder, Tekken };
 
 /// What a `tokenizer.ggml.pre` value implies for a BPE vocab.
 struct PreTokenizerConfig {

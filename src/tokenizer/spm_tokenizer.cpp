@@ -1,22 +1,9 @@
 #include "tokenizer/spm_tokenizer.h"
 
+#include "tokenizer/space_mark.h"
 #include "tokenizer/special_split.h"
 
 namespace fdl::tok {
-namespace {
-
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
-
-std::string escape_spaces(std::string_view text, bool add_prefix) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  if (add_prefix) out += kSpaceMark;
-  for (char c : text) {
-    if (c == ' ') out += kSpaceMark;
-    else out += c;
-  }
-  return out;
-}
 
 std::string unescape_spaces(std::string_view text) {
   std::string out;
@@ -28,6 +15,19 @@ std::string unescape_spaces(std::string_view text) {
     } else {
       out += text[i++];
     }
+  }
+  return out;
+}
+
+namespace {
+
+std::string escape_spaces(std::string_view text, bool add_prefix) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  if (add_prefix) out += kSpaceMark;
+  for (char c : text) {
+    if (c == ' ') out += kSpaceMark;
+    else out += c;
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -165,8 +166,8 @@ TEST_F(HfDirectoryErrors, MathChangingKeys) {
   config_["num_local_experts"] = 8;  // experts are Mixtral's (model_type mixtral), not llama's
   EXPECT_THAT(error(), HasSubstr("'num_local_experts' is set: not supported for llama"));
   config_.erase("num_local_experts");
-  config_["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}};
-  EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'longrope'"));
+  config_["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}};
+  EXPECT_THAT(error(), HasSubstr("unsupported RoPE type 'dynamic'"));
   // YaRN: the defaults only; its factor and original context are required.
   config_["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}};
   EXPECT_THAT(error(), HasSubstr("rope type 'yarn' needs 'rope_parameters.factor'"));
@@ -245,6 +246,71 @@ TEST_F(HfDirectoryErrors, PartialRotaryFactor) {
   config_["rope_parameters"]["partial_rotary_factor"] = "half";
   EXPECT_THAT(error(), HasSubstr("rope_parameters.partial_rotary_factor' must be a number"));
 }
+// LongRoPE: two lists of rope dimensions / 2 positive factors and an original context, written
+// as llama.cpp's converter writes them (F32 tensors, original context, attention factor: given,
+// else from max_position_embeddings / original context), or refused by name.
+TEST_F(HfDirectoryErrors, LongRope) {
+  const std::vector<double> ones(32, 1.0), twos(32, 2.0);  // codelm: head_dim 64, 32 pairs
+  config_["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}};
+  EXPECT_THAT(error(), HasSubstr("rope type 'longrope' needs 'rope_parameters.long_factor'"));
+  config_["rope_parameters"]["long_factor"] = std::vector<double>(31, 2.0);
+  EXPECT_THAT(error(), HasSubstr("key 'rope_parameters.long_factor' must be a list of 32 numbers (rotated dimensions / "
+                                 "2), got 31 entries"));
+  config_["rope_parameters"]["long_factor"] = 2.0;
+  EXPECT_THAT(error(), HasSubstr("must be a list of 32 numbers (rotated dimensions / 2), got number"));
+  config_["rope_parameters"]["long_factor"] = twos;
+  EXPECT_THAT(error(), HasSubstr("rope type 'longrope' needs 'rope_parameters.short_factor'"));
+  config_["rope_parameters"]["short_factor"] = ones;
+  config_["rope_parameters"]["short_factor"][5] = 0.0;
+  EXPECT_THAT(error(), HasSubstr("key 'rope_parameters.short_factor[5]' = 0.0 must be a positive finite number"));
+  config_["rope_parameters"]["short_factor"][5] = "1";
+  EXPECT_THAT(error(), HasSubstr("key 'rope_parameters.short_factor[5]' must be a number"));
+  config_["rope_parameters"]["short_factor"][5] = 1e300;
+  EXPECT_THAT(error(), HasSubstr("short_factor[5]' = 1e+300 is out of range"));
+  config_["rope_parameters"]["short_factor"] = ones;
+  EXPECT_THAT(error(), HasSubstr("rope type 'longrope' needs 'original_max_position_embeddings'"));
+  config_["original_max_position_embeddings"] = 256;  // Phi-3's place for it
+  config_["rope_parameters"]["original_max_position_embeddings"] = 128;
+  EXPECT_THAT(error(), HasSubstr("original_max_position_embeddings 256 and "
+                                 "'rope_parameters.original_max_position_embeddings' 128 disagree"));
+  config_["rope_parameters"]["original_max_position_embeddings"] = 256.5;
+  EXPECT_THAT(error(), HasSubstr("must be an integer"));
+  config_["rope_parameters"].erase("original_max_position_embeddings");
+  write("config.json", config_);
+  {
+    const GgufFile f = hf::open_hf_directory(dir_);
+    EXPECT_EQ(f.find("llama.rope.scaling.type"), nullptr);  // as the converter writes it
+    EXPECT_EQ(f.get_uint("llama.rope.scaling.original_context_length"), 256u);
+    // max_position_embeddings 1024 = 4 x 256.
+    EXPECT_FLOAT_EQ(float(f.get_float("llama.rope.scaling.attn_factor")),
+                    float(std::sqrt(1 + std::log(4.0) / std::log(256.0))));
+    for (const auto& [name, value] : {std::pair{"rope_factors_long.weight", 2.f}, {"rope_factors_short.weight", 1.f}}) {
+      const GgufTensorInfo* t = f.find_tensor(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->type(), GgmlType::F32) << name;
+      ASSERT_EQ(t->n_dims, 1u) << name;
+      ASSERT_EQ(t->ne[0], 32u) << name;
+      for (size_t i = 0; i < 32; ++i) EXPECT_EQ(reinterpret_cast<const float*>(t->data)[i], value) << name;
+    }
+  }
+  // transformers' attention factor: given, else from `factor`; 1 without extension. "su" is Phi-3's
+  // first name for the type; the original context may be in rope_parameters instead.
+  for (const auto& [key, value, want] : {std::tuple{"attention_factor", 1.25, 1.25}, {"factor", 16.0, 0.0}}) {
+    json c = config_;
+    c["rope_parameters"][key] = value;
+    c["rope_parameters"]["rope_type"] = "su";
+    write("config.json", c);
+    const double expected = want > 0 ? want : std::sqrt(1 + std::log(16.0) / std::log(256.0));
+    EXPECT_FLOAT_EQ(float(hf::open_hf_directory(dir_).get_float("llama.rope.scaling.attn_factor")), float(expected))
+        << key;
+  }
+  config_.erase("original_max_position_embeddings");
+  config_["rope_parameters"]["original_max_position_embeddings"] = 1024;
+  write("config.json", config_);
+  EXPECT_FLOAT_EQ(float(hf::open_hf_directory(dir_).get_float("llama.rope.scaling.attn_factor")), 1.f);
+  config_["rope_parameters"]["attention_factor"] = -1;
+  EXPECT_THAT(error(), HasSubstr("'rope_parameters.attention_factor' = -1 must be a positive finite number"));
+}
 TEST_F(HfDirectoryErrors, ConfigNamesItsOwnKeys) {
   config_["num_key_value_heads"] = 4;  // 6 heads
   EXPECT_THAT(error(), HasSubstr("num_attention_heads 6 is not a multiple of num_key_value_heads 4"));
@@ -277,11 +343,11 @@ TEST_F(HfDirectoryErrors, Tokenizers) {
   tokenizer_["model"]["type"] = "Unigram";
   EXPECT_THAT(error(), HasSubstr("unsupported tokenizer model 'Unigram'"));
   tokenizer_["model"]["type"] = "BPE";
-  tokenizer_["model"]["byte_fallback"] = true;
-  EXPECT_THAT(error(), HasSubstr("byte_fallback"));
+  tokenizer_["model"]["byte_fallback"] = true;  // SentencePiece-style, which a byte-level pipeline is not
+  EXPECT_THAT(error(), HasSubstr("unsupported pre_tokenizer \"ByteLevel\" for SentencePiece-style BPE"));
   tokenizer_["model"]["byte_fallback"] = false;
   tokenizer_["pre_tokenizer"] = {{"type", 5}};
-  EXPECT_THAT(error(), HasSubstr("tokenizer.json: unexpected value"));
+  EXPECT_THAT(error(), HasSubstr("tokenizer.json: unsupported pre_tokenizer {\"type\":5}"));
   tokenizer_["pre_tokenizer"] = {{"type", "Whitespace"}};
   EXPECT_THAT(error(), HasSubstr("unsupported pre_tokenizer \"Whitespace\""));
   tokenizer_["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};

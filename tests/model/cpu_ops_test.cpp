@@ -224,5 +224,31 @@ TEST(CpuOps, YarnAnglesFollowTransformersFormula) {
   }
 }
 
+// LongRoPE against transformers' formula in double: inverse frequencies base^(-2i/d) divided by
+// the pair's factor, cos/sin times the attention factor; and the attention factor multiplies
+// YaRN's scale (ggml's attn_factor), leaving the angles alone.
+TEST(CpuOps, LongRopeFactorsAndAttentionFactor) {
+  const std::vector<float> factors{1.5f, 3.f, 7.25f, 12.f};
+  RopeParams p{.head_dim = 8, .rope_dim = 8, .freq_base = 10000.f, .freq_factors = factors, .attn_factor = 1.1547005f};
+  for (const int pos : {0, 1, 63, 64, 200}) {
+    std::vector<float> cs(8);
+    rope_cos_sin(p, pos, cs.data());
+    for (int i = 0; i < 4; ++i) {
+      // Tolerance: float angles of up to ~130 rad carry ~1e-5 absolute error.
+      const double angle = pos * std::pow(10000.0, -2.0 * i / 8) / factors[size_t(i)];
+      EXPECT_NEAR(cs[size_t(2 * i)], std::cos(angle) * 1.1547005, 3e-5) << "pos " << pos << " pair " << i;
+      EXPECT_NEAR(cs[size_t(2 * i + 1)], std::sin(angle) * 1.1547005, 3e-5) << "pos " << pos << " pair " << i;
+    }
+  }
+  RopeParams yarn{.head_dim = 16, .rope_dim = 16, .freq_base = 1e6f, .freq_scale = 0.25f, .freq_factors = {}};
+  set_yarn(yarn, 64, 32, 1);
+  RopeParams scaled = yarn;
+  scaled.attn_factor = 2.f;  // a power of two: the products are exact
+  std::vector<float> a(16), b(16);
+  rope_cos_sin(yarn, 40, a.data());
+  rope_cos_sin(scaled, 40, b.data());
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(b[i], 2.f * a[i]) << i;
+}
+
 }  // namespace
 }  // namespace fdl::cpu

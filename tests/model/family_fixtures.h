@@ -3,6 +3,10 @@
 // llama.cpp's convert_hf_to_gguf.py writes, with HF's float32 logits and greedy ids on 8
 // prompts (and llama.cpp's on the GGUF, a second oracle). One comparison shared by the CPU and
 // the CUDA tests, so both backends meet the same bounds.
+//
+// reference.json may also say the context its oracles ran with ("n_ctx", ModelOptions::n_ctx;
+// absent: the model's own) and hold a second reference of the same layout for another context
+// ("short_context": phi3-longrope's short RoPE factors, HF only).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,9 +23,10 @@
 namespace fdl::test {
 
 /// The families the engine runs, each loaded from its HF directory and from its GGUF
-/// (qwen2-yarn: qwen2 with YaRN RoPE scaling).
+/// (qwen2-yarn: qwen2 with YaRN RoPE scaling; phi3-longrope: phi3 with LongRoPE).
 inline const std::vector<std::string>& supported_families() {
-  static const std::vector<std::string> f{"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "mixtral", "qwen2-yarn"};
+  static const std::vector<std::string> f{"llama",  "qwen2",  "qwen3",   "mistral",    "phi3",
+                                          "gemma2", "gemma3", "mixtral", "qwen2-yarn", "phi3-longrope"};
   return f;
 }
 
@@ -43,7 +48,7 @@ inline nlohmann::json family_reference(const std::string& family) {
 }
 
 /// general.architecture of the family's files: Mistral and Mixtral are `llama` files;
-/// qwen2-yarn is qwen2.
+/// qwen2-yarn is qwen2, phi3-longrope phi3.
 inline std::string expected_arch(const std::string& family) {
   if (family == "mistral" || family == "mixtral") return "llama";
   return family.substr(0, family.find('-'));
@@ -81,6 +86,10 @@ inline std::filesystem::path fixture_gguf(const std::string& family) {
   copy_gguf_with_keys(gguf, copy, {{"llama.attention.sliding_window", window}});
   return copy;
 }
+
+/// The context a reference (reference.json, or its short_context) was made for: the
+/// ModelOptions::n_ctx to load the model with (0: the model's own).
+inline int reference_n_ctx(const nlohmann::json& ref) { return ref.value("n_ctx", 0); }
 
 struct FamilyCheck {
   double worst_logit_error = 0;  ///< max |ours - HF| / (HF logit range), over prompts

@@ -203,9 +203,13 @@ TEST(ModelConfig, InconsistentHyperparametersAreRejected) {
   }
   {
     TinyLlamaSpec s;
+    s.extra_string_keys["llama.rope.scaling.type"] = "dynamic";
+    expect_model_error([&] { Model::load(write_tiny_llama("dynamic.gguf", s)); },
+                       {"unsupported rope scaling type 'dynamic'", "none, linear, llama3, yarn, longrope"});
+    // LongRoPE's factors are tensors (the phi3-longrope fixture covers them).
     s.extra_string_keys["llama.rope.scaling.type"] = "longrope";
     expect_model_error([&] { Model::load(write_tiny_llama("longrope.gguf", s)); },
-                       {"unsupported rope scaling type 'longrope'", "none, linear, llama3, yarn"});
+                       {"LongRoPE ('llama.rope.scaling.type' = longrope) needs the tensors", "'rope_factors_long.weight' is missing"});
   }
   {
     // YaRN needs its factor; DeepSeek's variant (a log multiplier) scales otherwise: refused.

@@ -58,6 +58,26 @@ TEST(PreTokenizerDeepseekCoder, LettersPunctuationAndDigits) {
   EXPECT_EQ(split("deepseek-coder", "foo(x1)\n"), (Chunks{"foo", "(", "x", "1", ")", "\n"}));
 }
 
+TEST(PreTokenizerTekken, AsciiCaseRunsSingleDigitsAndSlashes) {
+  // A capital run keeps the lower-case letters after it; a new capital after lower case starts
+  // a new chunk; digits go one by one; punctuation takes trailing slashes and newlines.
+  EXPECT_EQ(split("tekken", "HelloWorld iPhone ABCdef 2024"),
+            (Chunks{"Hello", "World", " i", "Phone", " ABCdef", " ", "2", "0", "2", "4"}));
+  EXPECT_EQ(split("tekken", "a+/b\n\n  x"), (Chunks{"a", "+/", "b", "\n\n", " ", " x"}));
+  EXPECT_EQ(split("tekken", "don't"), (Chunks{"don", "'t"}));
+}
+
+TEST(PreTokenizerTekken, NonAsciiLettersHaveNoCaseAndMarksAreNotLetters) {
+  // llama.cpp's rewrite of the pattern: a non-ASCII letter counts as upper and lower case at
+  // once, so "\u00c9COLE" cuts after the \u00c9 (the tokenizer.json pattern keeps it whole); a
+  // combining mark (U+0301) is not a letter, so it ends the word and, like punctuation, leads
+  // the next one.
+  EXPECT_EQ(split("tekken", "\xC3\x89" "COLE \xC3\xA9" "cole"), (Chunks{"\xC3\x89", "COLE", " \xC3\xA9" "cole"}));
+  EXPECT_EQ(split("tekken", "e\xCC\x81t\xC3\xA9"), (Chunks{"e", "\xCC\x81t\xC3\xA9"}));
+  EXPECT_EQ(resolve_pre_tokenizer("tekken").ignore_merges, true);
+  EXPECT_EQ(resolve_pre_tokenizer("tekken").add_bos, true);
+}
+
 TEST(PreTokenizer, MalformedUtf8IsDecodedLikeLlamaCpp) {
   // The stray byte becomes U+FFFD (a symbol for the regexes); an overlong NUL becomes NUL.
   EXPECT_EQ(split("gpt-2", "ab\xFF" "cd"), (Chunks{"ab", "\xEF\xBF\xBD", "cd"}));
@@ -69,7 +89,7 @@ TEST(PreTokenizer, MalformedUtf8IsDecodedLikeLlamaCpp) {
 TEST(PreTokenizer, ChunksCoverTheInput) {
   const std::string text = "Mixed: caf\xC3\xA9, \xF0\x9F\x98\x80\xF0\x9F\x98\x80 42\t\ttabs\n\n\nend   ";
   for (const char* pre : {"default", "gpt-2", "llama3", "qwen2", "starcoder", "falcon",
-                          "deepseek-llm", "deepseek-coder"}) {
+                          "deepseek-llm", "deepseek-coder", "tekken"}) {
     std::string joined;
     for (const std::string& c : split(pre, text)) {
       EXPECT_FALSE(c.empty()) << pre;

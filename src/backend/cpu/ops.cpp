@@ -38,12 +38,14 @@ void rope_cos_sin(const RopeParams& p, int32_t pos, float* cos_sin) {
     const float factor = p.freq_factors.empty() ? 1.0f : p.freq_factors[size_t(i)];
     const float original = theta / factor;
     float angle = p.freq_scale * original;
-    float mscale = 1.0f;
+    // ggml's order: the attention factor, times YaRN's scale where it applies (x * 1 is exact,
+    // so files without an attention factor get the values they always had).
+    float mscale = p.attn_factor;
     if (p.yarn) {
       const float y = (float(i) - p.yarn_low) / std::max(0.001f, p.yarn_high - p.yarn_low);
       const float ramp = 1.0f - std::min(1.0f, std::max(0.0f, y));
       angle = angle * (1.0f - ramp) + original * ramp;
-      mscale = p.yarn_mscale;
+      mscale = p.attn_factor * p.yarn_mscale;
     }
     cos_sin[2 * i] = std::cos(angle) * mscale;
     cos_sin[2 * i + 1] = std::sin(angle) * mscale;

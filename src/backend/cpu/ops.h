@@ -9,8 +9,9 @@
 // Numerics follow ggml's CPU ops so that logits match llama.cpp closely:
 //  - rms_norm: sum of squares accumulated in double, scale = 1 / sqrtf(mean + eps) in float;
 //  - rope: theta of pair i = pos * base^(-2i/rope_dim) built by repeated multiplication in
-//    float, divided by the pair's frequency factor (Llama-3 `rope_freqs`) and multiplied by
-//    the linear frequency scale; cosf/sinf of that angle.
+//    float, divided by the pair's frequency factor (Llama-3 `rope_freqs`, LongRoPE's long or
+//    short factors) and multiplied by the linear frequency scale; cosf/sinf of that angle, times
+//    the attention factor (LongRoPE) and YaRN's magnitude scale where they apply.
 //
 // Thread-safety: pure functions of their arguments; safe to call concurrently on
 // non-overlapping outputs.
@@ -36,7 +37,10 @@ struct RopeParams {
   int rope_dim = 0;           ///< even, <= head_dim
   float freq_base = 10000.f;
   float freq_scale = 1.f;     ///< linear scaling (1 / factor); 1 = none
-  std::span<const float> freq_factors;  ///< empty, or rope_dim/2 per-pair divisors (Llama 3)
+  std::span<const float> freq_factors;  ///< empty, or rope_dim/2 per-pair divisors (Llama 3, LongRoPE)
+  /// cos and sin are multiplied by this (ggml's attn_factor: LongRoPE's attention factor,
+  /// `rope.scaling.attn_factor`), and by yarn_mscale on top with YaRN; 1 = none.
+  float attn_factor = 1.f;
   /// YaRN (arXiv:2309.00071; ggml's rope_yarn): when set, pair i's angle mixes the original
   /// angle a_i (freq_scale not applied) and the interpolated one freq_scale * a_i with weight
   /// r_i = 1 - clamp((i - yarn_low) / max(0.001, yarn_high - yarn_low), 0, 1) on the original,
@@ -53,8 +57,8 @@ struct RopeParams {
 void set_yarn(RopeParams& p, int orig_ctx, float beta_fast, float beta_slow);
 
 /// Fills cos_sin[2*i] = cos(theta_i), cos_sin[2*i+1] = sin(theta_i) for i < rope_dim/2 at
-/// position `pos` (rope_dim floats in total); with YaRN, theta_i is the mixed angle and both
-/// values are multiplied by yarn_mscale.
+/// position `pos` (rope_dim floats in total), both multiplied by attn_factor; with YaRN, theta_i
+/// is the mixed angle and both values are multiplied by attn_factor * yarn_mscale.
 void rope_cos_sin(const RopeParams& p, int32_t pos, float* cos_sin);
 
 /// Rotates `n_heads` consecutive heads of head_dim floats in place using a table from
