@@ -52,9 +52,16 @@ void compare_traced_run(int run, std::vector<std::vector<float>> outs, std::vect
     }
 }
 
+/// Gemma's additions to a layer: a post-norm of the norm's addend (random weights), scores
+/// soft-capped at `softcap` (0: none).
+struct Gemma {
+  bool post_norm = false;
+  float softcap = 0.f;
+};
+
 /// Runs both paths for one shape and context on fresh random inputs and compares every output;
 /// `kv_t` is the cache's element type (both paths read and write it).
-void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype::F32) {
+void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype::F32, Gemma gemma = {}) {
   const int q_dim = s.n_head * s.hd, kv_dim = s.n_kv * s.hd, rows = q_dim + 2 * kv_dim;
   const float eps = 1e-5f;
   auto dWqkv = to_device(random_weights(type, size_t(rows) * s.cols));
@@ -79,6 +86,8 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   const auto w = random_floats(size_t(s.cols), 0.5f, 1.5f);
   auto dx = to_device(x), dadd = to_device(add), dw = to_device(w), dcs = to_device(cs);
   auto dpos = to_device(positions), ddst = to_device(dst), doff = to_device(off), dtab = to_device(table);
+  auto dadd_w = to_device(random_floats(size_t(s.cols), 0.5f, 1.5f));
+  const float* add_w = gemma.post_norm ? dadd_w.get() : nullptr;
   const float scale = 1.0f / std::sqrt(float(s.hd));
 
   // The kernel chain.
@@ -86,7 +95,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   DeviceBuffer<float> q_ref{size_t(q_dim)}, attn_ref{size_t(q_dim)}, y_ref{size_t(s.wo_rows)}, x_ref{size_t(s.cols)};
   cuda::KvLayerView kv_ref{arena_ref.get(), int64_t(layer) * 2 * s.block_size * kv_dim, stride, s.block_size, s.n_kv,
                            s.hd, kv_t};
-  const cuda::NormIn in_ref{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps};
+  const cuda::NormIn in_ref{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps, add_w};
   cuda::gemv_norm_rope_qkv(Wqkv, in_ref, dcs.get(), dpos.get(), ddst.get(), s.n_head, s.rope_dim, kv_ref, q_ref.get(),
                            nullptr);
   const int splits = cuda::attention_splits(1, s.n_head, s.n_kv, n_sm, ctx);
@@ -103,7 +112,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   att.scale = scale;
   att.n_splits = splits;
   att.partial = partial_ref.get();
-  cuda::paged_attention(att, nullptr);
+  cuda::paged_attention(att, nullptr, cuda::AttentionMasks{nullptr, nullptr, nullptr, gemma.softcap});
   cuda::gemv(Wo, attn_ref.get(), 1, y_ref.get(), nullptr);
 
   // The one kernel, run four times (the counters are zeroed before each launch, as the model
@@ -111,7 +120,8 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   auto arena = to_device(arena_init);
   cuda::KvLayerView kv = kv_ref;
   kv.base = arena.get();
-  const int bpg = cuda::attention_block_groups(Wqkv, Wo, s.n_head, kv, n_sm);
+  const int bpg = cuda::attention_block_groups(Wqkv, Wo, s.n_head, kv, n_sm,
+                                               cuda::AttentionBlockFeatures{false, gemma.post_norm, gemma.softcap > 0});
   ASSERT_GT(bpg, 0) << "shape not supported";
   DeviceBuffer<float> q{size_t(q_dim)}, attn{size_t(q_dim)}, y{size_t(s.wo_rows)}, x_out{size_t(s.cols)};
   DeviceBuffer<float> partial{cuda::attention_block_partial_floats(s.n_head, s.hd, bpg)};
@@ -122,7 +132,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   b.wo = Wo.data;
   b.wo_rows = s.wo_rows;
   b.cols = s.cols;
-  b.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), x_out.get(), eps};
+  b.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), x_out.get(), eps, add_w};
   b.cos_sin = dcs.get();
   b.positions = dpos.get();
   b.dst_block = ddst.get();
@@ -131,6 +141,7 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
   b.n_head = s.n_head;
   b.rope_dim = s.rope_dim;
   b.scale = scale;
+  b.softcap = gemma.softcap;
   b.kv = kv;
   b.q_out = q.get();
   b.attn_out = attn.get();
@@ -161,7 +172,8 @@ void check(WType type, const Shape& s, int ctx, int n_sm, KvDtype kv_t = KvDtype
     const std::string where = std::string(cuda::wtype_name(type)) + " KV " + kv_dtype_name(kv_t) + " heads " +
                               std::to_string(s.n_head) + "/" +
                               std::to_string(s.n_kv) + " hd " + std::to_string(s.hd) + " ctx " + std::to_string(ctx) +
-                              " blocks/group " + std::to_string(bpg) + " run " + std::to_string(run);
+                              " blocks/group " + std::to_string(bpg) + (gemma.post_norm ? " post-norm" : "") +
+                              " softcap " + std::to_string(gemma.softcap) + " run " + std::to_string(run);
     EXPECT_EQ(to_host(x_out, size_t(s.cols)), to_host(x_ref, size_t(s.cols))) << where;
     EXPECT_LT(rel_error(to_host(q, size_t(q_dim)), widen(to_host(q_ref, size_t(q_dim)))), 1e-6) << where;
     // The new slot's K/V: the two paths' fp32 values agree to ~1e-7 relative, so a 16-bit
@@ -223,6 +235,19 @@ TEST_P(AttentionBlock, MatchesTheKernelChainItReplaces) {
   check(type, Shape{16, 2, 64, 64, 520, 333, 16}, 300, 4);  // one block per sub-group
   if (type != WType::F32)
     check(type, qwen2_7b, 700, sms, type == WType::F16 ? KvDtype::F16 : KvDtype::BF16);
+  // The wide variant: Gemma 2 9B's attention half (head_dim 256, GQA 2, post-norms, scores
+  // soft-capped at 50), at several contexts and splits, with its 16-bit cache too; then
+  // head_dim 256 alone, group 1, and Gemma's options on small heads (a capped score near the
+  // cap: small soft-caps bend most scores).
+  const Shape gemma2_9b{16, 8, 256, 256, 3584, 3584, 16};
+  const Gemma g2{true, 50.f};
+  for (const int ctx : {1, 17, 700}) check(type, gemma2_9b, ctx, sms, KvDtype::F32, g2);
+  check(type, gemma2_9b, 300, 8 * 3, KvDtype::F32, g2);
+  if (type != WType::F32)
+    for (const int ctx : {2, 700}) check(type, gemma2_9b, ctx, sms, type == WType::F16 ? KvDtype::F16 : KvDtype::BF16, g2);
+  check(type, Shape{4, 4, 256, 128, 520, 333, 16}, 129, sms);
+  check(type, Shape{8, 4, 64, 64, 520, 333, 16}, 300, 4, KvDtype::F32, Gemma{true, 0.f});
+  check(type, Shape{4, 2, 200, 200, 264, 130, 5}, 129, sms, KvDtype::F32, Gemma{false, 5.f});
 }
 
 TEST(AttentionBlockShapes, UnsupportedShapesAreRefused) {
@@ -263,7 +288,7 @@ TEST(AttentionBlockShapes, UnsupportedShapesAreRefused) {
 
 class FfnBlock : public ::testing::TestWithParam<WType> {};
 
-void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
+void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm, bool gemma = false) {
   const float eps = 1e-5f;
   auto dWgu = to_device(random_weights(type, size_t(2 * n_ff) * cols));
   auto dWd = to_device(random_weights(type, size_t(down_rows) * n_ff));
@@ -271,8 +296,12 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
   const auto x = random_floats(size_t(cols), -3.f, 3.f), add = random_floats(size_t(cols));
   const auto w = random_floats(size_t(cols), 0.5f, 1.5f);
   auto dx = to_device(x), dadd = to_device(add), dw = to_device(w);
+  // Gemma: the post-attention norm of the addend and GeGLU.
+  auto dadd_w = to_device(random_floats(size_t(cols), 0.5f, 1.5f));
+  const float* add_w = gemma ? dadd_w.get() : nullptr;
   DeviceBuffer<float> x_ref{size_t(cols)}, h_ref{size_t(n_ff)}, y_ref{size_t(down_rows)};
-  cuda::gemv_norm_swiglu(Wgu, cuda::NormIn{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps}, h_ref.get(), nullptr);
+  cuda::gemv_norm_swiglu(Wgu, cuda::NormIn{dx.get(), dadd.get(), dw.get(), x_ref.get(), eps, add_w}, h_ref.get(),
+                         nullptr, gemma);
   cuda::gemv(Wd, h_ref.get(), 1, y_ref.get(), nullptr);
 
   const int blocks = cuda::ffn_block_blocks(Wgu, Wd, n_sm);
@@ -297,7 +326,8 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
     f.down_rows = down_rows;
     f.cols = cols;
     f.n_ff = n_ff;
-    f.in = cuda::NormIn{dx.get(), io_buf.get(), dw.get(), x_out.get(), eps};
+    f.in = cuda::NormIn{dx.get(), io_buf.get(), dw.get(), x_out.get(), eps, add_w};
+    f.gelu = gemma;
     f.h = h.get();
     f.y = io_buf.get();
     f.sync = sync.get();
@@ -306,7 +336,8 @@ void check_ffn(WType type, int cols, int n_ff, int down_rows, int n_sm) {
     cuda::decode_ffn_block(f, nullptr);
     FDL_CUDA_CHECK(cudaDeviceSynchronize());
     const std::string where = std::string(cuda::wtype_name(type)) + " cols " + std::to_string(cols) + " n_ff " +
-                              std::to_string(n_ff) + " blocks " + std::to_string(blocks) + " run " + std::to_string(run);
+                              std::to_string(n_ff) + " blocks " + std::to_string(blocks) + (gemma ? " gemma" : "") +
+                              " run " + std::to_string(run);
     EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(x_ref, size_t(cols))) << where;
     EXPECT_LT(rel_error(to_host(h, size_t(n_ff)), widen(to_host(h_ref, size_t(n_ff)))), 1e-6) << where;
     EXPECT_LT(rel_error(to_host(io_buf, size_t(down_rows)), widen(to_host(y_ref, size_t(down_rows)))), 1e-5) << where;
@@ -323,6 +354,8 @@ TEST_P(FfnBlock, MatchesTheKernelChainItReplaces) {
   check_ffn(type, 264, 344, 200, 7);        // uneven shares over a few blocks
   check_ffn(type, 64, 40, 72, sms);         // more blocks than pairs and than down rows
   check_ffn(type, 264, 344, 200, 1);        // one block: the hand-off to itself
+  check_ffn(type, 3584, 14336, 3584, sms, true);  // Gemma 2 9B: post-norm of the addend, GeGLU
+  check_ffn(type, 264, 344, 200, 7, true);
 }
 
 TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {
@@ -339,7 +372,8 @@ TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {
 // by block 0 when asked, the logits to fp32 rounding; twice per shape, over garbage outputs.
 class OutputBlock : public ::testing::TestWithParam<WType> {};
 
-void check_output(WType type, int64_t rows, int cols, int blocks) {
+/// `gemma`: the last layer's post-FFN norm on the addend and logits soft-capped at 30.
+void check_output(WType type, int64_t rows, int cols, int blocks, bool gemma = false) {
   const float eps = 1e-5f;
   auto dW = to_device(random_weights(type, size_t(rows) * size_t(cols)));
   const cuda::DeviceMatrix W{type, dW.get(), rows, cols};
@@ -347,6 +381,9 @@ void check_output(WType type, int64_t rows, int cols, int blocks) {
   const auto x = random_floats(size_t(cols), -3.f, 3.f), add = random_floats(size_t(cols));
   const auto w = random_floats(size_t(cols), 0.5f, 1.5f);
   auto dw = to_device(w), dadd = to_device(add);
+  auto dadd_w = to_device(random_floats(size_t(cols), 0.5f, 1.5f));
+  const float* add_w = gemma ? dadd_w.get() : nullptr;
+  const float cap = gemma ? 30.f : 0.f;
   // x itself comes from the kernel right before (x0 + add, written back by add_rms_norm), as
   // in the model: reading it before the PDL wait would read x0.
   DeviceBuffer<float> xn{size_t(cols)}, y_ref{size_t(rows)};
@@ -355,8 +392,10 @@ void check_output(WType type, int64_t rows, int cols, int blocks) {
   {
     auto dx = to_device(x);
     cuda::add_rms_norm(dx.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, cols, eps, true, nullptr);
-    cuda::add_rms_norm(dx.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, cols, eps, false, nullptr);
+    cuda::add_rms_norm(dx.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, cols, eps, false, nullptr,
+                       WType::F32, add_w);
     cuda::gemv(W, xn.get(), 1, y_ref.get(), nullptr);
+    if (gemma) cuda::softcap(y_ref.get(), size_t(rows), cap, nullptr);
   }
   const std::vector<float> want = to_host(y_ref, size_t(rows));
   for (const bool write_x : {false, true}) {
@@ -370,14 +409,16 @@ void check_output(WType type, int64_t rows, int cols, int blocks) {
     o.w = W.data;
     o.rows = rows;
     o.cols = cols;
-    o.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), write_x ? x_out.get() : nullptr, eps};
+    o.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), write_x ? x_out.get() : nullptr, eps, add_w};
     o.y = y.get();
     o.blocks = blocks;
+    o.softcap = cap;
     cuda::decode_output_block(o, nullptr);
     const std::string where = std::string(cuda::wtype_name(type)) + " " + std::to_string(rows) + " x " +
-                              std::to_string(cols) + " on " + std::to_string(blocks) + " blocks";
+                              std::to_string(cols) + " on " + std::to_string(blocks) + " blocks" +
+                              (gemma ? " gemma" : "");
     EXPECT_LT(rel_error(to_host(y, size_t(rows)), widen(want)), 1e-6) << where;
-    if (write_x) {
+    if (write_x && !gemma) {
       EXPECT_EQ(to_host(x_out, size_t(cols)), sum) << where;
     }
   }
@@ -396,6 +437,7 @@ TEST_P(OutputBlock, MatchesNormThenGemv) {
   // output_block_supported takes).
   check_output(type, 301, 6144, sms);
   check_output(type, 129, 8192, sms);
+  check_output(type, 25600, 3584, sms, true);  // Gemma 2 9B's width: post-FFN norm, logits soft-capped
 }
 
 TEST(OutputBlockShapes, UnsupportedShapesAreRefused) {

@@ -35,20 +35,10 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   if (c.head_dim % 4 != 0 || c.head_dim > 256)
     throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
                      std::to_string(c.head_dim));
-  // Gemma's kernels (post-norms, GeGLU, soft-caps, the second RoPE table) are built but not yet
-  // checked on a GPU: refused until they are.
-  if (c.post_norms || c.ffn_gelu || c.attn_softcap > 0 || c.final_softcap > 0 || c.rope_freq_base_swa > 0)
-    throw ModelError(file_.path() + ": --device cuda: " + c.arch + "'s plan (post-norms, GeGLU, soft-capping) runs on "
-                     "the CPU only for now");
   if (c.n_expert > 0)
     throw ModelError(file_.path() + ": --device cuda: mixture-of-experts models (" + std::to_string(c.n_expert) +
                      " experts) run on the CPU only");
-  rope_.head_dim = c.head_dim;
-  rope_.rope_dim = c.rope_dim;
-  rope_.freq_base = c.rope_freq_base;
-  rope_.freq_scale = c.rope_freq_scale;
-  rope_.freq_factors = host_weights_.rope_freq_factors;
-  if (c.rope_yarn) cpu::set_yarn(rope_, c.rope_orig_ctx, c.yarn_beta_fast, c.yarn_beta_slow);
+  rope_ = global_rope_params(c, host_weights_, opt.n_ctx);
   rope_swa_.head_dim = c.head_dim;
   rope_swa_.rope_dim = c.rope_dim;
   rope_swa_.freq_base = c.rope_freq_base_swa;  // unscaled (used only when > 0)

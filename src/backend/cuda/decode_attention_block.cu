@@ -40,33 +40,51 @@ constexpr int kUnroll = 8;
 constexpr int kMaxGroupBlocks = 16;  // context splits per sub-group (blocks_per_group)
 constexpr int kU = 4;                // positions per warp in flight in the attention phase
 
-/// A q or k head held 4 elements per lane (lane L: dims 4L..4L+3 of hd; lanes past hd/4 hold
-/// zeros): RMSNorm over the head (rope_qkv_store's arithmetic: fp64 sum of the fp32 squares,
-/// scale 1/sqrtf(mean + eps), (x·scale)·w), then RoPE on its pairs. Every lane of the warp
-/// must call it (the sum is a warp reduction).
-__device__ __forceinline__ float4 norm_rope4(float4 x, const float* w, float eps, const float* cos_sin, int rope_dim,
-                                             int hd, int lane) {
-  const int e = lane * 4;
-  const bool has = e < hd;
-  double sum = has ? double(__fmul_rn(x.x, x.x)) + double(__fmul_rn(x.y, x.y)) + double(__fmul_rn(x.z, x.z)) +
-                         double(__fmul_rn(x.w, x.w))
-                   : 0.0;
+/// Head dimensions a warp's lanes hold per float4 each lane keeps: lane L holds dims
+/// hv * kLaneDims + 4L .. +3 of vector hv (lanes past the head hold zeros).
+constexpr int kLaneDims = 128;
+
+/// A q or k head held in HV float4s per lane (above): RMSNorm over the head (rope_qkv_store's
+/// arithmetic: fp64 sum of the fp32 squares, scale 1/sqrtf(mean + eps), (x·scale)·w), then
+/// RoPE on its pairs. Every lane of the warp must call it (the sum is a warp reduction).
+template <int HV>
+__device__ __forceinline__ void norm_rope(float4 (&x)[HV], const float* w, float eps, const float* cos_sin,
+                                          int rope_dim, int hd, int lane) {
+  double sum = 0.0;
+#pragma unroll
+  for (int hv = 0; hv < HV; ++hv)
+    if (hv * kLaneDims + lane * 4 < hd)
+      sum += double(__fmul_rn(x[hv].x, x[hv].x)) + double(__fmul_rn(x[hv].y, x[hv].y)) +
+             double(__fmul_rn(x[hv].z, x[hv].z)) + double(__fmul_rn(x[hv].w, x[hv].w));
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (!has) return x;
   const float scale = 1.0f / sqrtf(__fadd_rn(float(sum / double(hd)), eps));
-  float v[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-  for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], scale), w[e + k]);
+  for (int hv = 0; hv < HV; ++hv) {
+    const int e = hv * kLaneDims + lane * 4;
+    if (e >= hd) continue;
+    float v[4] = {x[hv].x, x[hv].y, x[hv].z, x[hv].w};
 #pragma unroll
-  for (int k = 0; k < 4; k += 2)
-    if (e + k < rope_dim) {
-      const float c = cos_sin[e + k], sn = cos_sin[e + k + 1];
-      const float y0 = __fsub_rn(__fmul_rn(v[k], c), __fmul_rn(v[k + 1], sn));
-      const float y1 = __fadd_rn(__fmul_rn(v[k], sn), __fmul_rn(v[k + 1], c));
-      v[k] = y0, v[k + 1] = y1;
-    }
-  return make_float4(v[0], v[1], v[2], v[3]);
+    for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], scale), w[e + k]);
+#pragma unroll
+    for (int k = 0; k < 4; k += 2)
+      if (e + k < rope_dim) {
+        const float c = cos_sin[e + k], sn = cos_sin[e + k + 1];
+        const float y0 = __fsub_rn(__fmul_rn(v[k], c), __fmul_rn(v[k + 1], sn));
+        const float y1 = __fadd_rn(__fmul_rn(v[k], sn), __fmul_rn(v[k + 1], c));
+        v[k] = y0, v[k + 1] = y1;
+      }
+    x[hv] = make_float4(v[0], v[1], v[2], v[3]);
+  }
 }
+
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+/// The kernel's plans. kPlain and kQkNorm (per-head Q/K norms, compiled in) take head_dim up
+/// to 128, one float4 per lane. kWide takes head_dim up to 256 (two float4s per lane, half the
+/// positions per step, at most 2 query heads per register group) and the Gemma plan's options
+/// at run time: a post-norm of the norm's addend (NormIn::add_w), soft-capped scores, per-head
+/// Q/K norms. Compiled separately so the plain kernel keeps its registers.
+enum BlockPlan : int { kPlain = 0, kQkNorm = 1, kWide = 2 };
 
 /// Row of the fused QKV matrix for local row `lr` of KV group g: the group's G q heads, then
 /// its k head, then its v head.
@@ -79,11 +97,12 @@ __device__ __forceinline__ int64_t qkv_row(int lr, int g, int G, int hd, int q_d
 // kTrace: the phase stamps compiled in (a.trace set); without them the untraced kernel carries
 // no per-stamp check (those checks cost registers at the 128-register cap: spills).
 // KV16: the KV cache holds WT's 16-bit type (a 16-bit cache matches the weights: CudaModel);
-// else fp32. kQkNorm: the family's per-head Q/K norms (a.extras) — compiled in only where used,
-// so the plain kernel keeps its registers.
-template <typename WT, int GM, bool kTrace, bool KV16, bool kQkNorm>
+// else fp32. kPlan: a BlockPlan.
+template <typename WT, int GM, bool kTrace, bool KV16, int kPlan>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
   using KvT = std::conditional_t<KV16, WT, float>;
+  constexpr int HV = kPlan == kWide ? 2 : 1;  // float4s per lane: head_dim up to HV * kLaneDims
+  constexpr int U = kU / HV;                  // positions per warp per step: the same bytes in flight
   extern __shared__ float4 smem4[];
   auto stamp = [&](int event) {
     if constexpr (kTrace) block::stamp(a.trace, event);
@@ -138,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   stamp(kAttnAfterPdlWait);
 
   // 1. v = x + add, RMSNorm into shared memory (block 0 writes v: the residual stream).
-  norm_to_smem(a.in, cols, ws, xs);
+  norm_to_smem<kThreads, kPlan == kWide>(a.in, cols, ws, xs);
   stamp(kAttnNormDone);
 
   // 2. q/k/v rows of group g: warps take the block's rows round-robin.
@@ -148,8 +167,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     if (lane == 0) res[lr - lr0] = acc;
   }
   __syncthreads();
-  const int hd4 = hd / 4;
-  const bool has = lane < hd4;
+  bool has[HV];  // this lane holds dims of vector hv
+#pragma unroll
+  for (int hv = 0; hv < HV; ++hv) has[hv] = hv * kLaneDims + lane * 4 < hd;
+  auto lane_off = [&](int hv) { return hv * kLaneDims + lane * 4; };
   // The K rows of this warp's first attention positions that earlier steps wrote (in L2
   // since the prefetch above; their table entries in L1): loaded now, so that round trip
   // overlaps RoPE and the group hand-off instead of following it (their V rows go out with q,
@@ -157,16 +178,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   // (Raw: as loaded, widened where used: a 16-bit cache's K/V take half the registers.)
   using E = KvElem<KvT>;
   using Raw = typename E::Raw;
-  Raw k[kU], v[kU];
+  Raw k[U][HV], v[U][HV];
 #pragma unroll
-  for (int u = 0; u < kU; ++u) {
+  for (int u = 0; u < U; ++u) {
     const int j = begin + warp + u * kWarps;
-    k[u] = E::zero();
-    if (j < end && j < pos && has) k[u] = E::load_raw_cg(kv_at(j) + lane * 4);
+#pragma unroll
+    for (int hv = 0; hv < HV; ++hv) {
+      k[u][hv] = E::zero();
+      if (j < end && j < pos && has[hv]) k[u][hv] = E::load_raw_cg(kv_at(j) + lane_off(hv));
+    }
   }
   // RoPE on (q, k) pairs and the stores (gemv_fused.cu's epilogue).
   KvT* k_dst = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, 0);
-  constexpr bool qk_norm = kQkNorm;
+  // Per-head Q/K norms: compiled in (kQkNorm), or the wide plan's run-time option.
+  const bool qk_norm = kPlan == kQkNorm || (kPlan == kWide && a.extras.q_norm != nullptr);
   for (int i = threadIdx.x; 2 * i < lr1 - lr0; i += kThreads) {
     const int lr = lr0 + 2 * i;
     const int ri = int(qkv_row(lr, g, G, hd, q_dim, kv_dim));
@@ -177,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     }
     if (ri >= q_dim + kv_dim) {
       KvElem<KvT>::store2(k_dst + int64_t(kv.block_size) * kv_dim + (ri - q_dim - kv_dim), x0, x1);
-    } else if constexpr (qk_norm) {
+    } else if (qk_norm) {
       // A head's norm needs all of its rows, spread over the group's blocks: q and the new k
       // go out raw; the norm and RoPE run after the hand-off (norm_rope4).
       float* dst = ri < q_dim ? a.q_out + ri : a.k_new + (ri - q_dim);
@@ -205,18 +230,30 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   stamp(kAttnQkvHandedOff);
 
   // 3. Attention of the sub-group's Gc query heads over split r of the context [0, pos]: a warp
-  //    takes kU positions (kWarps apart) per step, 32 lanes x one float4 cover head_dim <=
-  //    128; an online softmax per head, kU positions loaded before any is used.
-  const float scale2 = a.scale * 1.4426950408889634f;  // scores in base 2: times log2(e)
-  float4 q[GM];
+  //    takes U positions (kWarps apart) per step, 32 lanes x HV float4s cover head_dim <=
+  //    HV x 128; an online softmax per head, U positions loaded before any is used.
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float scale2 = a.scale * kLog2e;  // scores in base 2: times log2(e)
+  // A raw dot product as a base-2 score; soft-capped (the wide plan) as the per-token kernel
+  // caps it: softcap * tanh(s * scale / softcap).
+  auto score = [&](float t) {
+    if constexpr (kPlan == kWide)
+      if (a.softcap > 0) return __fmul_rn(__fmul_rn(a.softcap, tanhf(__fdiv_rn(t * a.scale, a.softcap))), kLog2e);
+    return t * scale2;
+  };
+  float4 q[GM][HV];
   float m[GM], l[GM];
-  float4 acc[GM];
+  float4 acc[GM][HV];
 #pragma unroll
   for (int gi = 0; gi < GM; ++gi) {
-    q[gi] = (gi < Gc && has) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-    if constexpr (qk_norm)
-      if (gi < Gc) q[gi] = norm_rope4(q[gi], a.extras.q_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
-    m[gi] = -INFINITY, l[gi] = 0.f, acc[gi] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int hv = 0; hv < HV; ++hv) {
+      q[gi][hv] = (gi < Gc && has[hv]) ? ldcg4(a.q_out + int64_t(h0 + gi) * hd + lane_off(hv))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+      acc[gi][hv] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (qk_norm && gi < Gc) norm_rope<HV>(q[gi], a.extras.q_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
+    m[gi] = -INFINITY, l[gi] = 0.f;
   }
   // One step of kU positions per warp: all scores first, then one softmax update per head
   // (one rescale of the running state per step, not per position). The softmax runs in base 2
@@ -224,18 +261,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   // range reduction): the step is bound by its instruction count, 16 warps x (kU x GM) scores
   // per SM (docs/GPU.md, tuning log, "fewer instructions per score"). Every running max m of
   // this kernel, its partials included, is in that base.
-  auto attend = [&](const Raw(&kr)[kU], const Raw(&vr)[kU], int j0) {
-    float s[kU][GM];
+  auto attend = [&](const Raw(&kr)[U][HV], const Raw(&vr)[U][HV], int j0) {
+    float s[U][GM];
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const float4 kk_u = E::widen(kr[u]);
+    for (int u = 0; u < U; ++u) {
+      float4 kk_u[HV];
+#pragma unroll
+      for (int hv = 0; hv < HV; ++hv) kk_u[hv] = E::widen(kr[u][hv]);
       if constexpr (GM == 4) {
+        static_assert(HV == 1, "groups of 4 query heads hold one float4 per lane");
         // The four heads' 32-lane sums in 10 shuffles instead of 20: halves exchanged at
         // distances 16 and 8 leave lane L one head's partial sum (head 2 bit4 + bit3), summed
         // over the rest at 4, 2, 1, then each head's score is read from its owner lane.
         float d[4];
 #pragma unroll
-        for (int gi = 0; gi < 4; ++gi) d[gi] = q[gi].x * kk_u.x + q[gi].y * kk_u.y + q[gi].z * kk_u.z + q[gi].w * kk_u.w;
+        for (int gi = 0; gi < 4; ++gi) d[gi] = dot4(q[gi][0], kk_u[0]);
         const bool b4 = lane & 16, b3 = lane & 8;
         float k0 = b4 ? d[2] : d[0], k1 = b4 ? d[3] : d[1];
         k0 += __shfl_xor_sync(0xffffffffu, b4 ? d[0] : d[2], 16);
@@ -246,13 +286,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
         z += __shfl_xor_sync(0xffffffffu, z, 2);
         z += __shfl_xor_sync(0xffffffffu, z, 1);
 #pragma unroll
-        for (int gi = 0; gi < 4; ++gi) s[u][gi] = __shfl_sync(0xffffffffu, z, (gi >> 1) * 16 + (gi & 1) * 8) * scale2;
+        for (int gi = 0; gi < 4; ++gi) s[u][gi] = score(__shfl_sync(0xffffffffu, z, (gi >> 1) * 16 + (gi & 1) * 8));
       } else {
 #pragma unroll
         for (int gi = 0; gi < GM; ++gi) {
-          float t = q[gi].x * kk_u.x + q[gi].y * kk_u.y + q[gi].z * kk_u.z + q[gi].w * kk_u.w;
+          float t = dot4(q[gi][0], kk_u[0]);
+#pragma unroll
+          for (int hv = 1; hv < HV; ++hv) t += dot4(q[gi][hv], kk_u[hv]);
           for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-          s[u][gi] = t * scale2;
+          s[u][gi] = score(t);
         }
       }
     }
@@ -260,52 +302,68 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
     for (int gi = 0; gi < GM; ++gi) {
       float m_new = m[gi];
 #pragma unroll
-      for (int u = 0; u < kU; ++u) m_new = j0 + u * kWarps < end ? fmaxf(m_new, s[u][gi]) : m_new;
+      for (int u = 0; u < U; ++u) m_new = j0 + u * kWarps < end ? fmaxf(m_new, s[u][gi]) : m_new;
       const float corr = exp2f(m[gi] - m_new);  // m = -inf before the first position: 0
       float l_add = 0.f;
-      float4 a_add = make_float4(0.f, 0.f, 0.f, 0.f);
+      float4 a_add[HV];
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
+      for (int hv = 0; hv < HV; ++hv) a_add[hv] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
         const float p = j0 + u * kWarps < end ? exp2f(s[u][gi] - m_new) : 0.f;
         l_add += p;
-        const float4 vv_u = E::widen(vr[u]);
-        a_add = make_float4(a_add.x + vv_u.x * p, a_add.y + vv_u.y * p, a_add.z + vv_u.z * p, a_add.w + vv_u.w * p);
+#pragma unroll
+        for (int hv = 0; hv < HV; ++hv) {
+          const float4 vv_u = E::widen(vr[u][hv]);
+          a_add[hv] = make_float4(a_add[hv].x + vv_u.x * p, a_add[hv].y + vv_u.y * p, a_add[hv].z + vv_u.z * p,
+                                  a_add[hv].w + vv_u.w * p);
+        }
       }
       l[gi] = l[gi] * corr + l_add;
-      acc[gi] = make_float4(acc[gi].x * corr + a_add.x, acc[gi].y * corr + a_add.y, acc[gi].z * corr + a_add.z,
-                            acc[gi].w * corr + a_add.w);
+#pragma unroll
+      for (int hv = 0; hv < HV; ++hv)
+        acc[gi][hv] = make_float4(acc[gi][hv].x * corr + a_add[hv].x, acc[gi][hv].y * corr + a_add[hv].y,
+                                  acc[gi][hv].z * corr + a_add[hv].z, acc[gi][hv].w * corr + a_add[hv].w);
       m[gi] = m_new;
     }
   };
   // K of positions before `pos` is already in kk when k_loaded.
-  auto load_kv = [&](Raw(&kk)[kU], Raw(&vv)[kU], int j0, bool k_loaded) {
+  auto load_kv = [&](Raw(&kk)[U][HV], Raw(&vv)[U][HV], int j0, bool k_loaded) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int j = j0 + u * kWarps;
-      const bool live = j < end && has;
-      const KvT* kp = live ? kv_at(j) + lane * 4 : nullptr;
-      if constexpr (qk_norm) if (j == pos && j < end) {
+      if (qk_norm && j == pos && j < end) {
         // The newest K: normalized and rotated here (by the one warp, in each sub-group, of the
         // block whose split holds pos: the same inputs and arithmetic, so sub-groups store the
         // same bytes), stored, then read back like any other position.
-        const float4 raw = has ? ldcg4(a.k_new + int64_t(g) * hd + lane * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-        const float4 kn = norm_rope4(raw, a.extras.k_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
-        if (has) {
-          KvT* kw = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, int64_t(g) * hd) + lane * 4;
-          E::store2(kw, kn.x, kn.y);
-          E::store2(kw + 2, kn.z, kn.w);
-        }
+        float4 kn[HV];
+#pragma unroll
+        for (int hv = 0; hv < HV; ++hv)
+          kn[hv] = has[hv] ? ldcg4(a.k_new + int64_t(g) * hd + lane_off(hv)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        norm_rope<HV>(kn, a.extras.k_norm, a.extras.eps, a.cos_sin, a.rope_dim, hd, lane);
+#pragma unroll
+        for (int hv = 0; hv < HV; ++hv)
+          if (has[hv]) {
+            KvT* kw = kv_ptr<KvT>(kv, a.dst_block[0], pos % kv.block_size, int64_t(g) * hd) + lane_off(hv);
+            E::store2(kw, kn[hv].x, kn[hv].y);
+            E::store2(kw + 2, kn[hv].z, kn[hv].w);
+          }
       }
-      if (!k_loaded || j >= pos) kk[u] = live ? E::load_raw_cg(kp) : E::zero();
-      vv[u] = live ? E::load_raw_cg(kp + int64_t(kv.block_size) * kv_dim) : E::zero();
+#pragma unroll
+      for (int hv = 0; hv < HV; ++hv) {
+        const bool live = j < end && has[hv];
+        const KvT* kp = live ? kv_at(j) + lane_off(hv) : nullptr;
+        if (!k_loaded || j >= pos) kk[u][hv] = live ? E::load_raw_cg(kp) : E::zero();
+        vv[u][hv] = live ? E::load_raw_cg(kp + int64_t(kv.block_size) * kv_dim) : E::zero();
+      }
     }
   };
   if (begin + warp < end) {  // the first step: K of earlier positions loaded before the hand-off
     load_kv(k, v, begin + warp, true);
     attend(k, v, begin + warp);
   }
-  for (int j0 = begin + warp + kU * kWarps; j0 < end; j0 += kU * kWarps) {
-    Raw kk[kU], vv[kU];
+  for (int j0 = begin + warp + U * kWarps; j0 < end; j0 += U * kWarps) {
+    Raw kk[U][HV], vv[U][HV];
     load_kv(kk, vv, j0, false);
     attend(kk, vv, j0);
   }
@@ -315,7 +373,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionB
   for (int gi = 0; gi < GM; ++gi) {
     if (gi >= Gc) break;
     float* rp = mrg + (warp * GM + gi) * rec;
-    if (has) *reinterpret_cast<float4*>(rp + lane * 4) = acc[gi];
+#pragma unroll
+    for (int hv = 0; hv < HV; ++hv)
+      if (has[hv]) *reinterpret_cast<float4*>(rp + lane_off(hv)) = acc[gi][hv];
     if (lane == 0) rp[hd] = m[gi], rp[hd + 1] = l[gi];
   }
   __syncthreads();
@@ -411,17 +471,40 @@ int gm_for(int n_head, int n_head_kv) {
   return gm_for((group + n_sub - 1) / n_sub);
 }
 
+AttentionBlockFeatures features_of(const AttentionBlockArgs& a) {
+  return AttentionBlockFeatures{a.extras.q_norm != nullptr, a.in.add_w != nullptr, a.softcap > 0};
+}
+
+/// The plan a layer's features need (BlockPlan).
+int plan_for(int head_dim, const AttentionBlockFeatures& f) {
+  if (head_dim > kLaneDims || f.post_norm || f.softcap) return kWide;
+  return f.qk_norm ? kQkNorm : kPlain;
+}
+
+template <typename WT, int GM, bool KV16, int P>
+auto* kernel_for(bool trace) {
+  return trace ? attention_block_kernel<WT, GM, true, KV16, P> : attention_block_kernel<WT, GM, false, KV16, P>;
+}
+
 template <typename WT, int GM, bool KV16>
 void launch_typed(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
-  const bool qkn = a.extras.q_norm != nullptr;
-  auto* typed = qkn ? (a.trace ? attention_block_kernel<WT, GM, true, KV16, true> : attention_block_kernel<WT, GM, false, KV16, true>)
-                    : (a.trace ? attention_block_kernel<WT, GM, true, KV16, false> : attention_block_kernel<WT, GM, false, KV16, false>);
-  const void* kernel = reinterpret_cast<const void*>(typed);
+  const int plan = plan_for(a.kv.head_dim, features_of(a));
+  void (*kernel)(AttentionBlockArgs) = nullptr;  // every instantiation has this signature
+  switch (plan) {
+    case kPlain: kernel = kernel_for<WT, GM, KV16, kPlain>(a.trace); break;
+    case kQkNorm: kernel = kernel_for<WT, GM, KV16, kQkNorm>(a.trace); break;
+    default:
+      if constexpr (GM <= 2) kernel = kernel_for<WT, GM, KV16, kWide>(a.trace);
+  }
+  if (kernel == nullptr)
+    throw CudaError("decode_attention_block: the wide plan (head_dim > 128, post-norms or soft-capping) takes at most "
+                    "2 query heads per KV head, not " + std::to_string(a.n_head / a.kv.n_head_kv));
   const int64_t blocks = int64_t(a.kv.n_head_kv) * attention_subgroups(a.n_head, a.kv.n_head_kv) * a.blocks_per_group;
-  if (blocks > resident_blocks(kernel, smem))  // the hand-offs would wait forever
+  const int64_t fit = resident_blocks(reinterpret_cast<const void*>(kernel), smem);
+  if (blocks > fit)  // the hand-offs would wait forever
     throw CudaError("decode_attention_block: " + std::to_string(blocks) + " blocks cannot be resident at once (" +
-                    std::to_string(resident_blocks(kernel, smem)) + " fit)");
-  launch_pdl(typed, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
+                    std::to_string(fit) + " fit)");
+  launch_pdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
 }
 
 template <typename WT, bool KV16>
@@ -433,19 +516,26 @@ void launch_gm(const AttentionBlockArgs& a, size_t smem, cudaStream_t stream) {
   }
 }
 
-// Planning (attention_block_groups) sizes the grid for the untraced kernel of the family
-// (with or without Q/K norms); a launch checks the instantiation it runs.
-template <typename WT, bool QKN>
+// Planning (attention_block_groups) sizes the grid for the untraced kernel of the layer's
+// plan; a launch checks the instantiation it runs. 0: no such kernel (wide plans with groups
+// of more than 2 query heads).
+template <typename WT, int P>
 int64_t capacity_of(int gm, size_t smem) {
   switch (gm) {
-    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false, QKN>), smem);
-    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false, QKN>), smem);
-    default: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false, QKN>), smem);
+    case 1: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 1, false, false, P>), smem);
+    case 2: return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 2, false, false, P>), smem);
+    default:
+      if constexpr (P == kWide) return 0;
+      else return resident_blocks(reinterpret_cast<const void*>(attention_block_kernel<WT, 4, false, false, P>), smem);
   }
 }
 template <typename WT>
-int64_t capacity(int gm, size_t smem, bool qk_norm) {
-  return qk_norm ? capacity_of<WT, true>(gm, smem) : capacity_of<WT, false>(gm, smem);
+int64_t capacity(int gm, size_t smem, int plan) {
+  switch (plan) {
+    case kPlain: return capacity_of<WT, kPlain>(gm, smem);
+    case kQkNorm: return capacity_of<WT, kQkNorm>(gm, smem);
+    default: return capacity_of<WT, kWide>(gm, smem);
+  }
 }
 
 // The cache is fp32, or the weights' own 16-bit type (the kernel's KV16 instantiations). The
@@ -463,12 +553,13 @@ bool matrix_ok(const DeviceMatrix& W) {
 }  // namespace
 
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
-                           int n_sm, bool qk_norm) {
+                           int n_sm, const AttentionBlockFeatures& features) {
   const int hd = kv.head_dim, n_kv = kv.n_head_kv;
   // Query heads per KV head above 4 run in sub-groups of at most 4 (more would spill registers:
   // the 512-thread block caps them at 128); up to 16.
   if (n_kv <= 0 || n_head % n_kv != 0 || n_head / n_kv > 16) return 0;
-  if (hd <= 0 || hd % 4 != 0 || hd > 128) return 0;
+  if (hd <= 0 || hd % 4 != 0 || hd > 2 * kLaneDims) return 0;
+  const int plan = plan_for(hd, features);
   if (Wqkv.type != Wo.type || !matrix_ok(Wqkv) || !matrix_ok(Wo)) return 0;
   if (!kv_type_ok(Wqkv.type, kv.dtype, hd)) return 0;
   if (Wqkv.cols > 16384 || Wqkv.cols % 4 != 0) return 0;
@@ -480,9 +571,9 @@ int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int
   const size_t smem = smem_bytes(int(Wqkv.cols), gm, hd, bpg, n_kv, n_head);
   int64_t fit = 0;
   switch (Wqkv.type) {
-    case WType::F32: fit = capacity<float>(gm, smem, qk_norm); break;
-    case WType::F16: fit = capacity<__half>(gm, smem, qk_norm); break;
-    case WType::BF16: fit = capacity<__nv_bfloat16>(gm, smem, qk_norm); break;
+    case WType::F32: fit = capacity<float>(gm, smem, plan); break;
+    case WType::F16: fit = capacity<__half>(gm, smem, plan); break;
+    case WType::BF16: fit = capacity<__nv_bfloat16>(gm, smem, plan); break;
   }
   // Every block must be resident at once (they wait for each other).
   if (int64_t(bpg) * n_kv * n_sub > fit) return 0;
@@ -500,9 +591,9 @@ void decode_attention_block(const AttentionBlockArgs& a, cudaStream_t stream) {
                     std::to_string(kMaxGroupBlocks) + " (use attention_block_groups)");
   if ((a.extras.q_norm == nullptr) != (a.extras.k_norm == nullptr) || (a.extras.q_norm && a.k_new == nullptr))
     throw CudaError("decode_attention_block: q_norm, k_norm and k_new must be set together");
-  if (a.kv.head_dim % 4 != 0 || a.kv.head_dim > 128)
+  if (a.kv.head_dim % 4 != 0 || a.kv.head_dim > 2 * kLaneDims)
     throw CudaError("decode_attention_block: head_dim " + std::to_string(a.kv.head_dim) +
-                    " (a multiple of 4 up to 128: attention_block_groups)");
+                    " (a multiple of 4 up to 256: attention_block_groups)");
   const size_t smem = smem_bytes(a.cols, gm_for(a.n_head, a.kv.n_head_kv), a.kv.head_dim, bpg, a.kv.n_head_kv, a.n_head);
   if (!kv_type_ok(a.type, a.kv.dtype, a.kv.head_dim))
     throw CudaError(std::string("decode_attention_block: a KV cache of ") + kv_dtype_name(a.kv.dtype) +

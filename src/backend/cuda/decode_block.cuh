@@ -181,27 +181,31 @@ __device__ __forceinline__ void norm_weight_prefetch(const NormIn& in, int cols,
 /// batched"). The sum keeps
 /// the per-thread element order, so the result is bit-identical.
 constexpr int kNormBatch = 8;
-template <int THREADS = kThreads>
+/// kAddW: in.add is first RMS-normalized and scaled by in.add_w (a post-norm of the addend,
+/// NormIn::add_w); compiled in only where a family needs it, so the plain norm keeps its code.
+template <int THREADS = kThreads, bool kAddW = false>
 __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const float* w, float* xs) {
   __shared__ double red[THREADS / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double sum = 0.0;
   const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
-  float add_scale = 1.f;  // post-norm of the addend (NormIn::add_w): its own RMS first
-  if (in.add_w != nullptr) {
-    for (int i = threadIdx.x; i < cols; i += THREADS) {
-      const float a = __ldcg(in.add + i);
-      sum += double(__fmul_rn(a, a));
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) red[warp] = sum;
-    __syncthreads();
-    double total = 0.0;
+  [[maybe_unused]] float add_scale = 1.f;
+  if constexpr (kAddW) {
+    if (in.add_w != nullptr && in.add != nullptr) {
+      for (int i = threadIdx.x; i < cols; i += THREADS) {
+        const float a = __ldcg(in.add + i);
+        sum += double(__fmul_rn(a, a));
+      }
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == 0) red[warp] = sum;
+      __syncthreads();
+      double total = 0.0;
 #pragma unroll
-    for (int k = 0; k < THREADS / 32; ++k) total += red[k];
-    add_scale = 1.0f / sqrtf(float(total / double(cols)) + in.eps);
-    sum = 0.0;
-    __syncthreads();  // red is read by every thread before it is reused below
+      for (int k = 0; k < THREADS / 32; ++k) total += red[k];
+      add_scale = 1.0f / sqrtf(float(total / double(cols)) + in.eps);
+      sum = 0.0;
+      __syncthreads();  // red is read by every thread before it is reused below
+    }
   }
   for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
     float xv[kNormBatch], av[kNormBatch];
@@ -215,7 +219,8 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
     for (int k = 0; k < kNormBatch; ++k) {
       const int i = i0 + k * THREADS;
       if (i >= cols) break;
-      if (in.add_w != nullptr) av[k] = __fmul_rn(__fmul_rn(av[k], add_scale), in.add_w[i]);
+      if constexpr (kAddW)
+        if (in.add_w != nullptr) av[k] = __fmul_rn(__fmul_rn(av[k], add_scale), in.add_w[i]);
       const float v = in.add ? xv[k] + av[k] : xv[k];
       if (write_x) in.x_out[i] = v;
       xs[i] = v;

@@ -28,7 +28,9 @@ using namespace block;
 constexpr int kUnroll = 8, kBuffers = 2;
 
 // kTrace: the phase stamps compiled in (a.trace set), as in decode_attention_block.cu.
-template <typename WT, bool kTrace>
+// kAddW (in.add_w set: a post-norm of the addend) and kGelu (GeGLU) are compiled in only for
+// the families that use them, so SwiGLU families keep the plain kernel's code.
+template <typename WT, bool kTrace, bool kAddW, bool kGelu>
 __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) {
   extern __shared__ float4 smem4[];
   auto stamp = [&](int event) {
@@ -58,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   norm_weight_prefetch(a.in, cols, ws);
   grid_dependency_wait();
   stamp(kFfnAfterPdlWait);
-  norm_to_smem(a.in, cols, ws, xs);
+  norm_to_smem<kThreads, kAddW>(a.in, cols, ws, xs);
   stamp(kFfnNormDone);
 
   // Rows 2j and 2j + 1 of this warp's stream: gate and up rows of pair p0 + warp + 16 j.
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
           gate = v;
         } else if (lane == 0) {
           const int64_t p = p0 + warp + int64_t(kWarps) * (i >> 1);
-          a.h[p] = ffn_act(gate, v, a.gelu);  // silu_mul's formula
+          a.h[p] = ffn_act(gate, v, kGelu);  // silu_mul's formula
         }
       });
 
@@ -102,7 +104,7 @@ size_t ffn_smem_bytes(int cols, int n_ff) {
 // instantiation it runs.
 template <typename WT>
 int64_t capacity(size_t smem) {
-  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT, false>), smem);
+  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT, false, false, false>), smem);
 }
 
 bool rows_ok(const DeviceMatrix& W) {
@@ -110,10 +112,17 @@ bool rows_ok(const DeviceMatrix& W) {
          reinterpret_cast<uintptr_t>(W.data) % 16 == 0;
 }
 
+template <typename WT, bool kAddW, bool kGelu>
+auto* kernel_for(bool trace) {
+  return trace ? ffn_block_kernel<WT, true, kAddW, kGelu> : ffn_block_kernel<WT, false, kAddW, kGelu>;
+}
+
 template <typename WT>
 void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
   const size_t smem = ffn_smem_bytes(a.cols, a.n_ff);
-  auto* typed = a.trace ? ffn_block_kernel<WT, true> : ffn_block_kernel<WT, false>;
+  const bool add_w = a.in.add_w != nullptr;
+  auto* typed = add_w ? (a.gelu ? kernel_for<WT, true, true>(a.trace) : kernel_for<WT, true, false>(a.trace))
+                      : (a.gelu ? kernel_for<WT, false, true>(a.trace) : kernel_for<WT, false, false>(a.trace));
   const void* kernel = reinterpret_cast<const void*>(typed);
   if (a.blocks > resident_blocks(kernel, smem))  // the hand-off would wait forever
     throw CudaError("decode_ffn_block: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +

@@ -23,7 +23,8 @@ namespace {
 using namespace block;
 constexpr int kUnroll = 8, kBuffers = 2;  // stream_rows' ring, as the FFN kernel's (docs/GPU.md)
 
-template <typename WT>
+// kAddW: the norm's addend has a post-norm (NormIn::add_w), compiled in only where used.
+template <typename WT, bool kAddW>
 __global__ void __launch_bounds__(kThreads, 1) output_block_kernel(OutputBlockArgs a) {
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [cols] the normalized row
@@ -41,12 +42,13 @@ __global__ void __launch_bounds__(kThreads, 1) output_block_kernel(OutputBlockAr
   if (r0 + warp < r1) load_first<kUnroll>(row_ptr(r0 + warp), w[0], nvec, lane);
   norm_weight_prefetch(a.in, cols, ws);
   grid_dependency_wait();
-  norm_to_smem(a.in, cols, ws, xs);
+  norm_to_smem<kThreads, kAddW>(a.in, cols, ws, xs);
   const int my_rows = r0 + warp < r1 ? int((r1 - r0 - warp + kWarps - 1) / kWarps) : 0;
   stream_rows<WT, kUnroll, kBuffers>(
       my_rows, [&](int i) { return row_ptr(r0 + warp + int64_t(kWarps) * i); }, xs, nvec, lane, w,
       [&](int i, float v) {
-        if (lane == 0) a.y[r0 + warp + int64_t(kWarps) * i] = v;
+        // softcap(): the same expression, so a capped logit is bit-identical either way.
+        if (lane == 0) a.y[r0 + warp + int64_t(kWarps) * i] = a.softcap > 0 ? __fmul_rn(a.softcap, tanhf(__fdiv_rn(v, a.softcap))) : v;
       });
 }
 
@@ -55,10 +57,11 @@ size_t output_smem_bytes(int cols) { return 2 * size_t(cols) * sizeof(float); }
 template <typename WT>
 void launch_typed(const OutputBlockArgs& a, cudaStream_t stream) {
   const size_t smem = output_smem_bytes(a.cols);
+  auto* kernel = a.in.add_w ? output_block_kernel<WT, true> : output_block_kernel<WT, false>;
   // (Also raises the kernel's dynamic shared memory limit where smem needs it.)
-  if (resident_blocks(reinterpret_cast<const void*>(output_block_kernel<WT>), smem) == 0)
+  if (resident_blocks(reinterpret_cast<const void*>(kernel), smem) == 0)
     throw CudaError("decode_output_block: " + std::to_string(smem) + " bytes of shared memory do not fit a block");
-  launch_pdl(output_block_kernel<WT>, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
+  launch_pdl(kernel, dim3(unsigned(a.blocks)), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace

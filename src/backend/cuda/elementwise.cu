@@ -70,6 +70,10 @@ __device__ __forceinline__ double block_sum(double sum, double* partial) {
   return total;
 }
 
+// kAddW: add's own RMSNorm with weight add_w first (a post-norm of the addend, Gemma). Its
+// elements are read twice (for the sum, then for the sum into v) rather than held: more
+// registers would cap the block below the 1024 threads that wide rows need.
+template <bool kAddW>
 __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, void* y, WType y_type,
                                     const int32_t* row_idx, int width, float eps, bool write_back,
                                     const float* add_w) {
@@ -86,20 +90,19 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
     v[k] = i < width ? xr[i] : 0.f;
   }
   __shared__ double partial[kNormMaxThreads / 32];
-  if (ar && add_w) {  // a post-norm of the addend (Gemma): add's own RMSNorm first
-    float a[kNormPer];
+  if (kAddW && ar) {
     double sa = 0.0;
 #pragma unroll
     for (int k = 0; k < kNormPer; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
-      a[k] = i < width ? ar[i] : 0.f;
-      sa += double(__fmul_rn(a[k], a[k]));
+      const float a = i < width ? ar[i] : 0.f;
+      sa += double(__fmul_rn(a, a));
     }
     const float scale_a = 1.0f / sqrtf(float(block_sum(sa, partial) / double(width)) + eps);
 #pragma unroll
     for (int k = 0; k < kNormPer; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
-      if (i < width) v[k] += __fmul_rn(__fmul_rn(a[k], scale_a), add_w[i]);
+      if (i < width) v[k] += __fmul_rn(__fmul_rn(ar[i], scale_a), add_w[i]);
     }
   } else if (ar) {
 #pragma unroll
@@ -378,17 +381,21 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
   // The kernel's registers cap its block below 1024 threads (115 registers: 512), so the
   // widest row it can take is that times kNormPer; wider rows would fail at launch with
   // "too many resources requested".
-  static const int max_threads = [] {
+  const bool post_norm = add && add_w;
+  auto* kernel = post_norm ? add_rms_norm_kernel<true> : add_rms_norm_kernel<false>;
+  auto limit = [](auto* k) {
     cudaFuncAttributes attr{};
-    FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, add_rms_norm_kernel));
+    FDL_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
     return attr.maxThreadsPerBlock;
-  }();
+  };
+  static const int limits[2] = {limit(add_rms_norm_kernel<false>), limit(add_rms_norm_kernel<true>)};
+  const int max_threads = limits[post_norm];
   if (threads > max_threads)
     throw CudaError("add_rms_norm: rows of " + std::to_string(width) + " floats need " + std::to_string(threads) +
                     " threads; this kernel launches at most " + std::to_string(max_threads) + " (rows up to " +
                     std::to_string(max_threads * kNormPer) + " floats)");
-  launch_pdl(add_rms_norm_kernel, dim3(n_rows), dim3(threads), 0, stream, x, add, w, y, y_type, row_idx, width, eps,
-             write_back, add_w);
+  launch_pdl(kernel, dim3(n_rows), dim3(threads), 0, stream, x, add, w, y, y_type, row_idx, width, eps, write_back,
+             add_w);
 }
 
 void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* positions,

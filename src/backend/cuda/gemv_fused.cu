@@ -44,7 +44,8 @@ struct RopeOut {  // the rope_qkv_store arguments for token 0
   const float* bias;  // [q | k | v] biases, or null
 };
 
-template <typename WT, int EPI>
+// kAddW: the norm's addend has a post-norm (NormIn::add_w), compiled in only where used.
+template <typename WT, int EPI, bool kAddW>
 __global__ void __launch_bounds__(kThreads)
     gemv_norm_kernel(const WT* __restrict__ W, int64_t rows, int cols, NormIn in, RopeOut ro, float* __restrict__ h) {
   extern __shared__ float4 xs4[];
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   grid_dependency_wait();
 
   // Residual add + RMSNorm of the single row into shared memory.
-  block::norm_to_smem<kThreads>(in, cols, in.w, xs);
+  block::norm_to_smem<kThreads, kAddW>(in, cols, in.w, xs);
 
   for (; g < n_groups; g += gridDim.x) {
     // The weight row against the normalized row (gemv.cu's loop with X in shared memory).
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename WT, int EPI>
+template <typename WT, int EPI, bool kAddW>
 void launch_fused(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float* h, cudaStream_t stream) {
   const int64_t groups = gated(EPI) ? (W.rows / 2 + kWarps / 2 - 1) / (kWarps / 2) : (W.rows + kWarps - 1) / kWarps;
   const size_t smem = size_t(W.cols) * sizeof(float);
@@ -171,16 +172,16 @@ void launch_fused(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, fl
   static int per_sm = 0;
   if (n_sm == 0) FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
   if (occ_smem != smem || per_sm == 0) {
-    if (!block::opt_in_shared_memory(reinterpret_cast<const void*>(gemv_norm_kernel<WT, EPI>), smem, 0))
+    if (!block::opt_in_shared_memory(reinterpret_cast<const void*>(gemv_norm_kernel<WT, EPI, kAddW>), smem, 0))
       throw CudaError("gemv_norm: a row of " + std::to_string(W.cols) + " floats does not fit in shared memory");
-    FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_norm_kernel<WT, EPI>, kThreads, smem));
+    FDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_norm_kernel<WT, EPI, kAddW>, kThreads, smem));
     per_sm = per_sm > 0 ? per_sm : 1;
     occ_smem = smem;
   }
   const int64_t resident = int64_t(n_sm) * per_sm;
   const int64_t per_block = (groups + resident - 1) / resident;
   const int64_t blocks = (groups + per_block - 1) / per_block;
-  launch_pdl(gemv_norm_kernel<WT, EPI>, dim3(unsigned(blocks)), dim3(kThreads), smem, stream,
+  launch_pdl(gemv_norm_kernel<WT, EPI, kAddW>, dim3(unsigned(blocks)), dim3(kThreads), smem, stream,
              static_cast<const WT*>(W.data), W.rows, int(W.cols), in, ro, h);
 }
 
@@ -189,10 +190,15 @@ void dispatch(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float*
   if (!gemv_norm_supported(W))
     throw CudaError("gemv_norm: unsupported matrix (" + std::to_string(W.rows) + "x" + std::to_string(W.cols) + " " +
                     wtype_name(W.type) + ")");
+  const bool add_w = in.add_w != nullptr && in.add != nullptr;
   switch (W.type) {
-    case WType::F32: return launch_fused<float, EPI>(W, in, ro, h, stream);
-    case WType::F16: return launch_fused<__half, EPI>(W, in, ro, h, stream);
-    case WType::BF16: return launch_fused<__nv_bfloat16, EPI>(W, in, ro, h, stream);
+    case WType::F32:
+      return add_w ? launch_fused<float, EPI, true>(W, in, ro, h, stream) : launch_fused<float, EPI, false>(W, in, ro, h, stream);
+    case WType::F16:
+      return add_w ? launch_fused<__half, EPI, true>(W, in, ro, h, stream) : launch_fused<__half, EPI, false>(W, in, ro, h, stream);
+    case WType::BF16:
+      return add_w ? launch_fused<__nv_bfloat16, EPI, true>(W, in, ro, h, stream)
+                   : launch_fused<__nv_bfloat16, EPI, false>(W, in, ro, h, stream);
   }
 }
 

@@ -264,6 +264,12 @@ void gemv_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* h, cudaStr
 /// part of the SMs) would make it wait forever; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
 /// select the kernels without hand-offs.
 /// Values agree with the separate kernels to fp32 rounding (other context split points).
+/// What a layer's attention block does beyond Llama's: per-head Q/K norms (extras.q_norm), a
+/// post-norm of the norm's addend (in.add_w), soft-capped scores. Head dimensions above 128 or
+/// either of the last two take the block's wide variant: at most 2 query heads per KV head.
+struct AttentionBlockFeatures {
+  bool qk_norm = false, post_norm = false, softcap = false;
+};
 struct AttentionBlockArgs {
   WType type = WType::F32;       ///< of both matrices
   const void* wqkv = nullptr;    ///< [(n_head + 2 n_head_kv) hd][cols]: [q | k | v] rows
@@ -279,6 +285,7 @@ struct AttentionBlockArgs {
   int n_head = 0;
   int rope_dim = 0;
   float scale = 1.f;
+  float softcap = 0.f;           ///< scores soft-capped: softcap * tanh(scale q·k / softcap); 0 = none
   int window = 0;                ///< sliding window (ModelConfig::attention_window); 0 = none
   KvLayerView kv;
   float* q_out = nullptr;        ///< [n_head hd] scratch (with Q/K norms: q before its norm and RoPE)
@@ -302,12 +309,12 @@ enum AttnTraceEvent : int {
   kAttnPartialsHandedOff, kAttnMergeDone, kAttnOutHandedOff, kAttnEnd, kAttnTraceEvents
 };
 /// Blocks per query-head sub-group for decode_attention_block on `n_sm` multiprocessors, or 0
-/// when the shape is not supported (head_dim a multiple of 4 up to 128, up to 16 query heads
-/// per KV head, matching F32/F16/BF16 matrices with 16-byte rows, cols <= 16384, every block
-/// resident at once).
-/// `qk_norm`: the family has per-head Q/K norms (another instantiation, sized on its own).
+/// when the shape is not supported (head_dim a multiple of 4 up to 256, up to 16 query heads
+/// per KV head — 2 for the wide variant: AttentionBlockFeatures —, matching F32/F16/BF16
+/// matrices with 16-byte rows, cols <= 16384, every block resident at once). `features` picks
+/// the instantiation the grid is sized for; launches must pass the same ones.
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
-                           int n_sm, bool qk_norm = false);
+                           int n_sm, const AttentionBlockFeatures& features = {});
 size_t attention_block_partial_floats(int n_head, int head_dim, int blocks_per_group);
 /// Sub-groups of at most 4 query heads each KV head's blocks form in decode_attention_block
 /// (1 up to 4 query heads per KV head; Qwen2.5-7B's 7 take 2): the grid is n_head_kv x
@@ -358,7 +365,7 @@ void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
 /// threads (one per SM is the intent; none waits for another). Values agree with
 /// add_rms_norm + gemv to fp32 rounding. W must pass output_block_supported; in.w holds cols
 /// floats, 16-byte aligned; in.x_out must not alias in.x or in.add; 2 x cols floats of
-/// shared memory per block.
+/// shared memory per block. With softcap > 0 each y[r] is soft-capped as softcap() does.
 struct OutputBlockArgs {
   WType type = WType::F32;
   const void* w = nullptr;
@@ -367,6 +374,7 @@ struct OutputBlockArgs {
   NormIn in;
   float* y = nullptr;  ///< [rows]
   int blocks = 0;
+  float softcap = 0.f;  ///< final logit soft-capping (Gemma 2): softcap * tanh(y / softcap); 0 = none
 };
 /// Whether decode_output_block takes W: cols a multiple of 4 up to 8192, 16-byte rows,
 /// 16-byte-aligned data.

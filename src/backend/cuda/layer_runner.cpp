@@ -41,9 +41,12 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
       return first;
     };
     const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim, kv_dtype};
-    if (knobs.attn_block && c.attn_softcap == 0)  // its scores are not soft-capped: the chain does that
+    if (knobs.attn_block)
       attn_block_groups_ = same_for_all_layers([&](const CudaLayer& L) {
-        return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm, L.q_norm.get() != nullptr);
+        // Post-norms reach the block through the previous layer's post-FFN norm (none at layer 0,
+        // whose block would be planned for another instantiation): planned from the model.
+        const AttentionBlockFeatures f{L.q_norm.get() != nullptr, c.post_norms, c.attn_softcap > 0};
+        return attention_block_groups(L.qkv.view, L.wo.view, c.n_head, shape, n_sm, f);
       });
     if (knobs.ffn_block)
       ffn_blocks_ = same_for_all_layers(
@@ -210,8 +213,8 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     o.in = NormIn{x_.get(), proj_.get(), weights_.output_norm.get(), nullptr, c.rms_eps, post_ffn_norm(c.n_layer - 1)};
     o.y = logits_.get();
     o.blocks = output_blocks_;
+    o.softcap = c.final_softcap;
     decode_output_block(o, stream_);
-    if (c.final_softcap > 0) softcap(logits_.get(), size_t(c.n_vocab), c.final_softcap, stream_);
     prof_.mark(kOutput);
     return;
   }
@@ -309,6 +312,7 @@ void LayerRunner::run_attention_block(int l, const StepInputs& in, const KvLayer
   b.window = c.attention_window(l);
   b.rope_dim = c.rope_dim;
   b.scale = scale;
+  b.softcap = c.attn_softcap;
   b.kv = kv;
   b.q_out = q_.get();
   b.extras = extras(L);
