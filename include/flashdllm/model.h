@@ -283,7 +283,9 @@ class Model {
   /// std::invalid_argument too (whichever rows they name: the CUDA model does not track
   /// rows). The default runs the whole step inside submit_sample (so every error is thrown
   /// there) and keeps the ids for collect_ids; the CUDA model queues it on its stream and its
-  /// kernels write the ids into page-locked memory.
+  /// kernels write the ids into page-locked memory (a mixture-of-experts step of more than 16
+  /// tokens waits inside submit_sample for each layer's routing, so errors of earlier steps can
+  /// surface there).
   /// Greedy is RowSampling{} (temperature 0), as for forward_sample.
   virtual void submit_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
                              std::span<const PenaltyToken> penalties);

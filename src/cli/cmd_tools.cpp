@@ -33,7 +33,7 @@ struct MakeModelArgs {
   std::string name;
   std::string arch;
   long long dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_dim = 0, vocab = 0,
-            context = 0;
+            context = 0, n_expert = 0, n_expert_used = 0;
   float rope_theta = 0, rms_eps = 0;
   float weight_std = 0.02f;
   bool tied_embeddings = false;
@@ -42,7 +42,8 @@ struct MakeModelArgs {
   CLI::Option *dim_opt = nullptr, *n_layers_opt = nullptr, *n_heads_opt = nullptr,
               *n_kv_heads_opt = nullptr, *ffn_dim_opt = nullptr, *vocab_opt = nullptr,
               *context_opt = nullptr, *rope_theta_opt = nullptr, *rms_eps_opt = nullptr,
-              *vocab_from_opt = nullptr, *arch_opt = nullptr;
+              *vocab_from_opt = nullptr, *arch_opt = nullptr, *n_expert_opt = nullptr,
+              *n_expert_used_opt = nullptr;
 };
 
 std::optional<uint32_t> shape_value(const CLI::Option* given, long long value, const char* flag) {
@@ -69,6 +70,8 @@ tools::MakeModelOptions to_options(const MakeModelArgs& a) {
   o.ffn_dim = shape_value(a.ffn_dim_opt, a.ffn_dim, "--ffn-dim");
   o.vocab = shape_value(a.vocab_opt, a.vocab, "--vocab");
   o.context = shape_value(a.context_opt, a.context, "--context");
+  o.n_expert = shape_value(a.n_expert_opt, a.n_expert, "--n-experts");
+  o.n_expert_used = shape_value(a.n_expert_used_opt, a.n_expert_used, "--n-experts-used");
   if (a.rope_theta_opt->count() > 0) {
     check_finite_in("--rope-theta", a.rope_theta, 1.0, 1e12);
     o.rope_theta = a.rope_theta;
@@ -112,11 +115,15 @@ void run_make_model(const MakeModelArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
   tools::make_model(opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string experts = shape.n_expert > 0 ? " x " + std::to_string(shape.n_expert) + " experts (" +
+                                                       std::to_string(shape.n_expert_used) + " per token)"
+                                                 : "";
   std::printf(
-      "wrote %s: preset %s, %s %s, dim %u, layers %u, heads %u (kv %u), ffn %u, vocab %u, "
+      "wrote %s: preset %s, %s %s, dim %u, layers %u, heads %u (kv %u), ffn %u%s, vocab %u, "
       "context %u, %.1f MiB in %.2f s\n",
       opt.output.string().c_str(), opt.preset.c_str(), shape.arch.c_str(), args.dtype.c_str(), shape.dim,
-      shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.ffn_dim, shape.vocab, shape.context,
+      shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.ffn_dim,
+      experts.c_str(), shape.vocab, shape.context,
       static_cast<double>(std::filesystem::file_size(opt.output)) / (1024.0 * 1024.0), s);
 }
 
@@ -124,7 +131,7 @@ void add_make_model_command(CLI::App& tools_app) {
   auto a = std::make_shared<MakeModelArgs>();
   std::string presets;
   for (const auto& p : tools::model_presets()) presets += (presets.empty() ? "" : "|") + p;
-  CLI::App* cmd = tools_app.add_subcommand("make-model", "Write a random-weight llama, qwen2 or qwen3 GGUF model");
+  CLI::App* cmd = tools_app.add_subcommand("make-model", "Write a random-weight llama, qwen2, qwen3, gemma2 or Mixtral-style GGUF model");
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: " + presets)->capture_default_str();
   a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3|gemma2 (default: the preset's)");
@@ -139,6 +146,9 @@ void add_make_model_command(CLI::App& tools_app) {
   a->ffn_dim_opt = cmd->add_option("--ffn-dim", a->ffn_dim, "FFN hidden size (override)");
   a->vocab_opt = cmd->add_option("--vocab", a->vocab, "Vocab size of the synthesized tokenizer");
   a->context_opt = cmd->add_option("--context", a->context, "Context length metadata (override)");
+  a->n_expert_opt = cmd->add_option("--n-experts", a->n_expert, "Experts per layer: a Mixtral-style mixture (override)");
+  a->n_expert_used_opt =
+      cmd->add_option("--n-experts-used", a->n_expert_used, "Experts per token (default 2, or the preset's)");
   a->rope_theta_opt = cmd->add_option("--rope-theta", a->rope_theta, "RoPE base frequency (override)");
   a->rms_eps_opt = cmd->add_option("--rms-eps", a->rms_eps, "RMSNorm epsilon (override)");
   cmd->add_option("--weight-std", a->weight_std, "Std of the random matrix values")->capture_default_str();

@@ -13,7 +13,9 @@ void route_top_k(const float* logits, int n_expert, int k, int32_t* ids, float* 
   thread_local std::vector<float> p;  // grows to the largest expert count, then allocates nothing
   p.resize(size_t(n_expert));
   double sum = 0;
-  for (int e = 0; e < n_expert; ++e) sum += double(p[size_t(e)] = std::exp(logits[e] - mx));
+  // Each exponential in double, rounded once to fp32: correctly rounded (glibc's expf is not
+  // always), which the CUDA router computes the same way.
+  for (int e = 0; e < n_expert; ++e) sum += double(p[size_t(e)] = float(std::exp(double(logits[e] - mx))));
   for (int e = 0; e < n_expert; ++e) p[size_t(e)] = float(double(p[size_t(e)]) / sum);
   // Selection: the largest remaining probability, the lowest index among equals.
   for (int r = 0; r < k; ++r) {

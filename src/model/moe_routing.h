@@ -10,8 +10,9 @@
 namespace fdl {
 
 /// logits: n_expert router logits of one token. Writes the k chosen expert ids to `ids` in
-/// decreasing probability and their weights to `weights` (fp32; exponentials in fp32, sums in
-/// double, in a fixed order: the result depends on the token's logits only).
+/// decreasing probability and their weights to `weights` (fp32; each exponential of the fp32
+/// difference to the maximum computed in double and rounded once to fp32, sums in double, in
+/// a fixed order: the result depends on the token's logits only).
 /// 1 <= k <= n_expert (the caller's config checks guarantee it).
 void route_top_k(const float* logits, int n_expert, int k, int32_t* ids, float* weights);
 

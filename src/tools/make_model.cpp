@@ -53,6 +53,13 @@ std::vector<TensorPlan> llama_tensor_list(const ModelShape& s, const MakeModelOp
       list.push_back({p + "post_ffw_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
     }
     list.push_back({p + "ffn_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
+    if (s.n_expert > 0) {  // llama.cpp's layout: an F32 router, 3-D expert tensors
+      list.push_back({p + "ffn_gate_inp.weight", GgmlType::F32, {s.dim, s.n_expert}, 0.f, wstd});
+      list.push_back({p + "ffn_gate_exps.weight", w, {s.dim, s.ffn_dim, s.n_expert}, 0.f, wstd});
+      list.push_back({p + "ffn_up_exps.weight", w, {s.dim, s.ffn_dim, s.n_expert}, 0.f, wstd});
+      list.push_back({p + "ffn_down_exps.weight", w, {s.ffn_dim, s.dim, s.n_expert}, 0.f, wstd});
+      continue;
+    }
     list.push_back({p + "ffn_gate.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
     list.push_back({p + "ffn_up.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
     list.push_back({p + "ffn_down.weight", w, {s.ffn_dim, s.dim}, 0.f, wstd});
@@ -88,6 +95,10 @@ void make_model(const MakeModelOptions& opt) {
     w.set_float32(a + ".attn_logit_softcapping", 50.f);
     w.set_float32(a + ".final_logit_softcapping", 30.f);
     w.set_uint32(a + ".attention.sliding_window", 4096);
+  }
+  if (s.n_expert > 0) {
+    w.set_uint32(a + ".expert_count", s.n_expert);
+    w.set_uint32(a + ".expert_used_count", s.n_expert_used);
   }
   w.set_float32(a + ".rope.freq_base", s.rope_theta);
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);

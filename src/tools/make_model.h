@@ -69,6 +69,10 @@ struct MakeModelOptions {
   std::optional<float> rope_theta;     ///< llama.rope.freq_base
   std::optional<float> rms_eps;        ///< llama.attention.layer_norm_rms_epsilon
   std::optional<std::string> arch;     ///< family: llama, qwen2, qwen3, gemma2 (keys and tensors follow it)
+  /// A Mixtral-style mixture of experts: n_expert FFNs of ffn_dim per layer (llama.cpp's 3-D
+  /// expert tensors and an F32 router), n_expert_used of them per token. Unset: the preset's
+  /// (0: a dense FFN).
+  std::optional<uint32_t> n_expert, n_expert_used;
 
   float weight_std = 0.02f;     ///< standard deviation of matrix values
   bool tied_embeddings = false;  ///< omit output.weight (the model reuses token_embd)
@@ -86,13 +90,14 @@ struct ModelShape {
   /// soft-caps 50 / 30, a 4096-position window on every other layer)
   std::string arch = "llama";
   uint32_t head_dim_set = 0;  ///< attention.key_length when it is not dim / n_heads (Gemma 2: 256); 0 = that
+  uint32_t n_expert = 0, n_expert_used = 0;  ///< experts per layer and per token; 0 = a dense FFN
   uint32_t head_dim() const { return head_dim_set ? head_dim_set : dim / n_heads; }
   uint32_t q_dim() const { return n_heads * head_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
 /// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b",
-/// "gemma2-9b".
+/// "gemma2-9b", "mixtral-8x7b".
 std::vector<std::string> model_presets();
 
 /// The shape `make_model(opt)` would write, validated (throws std::invalid_argument naming the

@@ -20,8 +20,8 @@ struct Preset {
 
 // Shapes of the published models each preset imitates (Llama-2-7B's context and epsilon for
 // llama-7b; Meta-Llama-3-8B for llama3-8b; Qwen2.5-7B for qwen2-7b; Qwen3-8B for qwen3-8b; Gemma-2-9B
-// for gemma2-9b).
-const std::array<Preset, 7> kPresets{{
+// for gemma2-9b; Mixtral-8x7B for mixtral-8x7b).
+const std::array<Preset, 8> kPresets{{
     {"tiny", {64, 2, 4, 2, 128, 512, 512, 10000.f, 1e-5f}},
     {"110m", {768, 12, 12, 12, 2048, 32000, 2048, 10000.f, 1e-5f}},
     {"llama-7b", {4096, 32, 32, 32, 11008, 32000, 4096, 10000.f, 1e-5f}},
@@ -29,6 +29,7 @@ const std::array<Preset, 7> kPresets{{
     {"qwen2-7b", {3584, 28, 28, 4, 18944, 152064, 32768, 1000000.f, 1e-6f, "qwen2"}},
     {"qwen3-8b", {4096, 36, 32, 8, 12288, 151936, 40960, 1000000.f, 1e-6f, "qwen3"}},
     {"gemma2-9b", {3584, 42, 16, 8, 14336, 256000, 8192, 10000.f, 1e-6f, "gemma2", 256}},
+    {"mixtral-8x7b", {4096, 32, 32, 8, 14336, 32000, 32768, 1000000.f, 1e-5f, "llama", 0, 8, 2}},
 }};
 
 [[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("make_model: " + msg); }
@@ -69,6 +70,13 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
   if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma2")
     bad("unknown arch '" + s.arch + "' (available: llama, qwen2, qwen3, gemma2)");
   if (opt.dim || opt.n_heads) s.head_dim_set = 0;  // a reshaped model: dim / n_heads
+  s.n_expert = opt.n_expert.value_or(s.n_expert);
+  // Experts per token: as given; else 2 (at most n_expert) when n_expert is given; else the preset's.
+  s.n_expert_used = opt.n_expert_used.value_or(opt.n_expert ? std::min(2u, s.n_expert) : s.n_expert_used);
+  if (s.n_expert == 0 && s.n_expert_used > 0) bad("n_expert_used needs n_expert (a mixture of experts)");
+  if (s.n_expert > 0 && (s.n_expert_used == 0 || s.n_expert_used > s.n_expert))
+    bad("n_expert_used must be 1.." + std::to_string(s.n_expert) + " (n_expert), got " + std::to_string(s.n_expert_used));
+  if (s.n_expert > 0 && s.arch != "llama") bad("experts are written for arch llama only (Mixtral), not " + s.arch);
   if (file_vocab) {
     if (opt.vocab && *opt.vocab != *file_vocab)
       bad("vocab " + std::to_string(*opt.vocab) + " conflicts with vocab_from, which has " +

@@ -48,7 +48,8 @@ std::string invalid_message(const MakeModelOptions& opt) {
 
 TEST(MakeModel, PresetsAreListedAndResolve) {
   EXPECT_EQ(model_presets(),
-            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b", "gemma2-9b"}));
+            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b", "gemma2-9b",
+                                      "mixtral-8x7b"}));
   MakeModelOptions opt;
   opt.preset = "llama3-8b";
   const ModelShape s = resolve_model_shape(opt);
@@ -177,6 +178,35 @@ TEST(MakeModel, Gemma2PresetCarriesItsHeadDimAndParts) {
   EXPECT_EQ(f.get_float("gemma2.attn_logit_softcapping"), 50.0);
   EXPECT_EQ(f.tensor("blk.0.attn_q.weight").ne[1], 4096u);
   EXPECT_NE(f.find_tensor("blk.0.post_ffw_norm.weight"), nullptr);
+}
+
+// Experts: llama.cpp's keys and 3-D tensors (an F32 router; the model loads them as a mixture
+// of experts: tests/gpu/cuda_family_test.cpp runs one on both backends); the mixtral-8x7b preset carries 8 experts, 2 per token.
+TEST(MakeModel, ExpertsAreWrittenInLlamaCppsLayout) {
+  MakeModelOptions opt;
+  opt.preset = "mixtral-8x7b";
+  const ModelShape preset = resolve_model_shape(opt);
+  EXPECT_EQ(preset.n_expert, 8u);
+  EXPECT_EQ(preset.n_expert_used, 2u);
+  opt = {};
+  opt.n_expert = 4;  // on the tiny preset: 2 per token by default
+  opt.dtype = GgmlType::F32;
+  opt.output = scratch("experts.gguf");
+  make_model(opt);
+  const GgufFile f = GgufFile::open(opt.output);
+  EXPECT_EQ(f.get_uint("llama.expert_count"), 4u);
+  EXPECT_EQ(f.get_uint("llama.expert_used_count"), 2u);
+  const GgufTensorInfo& router = f.tensor("blk.0.ffn_gate_inp.weight");
+  EXPECT_EQ(router.type(), GgmlType::F32);
+  EXPECT_EQ(router.n_dims, 2u);
+  EXPECT_EQ(router.ne[0], 64u);
+  EXPECT_EQ(router.ne[1], 4u);
+  const GgufTensorInfo& down = f.tensor("blk.1.ffn_down_exps.weight");
+  EXPECT_EQ(down.n_dims, 3u);
+  EXPECT_EQ(down.ne[0], 128u);
+  EXPECT_EQ(down.ne[1], 64u);
+  EXPECT_EQ(down.ne[2], 4u);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
 }
 
 TEST(MakeModel, ValuesHaveTheRequestedStatistics) {
@@ -359,11 +389,21 @@ TEST(MakeModel, InvalidOptionsNameTheOption) {
   MakeModelOptions opt;
   opt.preset = "gpt-5";
   EXPECT_NE(invalid_message(opt).find(
-                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, qwen2-7b, qwen3-8b, gemma2-9b)"),
+                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, qwen2-7b, qwen3-8b, gemma2-9b, "
+                "mixtral-8x7b)"),
             std::string::npos);
   opt = {};
   opt.arch = "gemma4";
   EXPECT_NE(invalid_message(opt).find("unknown arch 'gemma4' (available: llama, qwen2, qwen3, gemma2)"), std::string::npos);
+  opt = {};
+  opt.n_expert_used = 2;
+  EXPECT_NE(invalid_message(opt).find("n_expert_used needs n_expert"), std::string::npos);
+  opt.n_expert = 4;
+  opt.n_expert_used = 5;
+  EXPECT_NE(invalid_message(opt).find("n_expert_used must be 1..4 (n_expert), got 5"), std::string::npos);
+  opt.n_expert_used = 2;
+  opt.arch = "qwen2";
+  EXPECT_NE(invalid_message(opt).find("experts are written for arch llama only"), std::string::npos);
   opt = {};
   opt.dim = 100;
   opt.n_heads = 3;

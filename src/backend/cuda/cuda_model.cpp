@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/moe.h"
 #include "flashdllm/sampling.h"
 #include "model/step_batch_check.h"
 
@@ -35,9 +36,9 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   if (c.head_dim % 4 != 0 || c.head_dim > 256)
     throw ModelError(file_.path() + ": --device cuda supports head dimensions that are multiples of 4 up to 256, got " +
                      std::to_string(c.head_dim));
-  if (c.n_expert > 0)
-    throw ModelError(file_.path() + ": --device cuda: mixture-of-experts models (" + std::to_string(c.n_expert) +
-                     " experts) run on the CPU only");
+  if (c.n_expert > kMoeMaxExperts)
+    throw ModelError(file_.path() + ": --device cuda routes over at most " + std::to_string(kMoeMaxExperts) +
+                     " experts, this model has " + std::to_string(c.n_expert));
   rope_ = global_rope_params(c, host_weights_, opt.n_ctx);
   rope_swa_.head_dim = c.head_dim;
   rope_swa_.rope_dim = c.rope_dim;
@@ -414,7 +415,8 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
                                     .tiles = use_tiles_ ? n_tiles_ : 0,
                                     .decode_tile_kernel = use_tiles_ && max_tile_rows_ <= 16,
                                     .trees = tree_step_,
-                                    .tail = int(tail)};
+                                    .tail = int(tail),
+                                    .host_waits = runner_->host_waits(n)};
   graphs_->run(shape, turn, stream_, kernels);
   return m;
 }

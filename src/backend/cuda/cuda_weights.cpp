@@ -20,8 +20,10 @@ WType natural_type(GgmlType t) {
   }
 }
 
-WType fused_type(std::initializer_list<const cpu::WeightMatrix*> parts) {
-  const WType first = natural_type((*parts.begin())->type);
+using Parts = std::vector<const cpu::WeightMatrix*>;
+
+WType fused_type(const Parts& parts) {
+  const WType first = natural_type(parts.front()->type);
   for (const auto* p : parts)
     if (natural_type(p->type) != first) return WType::F32;
   return first;
@@ -64,9 +66,9 @@ void upload_rows(const cpu::WeightMatrix& m, WType type, uint8_t* dst) {
   }
 }
 
-CudaMatrix fuse(std::initializer_list<const cpu::WeightMatrix*> parts) {
+CudaMatrix fuse(const Parts& parts) {
   const WType type = fused_type(parts);
-  const int64_t cols = (*parts.begin())->cols;
+  const int64_t cols = parts.front()->cols;
   int64_t rows = 0;
   for (const auto* p : parts) rows += p->rows;
   CudaMatrix out;
@@ -86,10 +88,29 @@ DeviceBuffer<float> upload_vector(const float* v, int64_t n) {
   return out;
 }
 
-uint64_t matrix_bytes(std::initializer_list<const cpu::WeightMatrix*> parts) {
+uint64_t matrix_bytes(const Parts& parts) {
   uint64_t elems = 0;
   for (const auto* p : parts) elems += uint64_t(p->rows) * uint64_t(p->cols);
   return elems * wtype_size(fused_type(parts));
+}
+
+/// A layer's experts' gate and up rows in fused order (expert by expert, gate then up), and
+/// their down matrices.
+Parts expert_gate_up(const LlamaLayerWeights& L) {
+  Parts p;
+  for (const ExpertWeights& e : L.experts) p.insert(p.end(), {&e.gate, &e.up});
+  return p;
+}
+Parts expert_down(const LlamaLayerWeights& L) {
+  Parts p;
+  for (const ExpertWeights& e : L.experts) p.push_back(&e.down);
+  return p;
+}
+
+/// Bytes of a layer's FFN matrices on the device: the dense ones, or the router and every expert.
+uint64_t ffn_bytes(const LlamaLayerWeights& L) {
+  if (L.experts.empty()) return matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down});
+  return matrix_bytes({&L.router}) + matrix_bytes(expert_gate_up(L)) + matrix_bytes(expert_down(L));
 }
 
 }  // namespace
@@ -100,8 +121,7 @@ WType device_wo_type(const LlamaLayerWeights& L) { return fused_type({&L.wo}); }
 uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c) {
   uint64_t total = matrix_bytes({&w.token_embd}) + (c.tied_output ? 0 : matrix_bytes({&w.output}));
   for (const LlamaLayerWeights& L : w.layers)
-    total += matrix_bytes({&L.wq, &L.wk, &L.wv}) + matrix_bytes({&L.wo}) +
-             matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down}) + 2 * uint64_t(c.n_embd) * 4 +
+    total += matrix_bytes({&L.wq, &L.wk, &L.wv}) + matrix_bytes({&L.wo}) + ffn_bytes(L) + 2 * uint64_t(c.n_embd) * 4 +
              (L.bq ? uint64_t(L.wq.rows + L.wk.rows + L.wv.rows) * 4 : 0) + (L.q_norm ? 2 * uint64_t(c.head_dim) * 4 : 0) +
              (L.post_attn_norm ? 2 * uint64_t(c.n_embd) * 4 : 0);
   return total + uint64_t(c.n_embd) * 4;
@@ -124,8 +144,19 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
     dst.ffn_norm = upload_vector(src.ffn_norm, c.n_embd);
     dst.qkv = fuse({&src.wq, &src.wk, &src.wv});
     dst.wo = fuse({&src.wo});
-    dst.gate_up = fuse({&src.w_gate, &src.w_up});
-    dst.down = fuse({&src.w_down});
+    uint64_t ffn_step_bytes = 0;  // what one token's FFN streams
+    if (src.experts.empty()) {
+      dst.gate_up = fuse({&src.w_gate, &src.w_up});
+      dst.down = fuse({&src.w_down});
+      ffn_step_bytes = dst.gate_up.storage.bytes() + dst.down.storage.bytes();
+    } else {  // the router, then k of the n_expert experts per token
+      dst.router = fuse({&src.router});
+      dst.experts_gate_up = fuse(expert_gate_up(src));
+      dst.experts_down = fuse(expert_down(src));
+      dst.n_expert = int(src.experts.size());
+      ffn_step_bytes = dst.router.storage.bytes() + (dst.experts_gate_up.storage.bytes() + dst.experts_down.storage.bytes()) /
+                                                        uint64_t(dst.n_expert) * uint64_t(c.n_expert_used);
+    }
     if (src.bq) {  // fused in the order of the qkv rows
       std::vector<float> bias(src.bq, src.bq + src.wq.rows);
       bias.insert(bias.end(), src.bk, src.bk + src.wk.rows);
@@ -140,8 +171,7 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
       dst.post_attn_norm = upload_vector(src.post_attn_norm, c.n_embd);
       dst.post_ffn_norm = upload_vector(src.post_ffn_norm, c.n_embd);
     }
-    out.bytes_per_step += dst.qkv.storage.bytes() + dst.wo.storage.bytes() + dst.gate_up.storage.bytes() +
-                          dst.down.storage.bytes() + 2 * dst.attn_norm.bytes() + dst.qkv_bias.bytes() +
+    out.bytes_per_step += dst.qkv.storage.bytes() + dst.wo.storage.bytes() + ffn_step_bytes + 2 * dst.attn_norm.bytes() + dst.qkv_bias.bytes() +
                           dst.q_norm.bytes() + dst.k_norm.bytes() + dst.post_attn_norm.bytes() +
                           dst.post_ffn_norm.bytes();
   }

@@ -6,8 +6,9 @@
 // BF16 would keep 8). Norm vectors are fp32.
 //
 // Fusion at load: Q, K and V are stored as one [q_dim + 2*kv_dim][n_embd] matrix, gate and up
-// as one [2*n_ff][n_embd] matrix, so a decode step launches 4 projections per layer, not 7,
-// and each launch has enough rows to fill the GPU. Parts of different types are widened to
+// as one [2*n_ff][n_embd] matrix, so a dense decode step launches 4 projections per layer, not
+// 7, and each launch has enough rows to fill the GPU (a mixture of experts fuses each expert's
+// gate and up the same way and stacks the experts). Parts of different types are widened to
 // the widest (F32) before fusing.
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe.h"
 #include "model/llama_weights.h"
 
 namespace fdl::cuda {
@@ -25,12 +27,24 @@ struct CudaMatrix {
   DeviceMatrix view;  ///< points into storage (or into another matrix's, for tied output)
 };
 
+/// `m` read as n_expert matrices of m.rows / n_expert rows each.
+inline ExpertMatrices stacked_experts(const DeviceMatrix& m, int n_expert) {
+  return ExpertMatrices{m.type, m.data, n_expert > 0 ? m.rows / n_expert : 0, m.cols, n_expert};
+}
+
 struct CudaLayer {
   DeviceBuffer<float> attn_norm, ffn_norm;
   CudaMatrix qkv, wo, gate_up, down;
   DeviceBuffer<float> qkv_bias;        ///< [q_dim + 2 kv_dim] fused like qkv; empty without biases
   DeviceBuffer<float> q_norm, k_norm;  ///< [head_dim] each; empty without per-head Q/K norms
   DeviceBuffer<float> post_attn_norm, post_ffn_norm;  ///< [n_embd] each; empty without post-norms
+  /// Mixture of experts (gate_up and down empty): the router ([n_expert][n_embd]) and the
+  /// experts' matrices stacked, expert e's gate/up fused like gate_up ([2 n_ff][n_embd]) and its
+  /// down ([n_embd][n_ff]); one type per stack (F32 where the experts' types differ).
+  CudaMatrix router, experts_gate_up, experts_down;
+  int n_expert = 0;
+  ExpertMatrices gate_up_experts() const { return stacked_experts(experts_gate_up.view, n_expert); }
+  ExpertMatrices down_experts() const { return stacked_experts(experts_down.view, n_expert); }
 };
 
 struct CudaWeights {
@@ -39,8 +53,9 @@ struct CudaWeights {
   DeviceBuffer<float> output_norm;
   std::vector<CudaLayer> layers;
   uint64_t bytes = 0;  ///< device bytes held
-  /// Bytes one decode step streams: every layer matrix plus the output projection (the
-  /// embedding table is only gathered from).
+  /// Bytes one decode step streams: every layer matrix (of a mixture of experts, the router
+  /// and n_expert_used experts) plus the output projection (the embedding table is only
+  /// gathered from).
   uint64_t bytes_per_step = 0;
 };
 

@@ -115,6 +115,18 @@ __device__ __forceinline__ float dot_row(const uint4* wrow, uint4 (&w)[UNROLL], 
   return acc;
 }
 
+/// Batch k of a sequence of rows of per_row batches each (stream_batches' numbering) into w.
+template <int UNROLL, typename RowPtr>
+__device__ __forceinline__ void load_batch(RowPtr row_ptr, int k, int per_row, int nvec, int lane, uint4 (&w)[UNROLL]) {
+  const uint4* row = row_ptr(k / per_row);
+  const int base = lane + (k % per_row) * 32 * UNROLL;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int idx = base + u * 32;
+    w[u] = idx < nvec ? __ldcs(row + idx) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 /// A warp's dot products with `n_rows` weight rows, row_ptr(i) for i < n_rows, streamed as
 /// one sequence of batches through NB register buffers: while batch k is multiplied, the loads
 /// of batches k + 1 .. k + NB - 1 (of the same or the next rows) are in flight, so a warp keeps
@@ -128,14 +140,7 @@ __device__ __forceinline__ void stream_rows(int n_rows, RowPtr row_ptr, const fl
   const int total = n_rows * per_row;
   float acc = 0.f;
   auto load = [&](uint4(&w)[UNROLL], int k) {
-    if (k >= total) return;
-    const uint4* row = row_ptr(k / per_row);
-    const int base = lane + (k % per_row) * 32 * UNROLL;
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int idx = base + u * 32;
-      w[u] = idx < nvec ? __ldcs(row + idx) : make_uint4(0, 0, 0, 0);
-    }
+    if (k < total) load_batch<UNROLL>(row_ptr, k, per_row, nvec, lane, w);
   };
   auto consume = [&](const uint4(&w)[UNROLL], int k) {
     dot_batch<WT, UNROLL>(w, x, lane + (k % per_row) * 32 * UNROLL, nvec, acc);
@@ -152,6 +157,39 @@ __device__ __forceinline__ void stream_rows(int n_rows, RowPtr row_ptr, const fl
 #pragma unroll
     for (int j = 0; j < NB; ++j) {  // buffer indices are compile-time: the ring stays in registers
       if (k + j >= total) break;
+      load(buf[(j + NB - 1) % NB], k + j + NB - 1);
+      consume(buf[j], k + j);
+    }
+  }
+}
+
+/// stream_rows over batches [k0, k1) of a sequence of rows of per_row batches each (row i's
+/// batches are i * per_row .. + per_row - 1): a warp's contiguous share of a block's rows cut
+/// at batch boundaries, so warps get equal shares when the rows do not divide evenly among
+/// them. out(i, value) receives the reduced sum of row i's batches inside the range, once per
+/// row the range touches. buf[0] holds batch k0 on entry (load_batch).
+template <typename WT, int UNROLL, int NB, typename RowPtr, typename Out>
+__device__ __forceinline__ void stream_batches(int k0, int k1, int per_row, RowPtr row_ptr, const float* x, int nvec,
+                                               int lane, uint4 (&buf)[NB][UNROLL], Out out) {
+  float acc = 0.f;
+  auto load = [&](uint4(&w)[UNROLL], int k) {
+    if (k < k1) load_batch<UNROLL>(row_ptr, k, per_row, nvec, lane, w);
+  };
+  auto consume = [&](const uint4(&w)[UNROLL], int k) {
+    dot_batch<WT, UNROLL>(w, x, lane + (k % per_row) * 32 * UNROLL, nvec, acc);
+    if (k % per_row == per_row - 1 || k == k1 - 1) {
+      float s = acc;
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      out(k / per_row, s);
+      acc = 0.f;
+    }
+  };
+#pragma unroll
+  for (int j = 1; j < NB - 1; ++j) load(buf[j], k0 + j);
+  for (int k = k0; k < k1; k += NB) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      if (k + j >= k1) break;
       load(buf[(j + NB - 1) % NB], k + j + NB - 1);
       consume(buf[j], k + j);
     }
@@ -183,48 +221,102 @@ __device__ __forceinline__ void norm_weight_prefetch(const NormIn& in, int cols,
 constexpr int kNormBatch = 8;
 /// kAddW: in.add is first RMS-normalized and scaled by in.add_w (a post-norm of the addend,
 /// NormIn::add_w); compiled in only where a family needs it, so the plain norm keeps its code.
+/// Its sum needs a second block reduction; rows of up to kNormBatch x THREADS elements stay in
+/// registers across it, so x, add and add_w cost one L2 round trip, as the plain norm's loads do.
 template <int THREADS = kThreads, bool kAddW = false>
 __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const float* w, float* xs) {
   __shared__ double red[THREADS / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double sum = 0.0;
   const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
-  [[maybe_unused]] float add_scale = 1.f;
+  // v = x + add for element i (add post-normed by add_scale where kAddW), into xs and the sum.
+  auto emit = [&](int i, float xv, float av) {
+    const float v = in.add ? xv + av : xv;
+    if (write_x) in.x_out[i] = v;
+    xs[i] = v;
+    sum += double(__fmul_rn(v, v));
+  };
+  // The block's fp64 total of every thread's `part` (red is free again when it returns).
+  auto block_total = [&](double part) {
+    for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    if (lane == 0) red[warp] = part;
+    __syncthreads();
+    double total = 0.0;
+#pragma unroll
+    for (int k = 0; k < THREADS / 32; ++k) total += red[k];
+    __syncthreads();
+    return total;
+  };
+  bool done = false;
   if constexpr (kAddW) {
     if (in.add_w != nullptr && in.add != nullptr) {
-      for (int i = threadIdx.x; i < cols; i += THREADS) {
-        const float a = __ldcg(in.add + i);
-        sum += double(__fmul_rn(a, a));
-      }
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (lane == 0) red[warp] = sum;
-      __syncthreads();
-      double total = 0.0;
+      if (cols <= kNormBatch * THREADS) {
+        // The whole row in registers: x, add and add_w in one L2 round trip, the addend's sum,
+        // then v — the same per-thread order as the loop below, so the same bits.
+        float xv[kNormBatch], av[kNormBatch], wv[kNormBatch];
+        double asum = 0.0;
 #pragma unroll
-      for (int k = 0; k < THREADS / 32; ++k) total += red[k];
-      add_scale = 1.0f / sqrtf(float(total / double(cols)) + in.eps);
-      sum = 0.0;
-      __syncthreads();  // red is read by every thread before it is reused below
+        for (int k = 0; k < kNormBatch; ++k) {
+          const int i = threadIdx.x + k * THREADS;
+          xv[k] = i < cols ? __ldcg(in.x + i) : 0.f;
+          av[k] = i < cols ? __ldcg(in.add + i) : 0.f;
+          wv[k] = i < cols ? in.add_w[i] : 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < kNormBatch; ++k) asum += double(__fmul_rn(av[k], av[k]));  // zeros past cols add nothing
+        const float add_scale = 1.0f / sqrtf(float(block_total(asum) / double(cols)) + in.eps);
+#pragma unroll
+        for (int k = 0; k < kNormBatch; ++k) {
+          const int i = threadIdx.x + k * THREADS;
+          if (i < cols) emit(i, xv[k], __fmul_rn(__fmul_rn(av[k], add_scale), wv[k]));
+        }
+        done = true;
+      } else {
+        // Longer rows: the addend's sum first, kNormBatch loads in flight per thread.
+        double asum = 0.0;
+        for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
+          float av[kNormBatch];
+#pragma unroll
+          for (int k = 0; k < kNormBatch; ++k) av[k] = i0 + k * THREADS < cols ? __ldcg(in.add + i0 + k * THREADS) : 0.f;
+#pragma unroll
+          for (int k = 0; k < kNormBatch; ++k) asum += double(__fmul_rn(av[k], av[k]));
+        }
+        const float add_scale = 1.0f / sqrtf(float(block_total(asum) / double(cols)) + in.eps);
+        for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
+          float xv[kNormBatch], av[kNormBatch], wv[kNormBatch];
+#pragma unroll
+          for (int k = 0; k < kNormBatch; ++k) {
+            const int i = i0 + k * THREADS;
+            xv[k] = i < cols ? __ldcg(in.x + i) : 0.f;
+            av[k] = i < cols ? __ldcg(in.add + i) : 0.f;
+            wv[k] = i < cols ? in.add_w[i] : 0.f;
+          }
+#pragma unroll
+          for (int k = 0; k < kNormBatch; ++k) {
+            const int i = i0 + k * THREADS;
+            if (i >= cols) break;
+            emit(i, xv[k], __fmul_rn(__fmul_rn(av[k], add_scale), wv[k]));
+          }
+        }
+        done = true;
+      }
     }
   }
-  for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
-    float xv[kNormBatch], av[kNormBatch];
+  if (!done) {
+    for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
+      float xv[kNormBatch], av[kNormBatch];
 #pragma unroll
-    for (int k = 0; k < kNormBatch; ++k) {
-      const int i = i0 + k * THREADS;
-      xv[k] = i < cols ? __ldcg(in.x + i) : 0.f;  // written by the previous kernel: from L2
-      av[k] = in.add && i < cols ? __ldcg(in.add + i) : 0.f;
-    }
+      for (int k = 0; k < kNormBatch; ++k) {
+        const int i = i0 + k * THREADS;
+        xv[k] = i < cols ? __ldcg(in.x + i) : 0.f;  // written by the previous kernel: from L2
+        av[k] = in.add && i < cols ? __ldcg(in.add + i) : 0.f;
+      }
 #pragma unroll
-    for (int k = 0; k < kNormBatch; ++k) {
-      const int i = i0 + k * THREADS;
-      if (i >= cols) break;
-      if constexpr (kAddW)
-        if (in.add_w != nullptr) av[k] = __fmul_rn(__fmul_rn(av[k], add_scale), in.add_w[i]);
-      const float v = in.add ? xv[k] + av[k] : xv[k];
-      if (write_x) in.x_out[i] = v;
-      xs[i] = v;
-      sum += double(__fmul_rn(v, v));
+      for (int k = 0; k < kNormBatch; ++k) {
+        const int i = i0 + k * THREADS;
+        if (i >= cols) break;
+        emit(i, xv[k], av[k]);
+      }
     }
   }
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);

@@ -30,7 +30,11 @@ constexpr int kUnroll = 8, kBuffers = 2;
 // kTrace: the phase stamps compiled in (a.trace set), as in decode_attention_block.cu.
 // kAddW (in.add_w set: a post-norm of the addend) and kGelu (GeGLU) are compiled in only for
 // the families that use them, so SwiGLU families keep the plain kernel's code.
-template <typename WT, bool kTrace, bool kAddW, bool kGelu>
+// kSplitDown (split_down()): a block's down rows do not divide evenly among its warps (Gemma 2
+// 9B: 28 rows for 16 warps, so 12 warps would stream two rows and 4 one); the warps take equal
+// runs of the rows' weight batches instead, and each row sums its runs' partial dot products
+// in warp order.
+template <typename WT, bool kTrace, bool kAddW, bool kGelu, bool kSplitDown>
 __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) {
   extern __shared__ float4 smem4[];
   auto stamp = [&](int event) {
@@ -49,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   // warp computes pair p as gate row p then up row n_ff + p.
   const int64_t pchunk = (n_ff + gridDim.x - 1) / gridDim.x;
   const int64_t p0 = ::min(int64_t(n_ff), int64_t(blockIdx.x) * pchunk), p1 = ::min(int64_t(n_ff), p0 + pchunk);
-  const int64_t dchunk = (a.down_rows + gridDim.x - 1) / gridDim.x;
+  const int dchunk = int((a.down_rows + gridDim.x - 1) / gridDim.x);
   const int64_t d0 = ::min(a.down_rows, int64_t(blockIdx.x) * dchunk), d1 = ::min(a.down_rows, d0 + dchunk);
   const int gu_nvec = cols / kVec, d_nvec = n_ff / kVec;
   auto gu_ptr = [&](int64_t row) { return reinterpret_cast<const uint4*>(Wgu + row * cols); };
@@ -62,6 +66,11 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   stamp(kFfnAfterPdlWait);
   norm_to_smem<kThreads, kAddW>(a.in, cols, ws, xs);
   stamp(kFfnNormDone);
+  // kSplitDown: the down rows' partial sums [dchunk][kWarps] where the norm weight was (no
+  // longer read); zeros where a warp's run misses a row. Visible to all after arrive's barrier.
+  float* parts = ws;
+  if constexpr (kSplitDown)
+    for (int i = threadIdx.x; i < dchunk * kWarps; i += kThreads) parts[i] = 0.f;
 
   // Rows 2j and 2j + 1 of this warp's stream: gate and up rows of pair p0 + warp + 16 j.
   const int my_pairs = p0 + warp < p1 ? int((p1 - p0 - warp + kWarps - 1) / kWarps) : 0;
@@ -80,16 +89,37 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_kernel(FfnBlockArgs a) 
   // Down needs all of h: its first loads go out between the arrival and the wait.
   arrive(a.sync);
   stamp(kFfnGateUpDone);
-  if (d0 + warp < d1) load_first<kUnroll>(d_ptr(d0 + warp), w[0], d_nvec, lane);
+  // kSplitDown: this warp's run [k0, k1) of the block's down batches.
+  const int per_row = (d_nvec + 32 * kUnroll - 1) / (32 * kUnroll), total = int(d1 - d0) * per_row;
+  const int k0 = warp * total / kWarps, k1 = (warp + 1) * total / kWarps;
+  auto local_row = [&](int i) { return d_ptr(d0 + i); };
+  if constexpr (kSplitDown) {
+    if (k0 < k1) load_batch<kUnroll>(local_row, k0, per_row, d_nvec, lane, w[0]);
+  } else {
+    if (d0 + warp < d1) load_first<kUnroll>(d_ptr(d0 + warp), w[0], d_nvec, lane);
+  }
   wait_for(a.sync, gridDim.x);
   stamp(kFfnHHandedOff);
   stage_to_smem(a.h, n_ff, xs);
-  const int my_rows = d0 + warp < d1 ? int((d1 - d0 - warp + kWarps - 1) / kWarps) : 0;
-  stream_rows<WT, kUnroll, kBuffers>(
-      my_rows, [&](int i) { return d_ptr(d0 + warp + int64_t(kWarps) * i); }, xs, d_nvec, lane, w,
-      [&](int i, float v) {
-        if (lane == 0) a.y[d0 + warp + int64_t(kWarps) * i] = v;
-      });
+  if constexpr (kSplitDown) {
+    stream_batches<WT, kUnroll, kBuffers>(k0, k1, per_row, local_row, xs, d_nvec, lane, w, [&](int i, float v) {
+      if (lane == 0) parts[i * kWarps + warp] = v;
+    });
+    __syncthreads();
+    for (int i = threadIdx.x; i < int(d1 - d0); i += kThreads) {
+      float y = 0.f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) y += parts[i * kWarps + k];
+      a.y[d0 + i] = y;
+    }
+  } else {
+    const int my_rows = d0 + warp < d1 ? int((d1 - d0 - warp + kWarps - 1) / kWarps) : 0;
+    stream_rows<WT, kUnroll, kBuffers>(
+        my_rows, [&](int i) { return d_ptr(d0 + warp + int64_t(kWarps) * i); }, xs, d_nvec, lane, w,
+        [&](int i, float v) {
+          if (lane == 0) a.y[d0 + warp + int64_t(kWarps) * i] = v;
+        });
+  }
   if constexpr (kTrace) {
     __syncthreads();
     stamp(kFfnEnd);
@@ -104,7 +134,7 @@ size_t ffn_smem_bytes(int cols, int n_ff) {
 // instantiation it runs.
 template <typename WT>
 int64_t capacity(size_t smem) {
-  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT, false, false, false>), smem);
+  return resident_blocks(reinterpret_cast<const void*>(ffn_block_kernel<WT, false, false, false, false>), smem);
 }
 
 bool rows_ok(const DeviceMatrix& W) {
@@ -112,17 +142,26 @@ bool rows_ok(const DeviceMatrix& W) {
          reinterpret_cast<uintptr_t>(W.data) % 16 == 0;
 }
 
+// Whether the down rows go to warps in equal runs of batches (the kernel's kSplitDown): a
+// block's share of rows is more than one per warp but not a multiple of the warps, and the
+// partial sums ([rows][kWarps] floats) fit where the norm weight was (cols floats).
+bool split_down(const FfnBlockArgs& a) {
+  const int64_t dchunk = (a.down_rows + a.blocks - 1) / a.blocks;
+  return dchunk > kWarps && dchunk % kWarps != 0 && dchunk * kWarps <= a.cols;
+}
+
 template <typename WT, bool kAddW, bool kGelu>
-auto* kernel_for(bool trace) {
-  return trace ? ffn_block_kernel<WT, true, kAddW, kGelu> : ffn_block_kernel<WT, false, kAddW, kGelu>;
+auto* kernel_for(bool trace, bool split) {
+  if (split) return trace ? ffn_block_kernel<WT, true, kAddW, kGelu, true> : ffn_block_kernel<WT, false, kAddW, kGelu, true>;
+  return trace ? ffn_block_kernel<WT, true, kAddW, kGelu, false> : ffn_block_kernel<WT, false, kAddW, kGelu, false>;
 }
 
 template <typename WT>
 void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
   const size_t smem = ffn_smem_bytes(a.cols, a.n_ff);
-  const bool add_w = a.in.add_w != nullptr;
-  auto* typed = add_w ? (a.gelu ? kernel_for<WT, true, true>(a.trace) : kernel_for<WT, true, false>(a.trace))
-                      : (a.gelu ? kernel_for<WT, false, true>(a.trace) : kernel_for<WT, false, false>(a.trace));
+  const bool add_w = a.in.add_w != nullptr, split = split_down(a);
+  auto* typed = add_w ? (a.gelu ? kernel_for<WT, true, true>(a.trace, split) : kernel_for<WT, true, false>(a.trace, split))
+                      : (a.gelu ? kernel_for<WT, false, true>(a.trace, split) : kernel_for<WT, false, false>(a.trace, split));
   const void* kernel = reinterpret_cast<const void*>(typed);
   if (a.blocks > resident_blocks(kernel, smem))  // the hand-off would wait forever
     throw CudaError("decode_ffn_block: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +

@@ -10,7 +10,7 @@ GraphCache::~GraphCache() {
 }
 
 std::optional<GraphCache::Key> GraphCache::graph_key(const StepShape& s, int turn) {
-  bool graph = enabled_ && s.tokens <= kMaxGraphTokens;
+  bool graph = enabled_ && s.tokens <= kMaxGraphTokens && !s.host_waits;
   if (graph && graphs_generation_ != generation_) {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
     graphs_.clear();

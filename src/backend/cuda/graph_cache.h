@@ -42,6 +42,7 @@ class GraphCache {
     bool decode_tile_kernel = false;  ///< the tiles run the decode-tile kernel
     bool trees = false;               ///< the attention kernels' masked variants
     int tail = 0;                     ///< what the step ends with (CudaModel::Tail)
+    bool host_waits = false;          ///< the kernels wait for the host midway: never graphed
   };
 
   explicit GraphCache(bool enabled) : enabled_(enabled) {}

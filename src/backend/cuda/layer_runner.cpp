@@ -22,6 +22,7 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   // Plain fp32 SGEMM for F32 weights (no TF32): the F32 path stays close to the CPU's.
   FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   fuse_enabled_ = knobs.fuse;
+  if (c.n_expert > 0) moe_offsets_host_.grow(size_t(c.n_expert) + 1);
   // Prefill attention on tensor cores (fp16 operands) where the prefill GEMMs already round
   // activations to 16 bits (F16/BF16 weights); an F32 model keeps the fp32 tiles, so it stays
   // as close to the CPU backend as before. FLASHDLLM_ATTN_TC=0/1 overrides.
@@ -72,6 +73,11 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
   const ModelConfig& c = config_;
   const size_t d = size_t(c.n_embd), q = size_t(c.n_head) * c.head_dim, kvd = size_t(c.n_head_kv) * c.head_dim,
                ff = size_t(c.n_ff), nn = size_t(n), mm = size_t(std::max(m, 1));
+  // A mixture of experts: k pairs per token; the routed GEMVs hold all pairs' gate/up and h
+  // rows at once, the grouped path one expert's (at most n) at a time.
+  const bool moe = c.n_expert > 0;
+  const size_t pairs = moe ? nn * size_t(c.n_expert_used) : 0;
+  const size_t ffn_rows = moe && n <= kGemvMaxTokens ? pairs : nn;
   // Visits every scratch buffer with the room this step needs: first to ask whether any must
   // grow (submitted steps still running use them: wait for those first), then to grow them.
   auto each = [&](auto&& f) {
@@ -83,8 +89,20 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
     f(qkv_, nn * (q + 2 * kvd));
     f(q_, nn * q);
     f(attn_, nn * q);
-    f(gu_, nn * 2 * ff);
-    f(h_, nn * ff);
+    f(gu_, ffn_rows * 2 * ff);
+    f(h_, ffn_rows * ff);
+    if (moe) {
+      f(router_, nn * size_t(c.n_expert));
+      f(route_w_, pairs);
+      f(route_ids_, pairs);
+      f(moe_y_, pairs * d);
+      if (n > kGemvMaxTokens) {
+        f(moe_perm_, pairs);
+        f(moe_slot_, pairs);
+        f(moe_offsets_, size_t(c.n_expert) + 1);
+        f(moe_in_, pairs * d);
+      }
+    }
     f(out_rows_, mm * d);
     f(logits_, mm * size_t(c.n_vocab));
     f(partial_, attention_partial_floats(n, c.n_head, c.head_dim, splits));
@@ -189,6 +207,13 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
       matmul(L.wo.view, attn_.get(), n, proj_.get());
     }
     prof_.mark(kWo);
+    if (c.n_expert > 0) {  // fp32 rows: the routed GEMVs and the gather read them (run_moe_ffn casts for GEMMs)
+      add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn_.get(), nullptr, n, d, c.rms_eps, true, stream_,
+                   WType::F32, L.post_attn_norm.get());
+      prof_.mark(kNorm);
+      run_moe_ffn(l, n);
+      continue;
+    }
     const WType gu_in = gemm_input_type(L.gate_up.view, n);
     void* xn2 = gu_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
     add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in,
@@ -255,6 +280,17 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
     gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
     prof_.mark(kWo);
   }
+  if (c.n_expert > 0) {
+    // The norm in place on x2_, the experts, then the residual back in x_ where the next
+    // layer's fused kernels read it.
+    add_rms_norm(x2_.get(), proj_.get(), L.ffn_norm.get(), xn_.get(), nullptr, 1, c.n_embd, c.rms_eps, true, stream_,
+                 WType::F32, L.post_attn_norm.get());
+    prof_.mark(kNorm);
+    run_moe_ffn(l, 1);
+    FDL_CUDA_CHECK(cudaMemcpyAsync(x_.get(), x2_.get(), size_t(c.n_embd) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   stream_));
+    return;
+  }
   const NormIn ffn_in{x2_.get(), proj_.get(), L.ffn_norm.get(), x_.get(), c.rms_eps, L.post_attn_norm.get()};
   if (ffn_blocks_ > 0) {
     run_ffn_block(l, ffn_in);
@@ -264,6 +300,62 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
     gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
     prof_.mark(kDown);
   }
+}
+
+// route_top_k on the device, then the experts: routed GEMVs for a few tokens, else the pairs
+// grouped by expert (their counts read back: the one host wait) and one GEMM per expert; the
+// CPU's order of the weighted sum (moe_forward.cpp).
+void LayerRunner::run_moe_ffn(int l, int n) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  const int d = c.n_embd, k = c.n_expert_used, pairs = n * k;
+  if (gemm_input_type(L.router.view, n) != WType::F32) {
+    cast_f32(xn_.get(), size_t(n) * d, L.router.view.type, xh_.get(), stream_);
+    matmul(L.router.view, xh_.get(), n, router_.get());
+  } else {
+    matmul(L.router.view, xn_.get(), n, router_.get());
+  }
+  moe_route(router_.get(), n, c.n_expert, k, route_ids_.get(), route_w_.get(), stream_);
+  prof_.mark(kRoute);
+  const ExpertMatrices gate_up = L.gate_up_experts(), down = L.down_experts();
+  if (n <= kGemvMaxTokens) {
+    moe_gemv(gate_up, route_ids_.get(), xn_.get(), k, pairs, gu_.get(), stream_);
+    prof_.mark(kGateUp);
+    silu_mul(gu_.get(), h_.get(), pairs, c.n_ff, stream_, WType::F32, c.ffn_gelu);
+    prof_.mark(kSilu);
+    moe_gemv(down, route_ids_.get(), h_.get(), 1, pairs, moe_y_.get(), stream_);
+    moe_combine(moe_y_.get(), nullptr, route_w_.get(), n, k, d, proj_.get(), stream_);
+    prof_.mark(kDown);
+    return;
+  }
+  moe_group(route_ids_.get(), pairs, c.n_expert, moe_offsets_.get(), moe_perm_.get(), moe_slot_.get(), stream_);
+  moe_gather(xn_.get(), moe_perm_.get(), pairs, k, d, moe_in_.get(), stream_);
+  FDL_CUDA_CHECK(cudaMemcpyAsync(moe_offsets_host_.get(), moe_offsets_.get(), size_t(c.n_expert + 1) * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream_));
+  FDL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  prof_.mark(kRoute);
+  const int32_t* off = moe_offsets_host_.get();
+  for (int e = 0; e < c.n_expert; ++e) {
+    const int m = off[e + 1] - off[e];
+    if (m == 0) continue;
+    const DeviceMatrix gu = gate_up.expert(e), dn = down.expert(e);
+    const float* rows = moe_in_.get() + size_t(off[e]) * d;
+    if (gemm_input_type(gu, m) != WType::F32) {
+      cast_f32(rows, size_t(m) * d, gu.type, xh_.get(), stream_);
+      matmul(gu, xh_.get(), m, gu_.get());
+    } else {
+      matmul(gu, rows, m, gu_.get());
+    }
+    prof_.mark(kGateUp);
+    const WType down_in = gemm_input_type(dn, m);
+    void* h_in = down_in == WType::F32 ? static_cast<void*>(h_.get()) : static_cast<void*>(xh_.get());
+    silu_mul(gu_.get(), h_in, m, c.n_ff, stream_, down_in, c.ffn_gelu);
+    prof_.mark(kSilu);
+    matmul(dn, h_in, m, moe_y_.get() + size_t(off[e]) * d);
+    prof_.mark(kDown);
+  }
+  moe_combine(moe_y_.get(), moe_slot_.get(), route_w_.get(), n, k, d, proj_.get(), stream_);
+  prof_.mark(kDown);
 }
 
 // The FFN half of a batch-1 layer as one kernel: norm, gate/up + SwiGLU, down (kernels.h:

@@ -17,6 +17,10 @@
 // FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0 / FLASHDLLM_OUTPUT_BLOCK=0:
 // gemv_norm_rope_qkv, attention, wo / gemv_norm_swiglu, down (the norms, RoPE and SwiGLU fused
 // into the projections) / add_rms_norm + gemv; FLASHDLLM_CUDA_FUSE=0 keeps the unfused chain.
+// A mixture of experts (moe.h) routes on the device; up to kGemvMaxTokens tokens run each
+// (token, expert) pair's projections as routed GEMVs, with no host round trip; longer steps
+// group the pairs by expert and read the group sizes back (one host wait per layer: those
+// steps are not graphed, host_waits()), then run each expert's rows as one GEMM.
 // Attention of steps above 16 tokens runs in tiles on tensor cores (mma.sync, operands in the
 // weights' 16-bit type, fp32 accumulation) when the weights are F16/BF16, on fp32 CUDA cores
 // for F32 weights; FLASHDLLM_ATTN_TC=0/1 forces either (a 16-bit KV cache always uses tensor
@@ -89,6 +93,9 @@ class LayerRunner {
 
   /// Whether tiled attention runs on tensor cores (16-bit mma).
   bool attention_on_tensor_cores() const { return attn_tc_; }
+  /// Whether run() of n tokens waits for the host midway (a mixture of experts' grouped
+  /// path): such a step cannot be captured in a CUDA graph.
+  bool host_waits(int n) const { return config_.n_expert > 0 && n > kGemvMaxTokens; }
   /// Grows the scratch for a step of n tokens, m rows with logits and `splits` attention
   /// chunks (waiting for the compute stream first when `steps_in_flight`: submitted steps
   /// still use the buffers). The last step's ids move along. Returns true when any buffer
@@ -114,6 +121,8 @@ class LayerRunner {
   void run_fused_layer(int l, const StepInputs& in, const KvLayerView& kv, AttentionArgs& att);
   void run_attention_block(int l, const StepInputs& in, const KvLayerView& kv, const NormIn& attn_in, float scale);
   void run_ffn_block(int l, const NormIn& ffn_in);
+  /// The mixture-of-experts FFN of layer l on n tokens' normed rows in xn_ (fp32), into proj_.
+  void run_moe_ffn(int l, int n);
   /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
@@ -155,6 +164,11 @@ class LayerRunner {
   DeviceBuffer<float> k_new_;  // decode_attention_block's raw new K, for families with per-head Q/K norms
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
   DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
+  // Mixture of experts (moe.h): router logits, the pairs' experts and weights, the grouped
+  // path's order (perm, slot, offsets) and gathered rows, each pair's expert output.
+  DeviceBuffer<float> router_, route_w_, moe_in_, moe_y_;
+  DeviceBuffer<int32_t> route_ids_, moe_perm_, moe_slot_, moe_offsets_;
+  PinnedBuffer<int32_t> moe_offsets_host_;
 };
 
 }  // namespace fdl::cuda

@@ -7,7 +7,7 @@ namespace fdl::cuda {
 
 namespace {
 constexpr const char* kProfNames[kProfKinds] = {"embed",   "norm",      "qkv",  "rope",   "attention", "wo",
-                                                "attn_block", "gate_up", "silu", "down", "ffn_block", "output",
+                                                "attn_block", "route", "gate_up", "silu", "down", "ffn_block", "output",
                                                 "sample", "upload"};
 }  // namespace
 

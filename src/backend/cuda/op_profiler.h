@@ -19,7 +19,8 @@ namespace fdl::cuda {
 
 /// The op classes, in totals()' order.
 enum ProfKind {
-  kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kAttnBlock, kGateUp, kSilu, kDown, kFfnBlock, kOutput, kSample, kUpload,
+  kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kAttnBlock, kRoute, kGateUp, kSilu, kDown, kFfnBlock, kOutput, kSample,
+  kUpload,
   kProfKinds
 };
 
@@ -36,7 +37,8 @@ class OpProfiler {
   /// After a synchronize: adds the marked ops' times to their classes.
   void collect();
   /// (class name, milliseconds) per op class: embed, norm, qkv, rope, attention, wo,
-  /// attn_block, gate_up, silu, down, ffn_block, output, sample, upload.
+  /// attn_block, route (a mixture of experts' router, top-k and grouping), gate_up, silu, down,
+  /// ffn_block, output, sample, upload.
   std::vector<std::pair<std::string, double>> totals() const;
   void reset();
 
