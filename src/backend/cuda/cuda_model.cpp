@@ -105,13 +105,15 @@ KvShape CudaModel::kv_shape(int block_size) const {
 }
 
 // ModelOptions::kv_dtype: auto is the weights' 16-bit type where every layer's matrices share
-// it and the tensor-core tiles handle the head size; a 16-bit cache must be that type (the
-// kernels read a 16-bit cache's bytes as their mma operands, and the batch-1 attention kernel
-// is instantiated for fp32 or the weights' type).
+// it and head_dim is a multiple of 8 (16-byte rows); a 16-bit cache must be that type (the
+// tensor-core tiles read a 16-bit cache's bytes as their mma operands, and the batch-1
+// attention kernel is instantiated for fp32 or the weights' type). Head sizes the tiles do not
+// take (not 64 or 128: Gemma's 256) run every step's attention through the per-token kernel,
+// which reads any cache type.
 KvDtype CudaModel::resolve_kv_dtype(std::optional<KvDtype> want) const {
   const ModelConfig& c = config_;
   std::optional<KvDtype> native;
-  if (!host_weights_.layers.empty() && attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv)) {
+  if (!host_weights_.layers.empty() && c.head_dim % 8 == 0) {
     const WType t = device_qkv_type(host_weights_.layers[0]);
     bool same = t != WType::F32;
     for (const LlamaLayerWeights& L : host_weights_.layers)
@@ -121,7 +123,7 @@ KvDtype CudaModel::resolve_kv_dtype(std::optional<KvDtype> want) const {
   if (!want) return native.value_or(KvDtype::F32);
   if (*want != KvDtype::F32 && want != native)
     throw ModelError(file_.path() + ": --kv-cache-dtype " + kv_dtype_name(*want) + ": --device cuda keeps a 16-bit KV " +
-                     "cache only in the type of a model's 16-bit weights (head_dim 64 or 128); this model allows " +
+                     "cache only in the type of a model's 16-bit weights (head_dim a multiple of 8); this model allows " +
                      (native ? std::string(kv_dtype_name(*native)) + " or f32" : std::string("f32 only")));
   return *want;
 }

@@ -80,8 +80,9 @@ __device__ __forceinline__ void norm_rope(float4 (&x)[HV], const float* w, float
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 /// The kernel's plans. kPlain and kQkNorm (per-head Q/K norms, compiled in) take head_dim up
-/// to 128, one float4 per lane. kWide takes head_dim up to 256 (two float4s per lane, half the
-/// positions per step, at most 2 query heads per register group) and the Gemma plan's options
+/// to 128, one float4 per lane. kWide takes head_dim up to 256 (two float4s per lane; with an
+/// fp32 cache half the positions per step; at most 2 query heads per register group) and the
+/// Gemma plan's options
 /// at run time: a post-norm of the norm's addend (NormIn::add_w), soft-capped scores, per-head
 /// Q/K norms. Compiled separately so the plain kernel keeps its registers.
 enum BlockPlan : int { kPlain = 0, kQkNorm = 1, kWide = 2 };
@@ -102,7 +103,10 @@ template <typename WT, int GM, bool kTrace, bool KV16, int kPlan>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(AttentionBlockArgs a) {
   using KvT = std::conditional_t<KV16, WT, float>;
   constexpr int HV = kPlan == kWide ? 2 : 1;  // float4s per lane: head_dim up to HV * kLaneDims
-  constexpr int U = kU / HV;                  // positions per warp per step: the same bytes in flight
+  // Positions per warp per step: kU, or for the wide plan's two float4s per lane 2 with an fp32
+  // cache (the same K/V registers) and 3 with a 16-bit one (its raw K/V take half the
+  // registers; 4 would spill).
+  constexpr int U = HV == 1 ? kU : KV16 ? 3 : 2;
   extern __shared__ float4 smem4[];
   auto stamp = [&](int event) {
     if constexpr (kTrace) block::stamp(a.trace, event);

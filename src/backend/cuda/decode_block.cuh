@@ -226,6 +226,8 @@ constexpr int kNormBatch = 8;
 template <int THREADS = kThreads, bool kAddW = false>
 __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const float* w, float* xs) {
   __shared__ double red[THREADS / 32];
+  [[maybe_unused]] __shared__ double red_add[THREADS / 32];  // kAddW's first reduction
+  static_assert(THREADS <= 1024, "one per-warp total per lane of a warp");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double sum = 0.0;
   const bool write_x = in.x_out != nullptr && blockIdx.x == 0;
@@ -236,15 +238,15 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
     xs[i] = v;
     sum += double(__fmul_rn(v, v));
   };
-  // The block's fp64 total of every thread's `part` (red is free again when it returns).
-  auto block_total = [&](double part) {
+  // kAddW: the block's fp64 total of every thread's `part` for the addend's norm. Its own
+  // array (no second barrier before reuse), and each warp sums the per-warp totals with a
+  // butterfly, which gives every lane the same bits without a serial chain of shared loads.
+  [[maybe_unused]] auto addend_total = [&](double part) {
     for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-    if (lane == 0) red[warp] = part;
+    if (lane == 0) red_add[warp] = part;
     __syncthreads();
-    double total = 0.0;
-#pragma unroll
-    for (int k = 0; k < THREADS / 32; ++k) total += red[k];
-    __syncthreads();
+    double total = lane < THREADS / 32 ? red_add[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
     return total;
   };
   bool done = false;
@@ -264,7 +266,7 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
         }
 #pragma unroll
         for (int k = 0; k < kNormBatch; ++k) asum += double(__fmul_rn(av[k], av[k]));  // zeros past cols add nothing
-        const float add_scale = 1.0f / sqrtf(float(block_total(asum) / double(cols)) + in.eps);
+        const float add_scale = 1.0f / sqrtf(float(addend_total(asum) / double(cols)) + in.eps);
 #pragma unroll
         for (int k = 0; k < kNormBatch; ++k) {
           const int i = threadIdx.x + k * THREADS;
@@ -281,7 +283,7 @@ __device__ __forceinline__ void norm_to_smem(const NormIn& in, int cols, const f
 #pragma unroll
           for (int k = 0; k < kNormBatch; ++k) asum += double(__fmul_rn(av[k], av[k]));
         }
-        const float add_scale = 1.0f / sqrtf(float(block_total(asum) / double(cols)) + in.eps);
+        const float add_scale = 1.0f / sqrtf(float(addend_total(asum) / double(cols)) + in.eps);
         for (int i0 = threadIdx.x; i0 < cols; i0 += kNormBatch * THREADS) {
           float xv[kNormBatch], av[kNormBatch], wv[kNormBatch];
 #pragma unroll
