@@ -116,6 +116,8 @@ nlohmann::json describe(const GgufFile& gguf) {
     j["n_head_kv"] = cfg->n_head_kv;
     j["head_dim"] = cfg->head_dim;
     j["n_ff"] = cfg->n_ff;
+    j["n_expert"] = cfg->n_expert;
+    j["n_expert_used"] = cfg->n_expert_used;
     j["n_ctx_train"] = cfg->n_ctx_train;
     j["rope_freq_base"] = cfg->rope_freq_base;
     j["rms_eps"] = cfg->rms_eps;
@@ -134,6 +136,8 @@ nlohmann::json describe(const GgufFile& gguf) {
                         ? nlohmann::json(j["n_embd"].get<uint64_t>() / j["n_head"].get<uint64_t>())
                         : nlohmann::json(nullptr);
     j["n_ff"] = meta_uint(gguf, p + "feed_forward_length");
+    j["n_expert"] = meta_uint(gguf, p + "expert_count");
+    j["n_expert_used"] = meta_uint(gguf, p + "expert_used_count");
     j["n_ctx_train"] = meta_uint(gguf, p + "context_length");
     j["rope_freq_base"] = meta_float(gguf, p + "rope.freq_base");
     j["rms_eps"] = meta_float(gguf, p + "attention.layer_norm_rms_epsilon");
@@ -223,7 +227,11 @@ void print_plain(const nlohmann::json& j) {
   std::printf("layers:        %s\n", num(j["n_layer"]).c_str());
   std::printf("heads:         %s (kv heads %s, head dim %s)\n", num(j["n_head"]).c_str(),
               num(j["n_head_kv"]).c_str(), num(j["head_dim"]).c_str());
-  std::printf("ffn:           %s\n", num(j["n_ff"]).c_str());
+  if (j["n_expert"].is_number() && j["n_expert"].get<int64_t>() > 0)
+    std::printf("ffn:           %s x %s experts (%s per token)\n", num(j["n_ff"]).c_str(), num(j["n_expert"]).c_str(),
+                num(j["n_expert_used"]).c_str());
+  else
+    std::printf("ffn:           %s\n", num(j["n_ff"]).c_str());
   std::printf("context:       %s (trained)\n", num(j["n_ctx_train"]).c_str());
   std::printf("rope base:     %s, rms eps: %s, tied output: %s\n",
               num(j["rope_freq_base"]).c_str(), num(j["rms_eps"]).c_str(),

@@ -146,9 +146,11 @@ void add_make_model_command(CLI::App& tools_app) {
   a->ffn_dim_opt = cmd->add_option("--ffn-dim", a->ffn_dim, "FFN hidden size (override)");
   a->vocab_opt = cmd->add_option("--vocab", a->vocab, "Vocab size of the synthesized tokenizer");
   a->context_opt = cmd->add_option("--context", a->context, "Context length metadata (override)");
-  a->n_expert_opt = cmd->add_option("--n-experts", a->n_expert, "Experts per layer: a Mixtral-style mixture (override)");
+  a->n_expert_opt =
+      cmd->add_option("--n-experts", a->n_expert, "Experts per layer: a Mixtral-style mixture, arch llama (override; <= 512)");
   a->n_expert_used_opt =
-      cmd->add_option("--n-experts-used", a->n_expert_used, "Experts per token (default 2, or the preset's)");
+      cmd->add_option("--n-experts-used", a->n_expert_used,
+                      "Experts per token (default: 2, at most --n-experts, when --n-experts is given; else the preset's)");
   a->rope_theta_opt = cmd->add_option("--rope-theta", a->rope_theta, "RoPE base frequency (override)");
   a->rms_eps_opt = cmd->add_option("--rms-eps", a->rms_eps, "RMSNorm epsilon (override)");
   cmd->add_option("--weight-std", a->weight_std, "Std of the random matrix values")->capture_default_str();

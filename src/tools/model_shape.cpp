@@ -32,6 +32,9 @@ const std::array<Preset, 8> kPresets{{
     {"mixtral-8x7b", {4096, 32, 32, 8, 14336, 32000, 32768, 1000000.f, 1e-5f, "llama", 0, 8, 2}},
 }};
 
+// llama.cpp's largest expert count (LLAMA_MAX_EXPERTS).
+constexpr uint32_t kMaxExperts = 512;
+
 [[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument("make_model: " + msg); }
 
 void require_positive(uint32_t v, const char* what) {
@@ -73,10 +76,15 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
   s.n_expert = opt.n_expert.value_or(s.n_expert);
   // Experts per token: as given; else 2 (at most n_expert) when n_expert is given; else the preset's.
   s.n_expert_used = opt.n_expert_used.value_or(opt.n_expert ? std::min(2u, s.n_expert) : s.n_expert_used);
-  if (s.n_expert == 0 && s.n_expert_used > 0) bad("n_expert_used needs n_expert (a mixture of experts)");
+  if (s.n_expert == 0 && s.n_expert_used > 0)
+    bad("n_expert_used (--n-experts-used) needs n_expert (--n-experts): a mixture of experts");
+  if (s.n_expert > kMaxExperts)
+    bad("n_expert (--n-experts) must be at most " + std::to_string(kMaxExperts) + ", got " + std::to_string(s.n_expert));
   if (s.n_expert > 0 && (s.n_expert_used == 0 || s.n_expert_used > s.n_expert))
-    bad("n_expert_used must be 1.." + std::to_string(s.n_expert) + " (n_expert), got " + std::to_string(s.n_expert_used));
-  if (s.n_expert > 0 && s.arch != "llama") bad("experts are written for arch llama only (Mixtral), not " + s.arch);
+    bad("n_expert_used (--n-experts-used) must be 1.." + std::to_string(s.n_expert) + " (n_expert), got " +
+        std::to_string(s.n_expert_used));
+  if (s.n_expert > 0 && s.arch != "llama")
+    bad("experts (--n-experts) are written for arch llama only (Mixtral), not " + s.arch + " (--arch or the preset)");
   if (file_vocab) {
     if (opt.vocab && *opt.vocab != *file_vocab)
       bad("vocab " + std::to_string(*opt.vocab) + " conflicts with vocab_from, which has " +

@@ -397,13 +397,17 @@ TEST(MakeModel, InvalidOptionsNameTheOption) {
   EXPECT_NE(invalid_message(opt).find("unknown arch 'gemma4' (available: llama, qwen2, qwen3, gemma2)"), std::string::npos);
   opt = {};
   opt.n_expert_used = 2;
-  EXPECT_NE(invalid_message(opt).find("n_expert_used needs n_expert"), std::string::npos);
+  EXPECT_NE(invalid_message(opt).find("n_expert_used (--n-experts-used) needs n_expert (--n-experts)"), std::string::npos);
   opt.n_expert = 4;
   opt.n_expert_used = 5;
-  EXPECT_NE(invalid_message(opt).find("n_expert_used must be 1..4 (n_expert), got 5"), std::string::npos);
+  EXPECT_NE(invalid_message(opt).find("n_expert_used (--n-experts-used) must be 1..4 (n_expert), got 5"),
+            std::string::npos);
+  opt.n_expert = 513;
+  EXPECT_NE(invalid_message(opt).find("n_expert (--n-experts) must be at most 512, got 513"), std::string::npos);
+  opt.n_expert = 4;
   opt.n_expert_used = 2;
   opt.arch = "qwen2";
-  EXPECT_NE(invalid_message(opt).find("experts are written for arch llama only"), std::string::npos);
+  EXPECT_NE(invalid_message(opt).find("experts (--n-experts) are written for arch llama only"), std::string::npos);
   opt = {};
   opt.dim = 100;
   opt.n_heads = 3;

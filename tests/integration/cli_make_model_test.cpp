@@ -38,6 +38,27 @@ TEST(CliMakeModel, TinyQ8ModelLoadsWithOverriddenShapeAndGenerates) {
   EXPECT_EQ(parse_cli_json(gen).at("token_ids").size(), 8u);
 }
 
+// Experts: written, described by info (plain and JSON), and generated from on the CPU.
+TEST(CliMakeModel, ExpertsAreShownByInfoAndGenerate) {
+  FDL_REQUIRE_CLI();
+  const auto out = scratch_dir() / "tiny-experts.gguf";
+  const CliResult made = run_cli({"tools", "make-model", "--preset", "tiny", "--dtype", "f16", "--n-experts", "4",
+                                  "--n-experts-used", "3", "-o", out.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_NE(made.out.find("x 4 experts (3 per token)"), std::string::npos) << made.out;
+  const CliResult info = run_cli({"info", "-m", out.string(), "--json"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const auto j = parse_cli_json(info);
+  EXPECT_EQ(j.at("n_expert"), 4);
+  EXPECT_EQ(j.at("n_expert_used"), 3);
+  const CliResult plain = run_cli({"info", "-m", out.string()});
+  EXPECT_NE(plain.out.find("128 x 4 experts (3 per token)"), std::string::npos) << plain.out;
+  const CliResult gen = run_cli({"generate", "-m", out.string(), "-p", "hello", "-n", "6", "--temp", "0",
+                                 "--ignore-eos", "--json"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(parse_cli_json(gen).at("token_ids").size(), 6u);
+}
+
 TEST(CliMakeModel, SameSeedGivesIdenticalBytes) {
   FDL_REQUIRE_CLI();
   const auto a = scratch_dir() / "seed-a.gguf";
@@ -62,7 +83,11 @@ TEST(CliMakeModel, BadOptionsFailWithOneLine) {
            {"tools", "make-model", "--dtype", "q4_k", "-o", out},
            {"tools", "make-model", "--dim", "-64", "-o", out},
            {"tools", "make-model", "--dim", "100", "--n-heads", "3", "-o", out},
-           {"tools", "make-model", "--preset", "tiny"}}) {
+           {"tools", "make-model", "--preset", "tiny"},
+           {"tools", "make-model", "--n-experts-used", "2", "-o", out},
+           {"tools", "make-model", "--n-experts", "4", "--n-experts-used", "5", "-o", out},
+           {"tools", "make-model", "--n-experts", "100000", "-o", out},
+           {"tools", "make-model", "--arch", "qwen2", "--n-experts", "4", "-o", out}}) {
     const CliResult r = run_cli(args);
     EXPECT_NE(r.exit_code, 0) << args[2];
     EXPECT_LT(r.exit_code, 128) << r.err;
