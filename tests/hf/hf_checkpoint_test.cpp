@@ -19,6 +19,7 @@
 #include "hf/hf_checkpoint.h"
 #include "hf/hf_config.h"
 #include "hf/hf_tokenizer.h"
+#include "hf/one_line_error.h"
 #include "hf/safetensors.h"
 #include "test_support.h"
 
@@ -117,15 +118,7 @@ class HfDirectoryErrors : public ::testing::Test {
   std::string error() {
     write("config.json", config_);
     write("tokenizer.json", tokenizer_);
-    try {
-      hf::open_hf_directory(dir_);
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-      return what;
-    }
-    ADD_FAILURE() << "no error";
-    return {};
+    return one_line_error([&] { hf::open_hf_directory(dir_); });
   }
   fs::path dir_;
   json config_, tokenizer_;

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "hf/one_line_error.h"
 #include "hf/tokenizer_json_support.h"
 
 namespace fdl::test {
@@ -28,15 +29,7 @@ class TokenizerJsonVariant : public ::testing::Test {
   GgufFile convert() const { return convert_tokenizer_json(tokenizer_, config_, n_vocab_, kLabel); }
   /// The error converting the current variant gives; fails the test if there is none.
   std::string error() const {
-    try {
-      convert();
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-      return what;
-    }
-    ADD_FAILURE() << "no error";
-    return {};
+    return one_line_error([&] { convert(); });
   }
   json& model() { return tokenizer_["model"]; }
   json tokenizer_, config_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_block.cuh"
 #include "backend/cuda/gemv_widen.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/moe.h"
@@ -50,49 +51,23 @@ __global__ void moe_route_kernel(const float* logits, int n, int n_expert, int k
 constexpr int kRowsPerBlock = 8;  // one warp per row, as gemv.cu
 constexpr int kUnroll = 8;        // gemv.cu's default for one token
 
-// gemv.cu's one-token loop (gemv_vec_kernel<WT, 1, 8, 1>) on pair blockIdx.y's expert and
-// row. The expert id comes from the previous kernel, so no weight load can go out before
-// grid_dependency_wait.
+// gemv.cu's one-token loop (block::dot_row: the same loads, fmaf order and warp sum) on pair
+// blockIdx.y's expert and row. The expert id comes from the previous kernel, so no weight
+// load can go out before grid_dependency_wait.
 template <typename WT>
 __global__ void __launch_bounds__(256) moe_gemv_vec_kernel(const WT* __restrict__ W, int64_t expert_elems,
                                                            const int32_t* __restrict__ ids, const float* __restrict__ X,
                                                            int x_div, float* __restrict__ Y, int64_t rows, int cols) {
   launch_dependents();
-  constexpr int kVec = Widen<WT>::kVec;
   const int lane = threadIdx.x & 31, p = blockIdx.y;
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   grid_dependency_wait();
   if (r >= rows) return;
   const uint4* wrow = reinterpret_cast<const uint4*>(W + int64_t(ids[p]) * expert_elems + r * cols);
-  const float* x = X + int64_t(p / x_div) * cols;
-  const int nvec = cols / kVec;
-  float acc = 0.f;
+  const int nvec = cols / Widen<WT>::kVec;
   uint4 w[kUnroll];
-  for (int base = lane; base < nvec; base += 32 * kUnroll) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int idx = base + u * 32;
-      w[u] = idx < nvec ? __ldcs(wrow + idx) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int idx = base + u * 32;
-      if (idx < nvec) {
-        const float4* xp = reinterpret_cast<const float4*>(x + int64_t(idx) * kVec);
-        float wf[kVec];
-        Widen<WT>::run(w[u], wf);
-#pragma unroll
-        for (int v = 0; v < kVec / 4; ++v) {
-          const float4 xv = __ldg(xp + v);
-          acc = fmaf(wf[4 * v], xv.x, acc);
-          acc = fmaf(wf[4 * v + 1], xv.y, acc);
-          acc = fmaf(wf[4 * v + 2], xv.z, acc);
-          acc = fmaf(wf[4 * v + 3], xv.w, acc);
-        }
-      }
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  block::load_first<kUnroll>(wrow, w, nvec, lane);
+  const float acc = block::dot_row<WT, kUnroll>(wrow, w, X + int64_t(p / x_div) * cols, nvec, lane);
   if (lane == 0) Y[int64_t(p) * rows + r] = acc;
 }
 
