@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "int_list.h"
 #include "backend/cuda/cuda_model.h"
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/model.h"
@@ -294,20 +295,13 @@ void print_trace(const fdl::cuda::CudaModel& m) {
               (last_end(true, t.n_layer - 1) - double(*std::min_element(first.begin(), first.end()))) / 1e6);
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, json_path, batches_s = "1,64";
   int prompt = 512, gen = 128, reps = 3, block_size = 16;
-  bool sampling = false, trace = false;
+  bool sampling = false, trace = false, invariant = false;
   std::optional<fdl::KvDtype> kv_dtype;  // auto
   try {  // a malformed value (a number, a --kv-cache-dtype) is a usage error, not a crash
   for (int i = 1; i < argc; ++i) {
@@ -326,6 +320,11 @@ int main(int argc, char** argv) {
     else if (a == "--sampling") sampling = true;
     else if (a == "--trace") trace = true;
     else if (a == "--kv-cache-dtype") kv_dtype = fdl::parse_kv_dtype(val());
+    else if (a == "--batch-invariant") {
+      const std::string v = val();
+      if (v != "on" && v != "off") throw std::invalid_argument("--batch-invariant takes on or off, got " + v);
+      invariant = v == "on";
+    }
     else {
       std::fprintf(stderr, "bench_gpu: unknown argument %s\n", a.c_str());
       return 2;
@@ -336,22 +335,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (model_path.empty() || prompt < 1 || gen < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--trace] [--kv-cache-dtype T] [--json F]\n");
+    std::fprintf(stderr, "usage: bench_gpu -m model.gguf [--prompt N] [--gen N] [--batches 1,64] [--reps N] [--sampling] [--trace] [--kv-cache-dtype T] [--batch-invariant on|off] [--json F]\n");
     return 2;
   }
   if (trace) setenv("FLASHDLLM_DECODE_TRACE", "1", 1);  // read when the model loads
   try {
     const auto tl = Clock::now();
-    auto model = fdl::Model::load(model_path, fdl::ModelOptions{.device = fdl::Device::Cuda, .kv_dtype = kv_dtype});
+    auto model = fdl::Model::load(model_path, fdl::ModelOptions{.device = fdl::Device::Cuda, .kv_dtype = kv_dtype, .batch_invariant = invariant});
     const double load_ms = ms(tl, Clock::now());
     auto& m = dynamic_cast<fdl::cuda::CudaModel&>(*model);
     const fdl::ModelConfig& c = m.config();
     const char* kv_name = fdl::kv_dtype_name(m.kv_shape(block_size).dtype);
     std::printf("model %s: %d layers, dim %d, vocab %d; %.2f GB on the GPU, %.2f GB streamed per step; KV cache %s; "
-                "load %.1f s\n",
+                "load %.1f s; batch-invariant %s\n",
                 model_path.c_str(), c.n_layer, c.n_embd, c.n_vocab, double(m.weight_bytes()) / 1e9,
-                double(m.weight_bytes_per_step()) / 1e9, kv_name, load_ms / 1e3);
-    nlohmann::json out = {{"model", model_path}, {"prompt", prompt}, {"gen", gen}, {"reps", reps}, {"kv_dtype", kv_name},
+                double(m.weight_bytes_per_step()) / 1e9, kv_name, load_ms / 1e3, m.batch_invariant() ? "on" : "off");
+    nlohmann::json out = {{"model", model_path}, {"prompt", prompt}, {"gen", gen}, {"reps", reps}, {"kv_dtype", kv_name}, {"batch_invariant", m.batch_invariant()},
                           {"weight_bytes", m.weight_bytes()}, {"weight_bytes_per_step", m.weight_bytes_per_step()},
                           {"results", nlohmann::json::array()}};
     const double copy_bw = measure_copy_bandwidth();
@@ -363,7 +362,7 @@ int main(int argc, char** argv) {
     out["roofline_tok_s"] = roofline;
     std::mt19937_64 rng(42);
     std::uniform_int_distribution<int32_t> tok(1, c.n_vocab - 1);
-    for (int B : parse_list(batches_s)) {
+    for (int B : parse_int_list(batches_s)) {
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
       for (auto& p : prompts)
         for (int i = 0; i < prompt; ++i) p.push_back(tok(rng));

@@ -215,6 +215,16 @@ struct ModelOptions {
   /// than this context still runs, with the factors chosen for it. The CLI passes --ctx-size
   /// (or the engine's default context).
   int n_ctx = 0;
+  /// `--batch-invariant on|off` (default off): a token's logits do not depend on the other tokens of its
+  /// step, on how its prompt was chunked or on whether its KV came from the cache. The CPU
+  /// model always is. The CUDA model then runs every projection through one tensor-core
+  /// chain (gemm_k16.h) and every attention through the tile kernel with fixed context
+  /// splits, for every step size; off, it picks the fastest kernels per step (cuBLAS, the
+  /// batch-1 persistent kernels), which round differently. Where the CUDA model has no
+  /// invariant kernels for a model (weights other than F16/BF16, experts, soft-capped
+  /// scores, head_dim other than 64/128), it runs as with off; Model::batch_invariant() says
+  /// which.
+  bool batch_invariant = false;
 };
 /// Parses a --kv-cache-dtype value: "auto" -> nullopt, "f32"/"fp32"/"float32",
 /// "f16"/"fp16"/"float16"/"half", "bf16"/"bfloat16". Throws std::invalid_argument otherwise.
@@ -305,6 +315,8 @@ class Model {
   /// arena and registers as the pool's BlockMirror, kv_cache.h). Optional: forward does it too.
   virtual void bind_kv_pool(BlockPool& /*pool*/) {}
   virtual int n_threads() const = 0;
+  /// Whether this model's logits are batch-invariant (ModelOptions::batch_invariant).
+  virtual bool batch_invariant() const { return true; }
 
  protected:
   /// For models that keep the default submit_sample: call at the start of forward (and of

@@ -4,7 +4,7 @@
 # the small test models and the reference JSON (../shared does not travel).
 #
 #   cmake -S . -B build-cuda -G Ninja -DFLASHDLLM_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90
-#   ninja -C build-cuda test_gpu flashdllm bench_gpu
+#   ninja -C build-cuda test_gpu flashdllm bench_gpu gemm_k16_bench
 #   scripts/gpu/stage.sh            # then run scripts/gpu/run_on_device.sh there
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +13,7 @@ SHARED=${FLASHDLLM_SHARED:-../shared}
 BUILD=${BUILD:-build-cuda}
 rm -rf .device
 mkdir -p .device/bin .device/lib .device/shared/models .device/shared/reference .device/bench
-for b in test_gpu flashdllm bench_gpu; do
+for b in test_gpu flashdllm bench_gpu gemm_k16_bench; do
   [ -x "$BUILD/bin/$b" ] || { echo "stage.sh: $BUILD/bin/$b is missing; build it first" >&2; exit 1; }
   cp "$BUILD/bin/$b" .device/bin/
   strip .device/bin/$b

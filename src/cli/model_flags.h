@@ -23,10 +23,16 @@ inline std::string& kv_dtype_flag() {
   static std::string dtype = "auto";
   return dtype;
 }
+/// Value of `--batch-invariant` (same registration as --device).
+inline std::string& batch_invariant_flag() {
+  static std::string on = "off";
+  return on;
+}
 }  // namespace detail
 
 /// Adds `--mmap` (zero-copy weights instead of the default huge-page copy),
-/// `--device cpu|cuda` and `--kv-cache-dtype auto|f32|f16|bf16` (vLLM's flag) to `cmd`.
+/// `--device cpu|cuda`, `--kv-cache-dtype auto|f32|f16|bf16` (vLLM's flag) and
+/// `--batch-invariant on|off` to `cmd`.
 inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
   cmd->add_flag("--mmap", mmap,
                 "Map the weights zero-copy instead of loading them into huge pages (slower decode, lazy load)");
@@ -40,6 +46,12 @@ inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
                   "and only the weights' own 16-bit type); aliases fp32, float32, fp16, float16, half, bfloat16")
       ->check(CLI::IsMember({"auto", "f32", "fp32", "float32", "f16", "fp16", "float16", "half", "bf16", "bfloat16"}))
       ->capture_default_str();
+  cmd->add_option("--batch-invariant", detail::batch_invariant_flag(),
+                  "on: a token's output does not depend on the batch, the prompt's chunking or the prefix cache "
+                  "(cuda: tensor-core kernels of one arithmetic for every step size); off: the fastest kernels per "
+                  "step size (cuda only; the cpu is always invariant)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 /// ModelOptions::n_ctx for a command whose Generator/Engine context is `ctx_size` (--ctx-size;
@@ -48,14 +60,15 @@ inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
 /// just as the engine does.
 inline int model_context(int ctx_size) { return ctx_size > 0 ? ctx_size : engine::kDefaultContextCap; }
 
-/// ModelOptions for `-t THREADS`, `--mmap`, `--device`, `--kv-cache-dtype`, and the longest
+/// ModelOptions for `-t THREADS`, `--mmap`, `--device`, `--kv-cache-dtype`, `--batch-invariant`, and the longest
 /// sequence the command runs (`n_ctx`: ModelOptions::n_ctx, 0 = the model's trained context).
 inline ModelOptions model_options(int threads, bool mmap, int n_ctx = 0) {
   return ModelOptions{.n_threads = threads,
                       .weights = mmap ? GgufBacking::Mmap : GgufBacking::HugePageCopy,
                       .device = detail::device_flag() == "cuda" ? Device::Cuda : Device::Cpu,
                       .kv_dtype = parse_kv_dtype(detail::kv_dtype_flag()),
-                      .n_ctx = n_ctx};
+                      .n_ctx = n_ctx,
+                      .batch_invariant = detail::batch_invariant_flag() == "on"};
 }
 
 }  // namespace fdl::cli

@@ -4,6 +4,7 @@
 // the prefill tiles on CUDA cores (fp32) and, in a test of their own, on tensor cores (fp16 mma);
 // and every kernel over a 16-bit (fp16 / bf16) cache.
 #include <algorithm>
+#include <cstring>
 #include <iostream>
 #include <numeric>
 
@@ -308,6 +309,59 @@ TEST_P(PagedAttention, SixteenBitCacheEqualsFp32CacheOfTheSameValues) {
       EXPECT_EQ(o16, run(dev32, splits, &single, group)) << name << " decode tiles, splits " << splits;
       EXPECT_LT(rel_error(o16, pb.ref), t == KvDtype::BF16 ? 1.5e-2 : 4e-3) << name << " decode, splits " << splits;
     }
+  }
+}
+
+// Batch-invariant steps (AttentionArgs::share_chunks): every row of a mixed batch (prefill
+// runs, single tokens, contexts across the 256-position shares) gets, bit for bit, what it gets
+// as the only token of its step; with the batch's tiles (the 8-warp kernel) and with one token
+// per tile (the one-warp kernel), over fp16 and bf16 caches.
+TEST_P(PagedAttention, InvariantSharesGiveEachRowItsAloneBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const AttnCase c = GetParam();
+  const int group = c.n_head / c.n_head_kv;
+  if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv) || group > 16)
+    GTEST_SKIP() << "no invariant tiles for head_dim " << c.head_dim << ", group " << group;
+  for (const KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
+    const Problem pb = make_problem(c, t);
+    const DeviceProblem dev(pb, t);
+    const size_t row = size_t(c.n_head) * c.head_dim;
+    int max_ctx = 0;
+    for (int p : pb.positions) max_ctx = std::max(max_ctx, p + 1);
+    // Tokens [first, first + n) with tile starts relative to `first`.
+    auto run = [&](int first, int n, std::vector<int32_t> starts, int ctx) {
+      int max_rows = 0;
+      for (size_t i = 0; i + 1 < starts.size(); ++i) max_rows = std::max(max_rows, (starts[i + 1] - starts[i]) * group);
+      const int splits = cuda::attention_invariant_splits(ctx);
+      cuda::DeviceBuffer<float> out(size_t(n) * row), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+      poison(out);
+      poison(partial);
+      cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());
+      a.q += size_t(first) * row, a.positions += first, a.table_off += first, a.n_tokens = n;
+      auto dstarts = to_device(starts);
+      a.tile_starts = dstarts.get();
+      a.n_tiles = int(starts.size()) - 1;
+      a.tensor_cores = true;
+      a.max_tile_rows = max_rows;
+      a.share_chunks = cuda::kInvariantShareChunks;
+      cuda::paged_attention(a, nullptr);
+      return to_host(out, size_t(n) * row);
+    };
+    std::vector<int32_t> tiles(size_t(pb.n) + 1), single(size_t(pb.n) + 1);
+    const int n_tiles = cuda::attention_tiles(pb.token_seq.data(), pb.positions.data(), pb.n, c.n_head, c.n_head_kv,
+                                              tiles.data());
+    tiles.resize(size_t(n_tiles) + 1);
+    std::iota(single.begin(), single.end(), 0);
+    const std::vector<float> batched = run(0, pb.n, tiles, max_ctx), one_per_tile = run(0, pb.n, single, max_ctx);
+    EXPECT_LT(rel_error(batched, pb.ref), t == KvDtype::BF16 ? 1.5e-2 : 4e-3) << kv_dtype_name(t);
+    size_t differ_batched = 0, differ_single = 0;
+    for (int i = 0; i < pb.n; ++i) {
+      const std::vector<float> alone = run(i, 1, {0, 1}, pb.positions[size_t(i)] + 1);
+      differ_batched += std::memcmp(alone.data(), batched.data() + size_t(i) * row, row * sizeof(float)) != 0;
+      differ_single += std::memcmp(alone.data(), one_per_tile.data() + size_t(i) * row, row * sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differ_batched, 0u) << kv_dtype_name(t) << ": rows of the batch's tiles unlike alone, of " << pb.n;
+    EXPECT_EQ(differ_single, 0u) << kv_dtype_name(t) << ": rows of one-token tiles unlike alone, of " << pb.n;
   }
 }
 

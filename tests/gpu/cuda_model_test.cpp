@@ -232,9 +232,11 @@ TEST(CudaModel, DecodeTraceStampsEveryPhaseInOrder) {
   const char* before = std::getenv("FLASHDLLM_DECODE_TRACE");
   const std::string saved = before ? before : "";
   ::setenv("FLASHDLLM_DECODE_TRACE", "1", 1);
-  std::unique_ptr<Model> traced = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  // The persistent kernels run on the fast path only.
+  const ModelOptions fast{.device = Device::Cuda, .batch_invariant = false};
+  std::unique_ptr<Model> traced = Model::load(model_path("codelm-16m-f16.gguf"), fast);
   ::unsetenv("FLASHDLLM_DECODE_TRACE");
-  std::unique_ptr<Model> plain = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  std::unique_ptr<Model> plain = Model::load(model_path("codelm-16m-f16.gguf"), fast);
   if (before) ::setenv("FLASHDLLM_DECODE_TRACE", saved.c_str(), 1);
   auto& traced_cuda = dynamic_cast<cuda::CudaModel&>(*traced);
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};

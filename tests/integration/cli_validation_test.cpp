@@ -129,7 +129,7 @@ TEST(CliValidation, ChoiceFlagsExitTwoAndNameTheFlag) {
   const std::string m = stories().string();
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--device", "tpu"}, {"--spec", "fast"}, {"--spec-tree", "maybe"}, {"--kv-placement", "ram"},
-           {"--kv-cache-dtype", "q8"}}) {
+           {"--kv-cache-dtype", "q8"}, {"--batch-invariant", "yes"}}) {
     const CliResult r = run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", flag, value});
     EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
@@ -149,6 +149,18 @@ TEST(CliValidation, KvCacheDtypeOnTheCpu) {
   EXPECT_NE(r.err.find("--kv-cache-dtype f16: the CPU backend keeps an f32 KV cache"), std::string::npos) << r.err;
   for (const char* t : {"f32", "auto"})
     EXPECT_EQ(run_cli({"generate", "-m", m, "-p", "Once", "-n", "2", "--kv-cache-dtype", t}).exit_code, 0) << t;
+}
+
+// The CPU is batch-invariant either way: --batch-invariant off changes nothing there.
+TEST(CliValidation, BatchInvariantOffOnTheCpuGivesTheSameText) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const std::string m = stories().string();
+  const CliResult on = run_cli({"generate", "-m", m, "-p", "Once", "-n", "8", "--batch-invariant", "on"});
+  const CliResult off = run_cli({"generate", "-m", m, "-p", "Once", "-n", "8", "--batch-invariant", "off"});
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(on.out, off.out);
 }
 
 TEST(CliValidation, TokenizeEscapesPartialUtf8Bytes) {

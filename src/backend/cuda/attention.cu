@@ -449,6 +449,11 @@ int attention_tile_splits(int n_tiles, int n_head_kv, int n_sm, int max_ctx) {
   return int(std::clamp<int64_t>(want, 1, 64));
 }
 
+int attention_invariant_splits(int max_ctx) {
+  constexpr int share = kInvariantShareChunks * 64;
+  return std::max(1, (max_ctx + share - 1) / share);
+}
+
 int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_head, int n_head_kv,
                     int32_t* starts) {
   const int max_tokens = kTileRows / (n_head / n_head_kv);
@@ -478,7 +483,7 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
       masks.any() ? launch_tiles<64, true>(with_masks(a, masks), stream) : launch_tiles<64, false>(a, stream);
     else
       masks.any() ? launch_tiles<128, true>(with_masks(a, masks), stream) : launch_tiles<128, false>(a, stream);
-    if (a.n_splits > 1)
+    if (a.n_splits > 1 || a.share_chunks > 0)
       launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
                  size_t(a.n_splits) * sizeof(float), stream, static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
     return;

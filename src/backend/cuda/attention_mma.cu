@@ -42,7 +42,7 @@
 namespace fdl::cuda {
 namespace {
 
-constexpr int kRows = 128, kWarps = kRows / 16, kThreads = 32 * kWarps, kChunk = 64;
+constexpr int kChunk = 64;
 
 // How staged K/V reach the mma operands. KV16 = false: fp32 in the cache and in shared memory,
 // rounded to the operand type per fragment; K rows at stride HD + 8 floats (8-byte fragment
@@ -146,8 +146,17 @@ __device__ __forceinline__ void load_q_fragments(const AttentionArgs& a, int t0,
 // chunk of a sliding window's start): whole chunks of CHUNK, so a share ends at a chunk
 // boundary or at p_last + 1 and no position is counted by two shares (blockIdx.z of
 // gridDim.z splits). Returns {begin, end}.
+// With share_chunks > 0 (batch-invariant steps) the shares are instead fixed ranges of absolute
+// positions, [z, z + 1) x share_chunks x CHUNK, whatever the tile or the batch: the chunks a
+// row's online softmax walks, and the partials the combine merges, are then the same in every
+// step (chunks wholly before c_first are skipped: for every row of the tile they are masked,
+// and a masked chunk leaves the softmax state as it was).
 template <int CHUNK>
-__device__ __forceinline__ int2 context_share(int c_first, int p_last) {
+__device__ __forceinline__ int2 context_share(int c_first, int p_last, int share_chunks) {
+  if (share_chunks > 0) {
+    const int begin = int(blockIdx.z) * share_chunks * CHUNK;
+    return make_int2(max(begin, c_first), min(p_last + 1, begin + share_chunks * CHUNK));
+  }
   const int n_chunks = (p_last - c_first) / CHUNK + 1;
   const int per = (n_chunks + int(gridDim.z) - 1) / int(gridDim.z);
   const int begin = c_first + int(blockIdx.z) * per * CHUNK;
@@ -246,8 +255,12 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
 // MASKED: the batch holds token trees or a sliding window (AttentionMasks); a separate
 // instantiation with its own parameter type, so steps without masks run the kernel they ran
 // before.
-template <int HD, typename Op, bool KV16, bool MASKED>
-__global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<MASKED> a) {
+// WARPS warps own 16 rows each; batch-invariant steps run tiles of <= 16 rows with one warp
+// (the same per-row arithmetic as the 8-warp kernel: a row's result depends on its own
+// chunks only).
+template <int HD, typename Op, bool KV16, bool MASKED, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, 1) attn_tile_mma_kernel(ArgsOf<MASKED> a) {
+  constexpr int kThreads = 32 * WARPS;
   using T = MmaTile<HD, KV16>;
   using S = KvStage<Op, KV16>;
   using E = typename S::E;
@@ -283,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<MASKE
   int c_first = 0;
   if constexpr (MASKED) c_first = tile_masks<kChunk>(a, t0, nt, r0, r1, group, tree0, tree1);
 
-  const int2 share = context_share<kChunk>(c_first, p_last);
+  const int2 share = context_share<kChunk>(c_first, p_last, a.share_chunks);
   const int c_begin = share.x, c_end = share.y;
 
   auto stage = [&](int c0, E* buf) {
@@ -359,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tile_mma_kernel(ArgsOf<MASKE
     if (r >= rows) continue;
     const float m = half ? m1 : m0, l = half ? l1 : l0;
     const int64_t th = int64_t(t0 + r / group) * a.n_head + kvh * group + r % group;
-    if (gridDim.z == 1) {
+    if (gridDim.z == 1 && a.share_chunks == 0) {
       float* out = a.out + th * HD + 2 * c;
       const float inv = 1.f / l;
 #pragma unroll
@@ -443,7 +456,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) attn_decode_mma_kernel(ArgsOf<
   int c_first = 0;
   if constexpr (MASKED) c_first = tile_masks<kDecChunk>(a, t0, nt, r0, r1, group, tree0, tree1);
 
-  const int2 share = context_share<kDecChunk>(c_first, p_last);
+  const int2 share = context_share<kDecChunk>(c_first, p_last, 0);
   const int c_begin = share.x, c_end = share.y;
 
   auto stage = [&](int c0, E* buf) {
@@ -540,28 +553,33 @@ void launch_decode(const ArgsOf<MASKED>& a, cudaStream_t stream) {
              stream, a);
 }
 
-template <int HD, typename Op, bool KV16, bool MASKED>
+template <int HD, typename Op, bool KV16, bool MASKED, int WARPS>
 void launch(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   constexpr size_t smem = MmaTile<HD, KV16>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, MASKED>,
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, MASKED, WARPS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, MASKED>,
-             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(kThreads), smem, stream,
-             a);
+  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, MASKED, WARPS>,
+             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(32 * WARPS), smem,
+             stream, a);
 }
 
 template <typename Op, bool KV16, bool MASKED>
 void dispatch(const ArgsOf<MASKED>& a, cudaStream_t stream) {
-  if (a.max_tile_rows > 0 && a.max_tile_rows <= 16) {  // decode batches: the split-chunk kernel
+  const bool small_tiles = a.max_tile_rows > 0 && a.max_tile_rows <= 16;
+  if (a.share_chunks > 0 && small_tiles) {  // batch-invariant decode: the tile kernel's arithmetic on one warp
+    if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED, 1>(a, stream);
+    if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED, 1>(a, stream);
+  }
+  if (small_tiles && a.share_chunks == 0) {  // decode batches: the split-chunk kernel
     if (a.kv.head_dim == 64) return launch_decode<64, Op, KV16, MASKED>(a, stream);
     if (a.kv.head_dim == 128) return launch_decode<128, Op, KV16, MASKED>(a, stream);
   }
-  if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED>(a, stream);
-  if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED>(a, stream);
+  if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED, 8>(a, stream);
+  if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED, 8>(a, stream);
   throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
 }
 

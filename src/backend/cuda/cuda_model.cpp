@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "backend/cuda/moe.h"
 #include "flashdllm/sampling.h"
 #include "model/step_batch_check.h"
@@ -54,6 +56,13 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     throw ModelError(file_.path() + ": --device cuda: the weights need " + std::to_string(need >> 20) +
                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
   weights_ = upload_weights(host_weights_, c);
+  if (opt.batch_invariant) {
+    const std::string missing = batch_invariant_support(c, weights_);
+    invariant_ = missing.empty();
+    if (!invariant_)
+      spdlog::warn("{}: --batch-invariant on: no batch-invariant CUDA kernels for {}; outputs may depend on the batch",
+                   file_.path(), missing);
+  }
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FDL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   kv_arena_ = std::make_unique<KvArena>(stream_);
@@ -63,7 +72,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   }
   profiler_ = std::make_unique<OpProfiler>(stream_, knobs_.profile);
   graphs_ = std::make_unique<GraphCache>(knobs_.graphs && !knobs_.profile);  // profiling times every op
-  runner_ = std::make_unique<LayerRunner>(config_, weights_, kv_dtype_, n_sm_, stream_, knobs_, *profiler_);
+  runner_ = std::make_unique<LayerRunner>(config_, weights_, kv_dtype_, n_sm_, stream_, knobs_, *profiler_, invariant_);
   sampling_ = std::make_unique<DeviceSampling>(stream_, c.n_vocab, n_sm_, *profiler_, *graphs_);
 }
 
@@ -295,19 +304,22 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   // per token); on tensor cores a tile of one token is a memory-bound K/V stream with its
   // query heads as the rows (GQA), so every such step uses them.
   // Soft-capped scores run the per-token kernel only (kernels.h: AttentionMasks).
-  use_tiles_ = n > kGemvMaxTokens && knobs_.attn_tiles && c.attn_softcap == 0 &&
-               attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv);
+  // Batch-invariant steps run every attention on the tensor-core tiles (one arithmetic per
+  // row for every step size), with context splits at fixed positions.
+  use_tiles_ = invariant_ || (n > kGemvMaxTokens && knobs_.attn_tiles && c.attn_softcap == 0 &&
+                              attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv));
   if (use_tiles_) {
     tile_starts_.resize(size_t(n) + 1);
     n_tiles_ = attention_tiles(batch.seqs.data(), attn_pos, n, c.n_head, c.n_head_kv, tile_starts_.data());
-    use_tiles_ = (runner_->attention_on_tensor_cores() && knobs_.decode_tiles) || n_tiles_ * 8 <= n;
+    use_tiles_ = invariant_ || (runner_->attention_on_tensor_cores() && knobs_.decode_tiles) || n_tiles_ * 8 <= n;
     max_tile_rows_ = 0;
     for (int i = 0; i < n_tiles_; ++i)
       max_tile_rows_ = std::max(max_tile_rows_, (tile_starts_[size_t(i) + 1] - tile_starts_[size_t(i)]) * (c.n_head / c.n_head_kv));
   }
   // Scratch (the split-K partials above all) is sized for the kernel that will run.
-  splits_ = use_tiles_ ? attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx)
-                       : attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
+  splits_ = invariant_  ? attention_invariant_splits(max_ctx)
+            : use_tiles_ ? attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx)
+                         : attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
   if (runner_->ensure_scratch(n, m, splits_, sampling_->steps_in_flight())) graphs_->invalidate();
   // Tile starts and tree masks before the tables: the offsets then depend only on (n,
   // use_tiles_, tree_step_), which a captured graph's shape fixes (the tables' length varies
@@ -390,6 +402,7 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   in.tree_mask = tree_step_ ? reinterpret_cast<const uint32_t*>(d + tree_at + size_t(n)) : nullptr;
   in.first = c.sliding_window > 0 ? d + first_at : nullptr;
   in.splits = splits_;
+  in.share_chunks = invariant_ ? kInvariantShareChunks : 0;
   in.n_tiles = n_tiles_;
   in.max_tile_rows = max_tile_rows_;
   in.kv = KvLayerView{kv_arena_->data(), 0, int64_t(kv_arena_->block_elems()), kv_arena_->shape().block_size,

@@ -72,6 +72,7 @@ class CudaModel final : public Model {
   KvShape kv_shape(int block_size) const override;
   void forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits) override;
   int n_threads() const override { return 1; }
+  bool batch_invariant() const override { return invariant_; }
   /// As forward, but returns only the greedy id (argmax, lowest id on ties) of each row that
   /// wants logits, computed on the GPU: m int32 cross PCIe instead of m * n_vocab floats.
   void forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int32_t>& ids) override;
@@ -180,6 +181,7 @@ class CudaModel final : public Model {
   CudaKnobs knobs_;
   int n_sm_ = 0;
   KvDtype kv_dtype_ = KvDtype::F32;  // the KV cache's element type (ModelOptions::kv_dtype)
+  bool invariant_ = false;           // batch-invariant kernels (ModelOptions::batch_invariant, where supported)
   cudaStream_t stream_ = nullptr;       // the compute stream: every kernel, arena copy and sampling
   cudaStream_t copy_stream_ = nullptr;  // the steps' input uploads
   // The parts (created in the constructor once the streams exist, destroyed before them).

@@ -121,7 +121,18 @@ struct AttentionArgs {
   /// With tensor-core tiles: the most rows (tokens x query heads per KV head) of any tile, if
   /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
   int max_tile_rows = 0;
+  /// Batch-invariant steps (tensor-core tiles only): > 0 splits the context into fixed ranges
+  /// of absolute positions, kInvariantShareChunks chunks of 64 each (split z covers
+  /// [z, z + 1) x 64 x share_chunks), always writes partials and merges them, and runs tiles of
+  /// <= 16 rows on the tile kernel's own arithmetic; n_splits must then be
+  /// attention_invariant_splits(longest context). A row's result then depends on its own
+  /// query and context only. 0: splits sized to fill the GPU (attention_tile_splits).
+  int share_chunks = 0;
 };
+/// Chunks of 64 positions per context split in batch-invariant steps (AttentionArgs::share_chunks).
+constexpr int kInvariantShareChunks = 4;
+/// Splits covering a context of max_ctx positions in fixed shares of kInvariantShareChunks chunks.
+int attention_invariant_splits(int max_ctx);
 /// Masks for paged_attention (device arrays of n_tokens entries; all null: none).
 /// Token trees (flashdllm/model.h, StepBatch::tree_parent): with `base` set, positions[t] is
 /// token t's KV slot (not its RoPE position; a tree is then a run of consecutive slots and

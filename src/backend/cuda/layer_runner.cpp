@@ -6,12 +6,27 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_k16.h"
 
 namespace fdl::cuda {
 
+std::string batch_invariant_support(const ModelConfig& c, const CudaWeights& weights) {
+  if (c.n_expert > 0) return "a mixture of experts";
+  if (c.attn_softcap > 0) return "soft-capped attention scores";
+  if (!attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv))
+    return "head_dim " + std::to_string(c.head_dim) + " (the attention tiles take 64 or 128)";
+  auto sixteen_bit = [](const DeviceMatrix& m) { return gemm_k16_supported(m); };
+  if (!sixteen_bit(weights.output.view)) return "an output matrix that is not F16 or BF16";
+  for (const CudaLayer& L : weights.layers)
+    if (!sixteen_bit(L.qkv.view) || !sixteen_bit(L.wo.view) || !sixteen_bit(L.gate_up.view) ||
+        !sixteen_bit(L.down.view))
+      return "projection matrices that are not F16 or BF16";
+  return "";
+}
+
 LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, KvDtype kv_dtype, int n_sm,
-                         cudaStream_t stream, const CudaKnobs& knobs, OpProfiler& prof)
-    : config_(config), weights_(weights), stream_(stream), prof_(prof) {
+                         cudaStream_t stream, const CudaKnobs& knobs, OpProfiler& prof, bool invariant)
+    : config_(config), weights_(weights), stream_(stream), prof_(prof), invariant_(invariant) {
   const ModelConfig& c = config_;
   FDL_CUBLAS_CHECK(cublasCreate(&cublas_));
   FDL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -21,14 +36,16 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   if (knobs.gemm_tune) lt_gemm_ = std::make_unique<LtGemm>(stream_, cublas_workspace_.get(), kCublasWorkspaceBytes);
   // Plain fp32 SGEMM for F32 weights (no TF32): the F32 path stays close to the CPU's.
   FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-  fuse_enabled_ = knobs.fuse;
+  // The fused single-token kernels compute with fp32 activations on CUDA cores: not the
+  // arithmetic of longer steps, so invariant steps of one token run the chain of longer ones.
+  fuse_enabled_ = knobs.fuse && !invariant_;
   if (c.n_expert > 0) moe_offsets_host_.grow(size_t(c.n_expert) + 1);
   // Prefill attention on tensor cores (fp16 operands) where the prefill GEMMs already round
   // activations to 16 bits (F16/BF16 weights); an F32 model keeps the fp32 tiles, so it stays
   // as close to the CPU backend as before. FLASHDLLM_ATTN_TC=0/1 overrides.
   attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
   if (knobs.attn_tc) attn_tc_ = *knobs.attn_tc;
-  if (kv_dtype != KvDtype::F32) attn_tc_ = true;  // the fp32 tiles read an fp32 cache only
+  if (kv_dtype != KvDtype::F32 || invariant_) attn_tc_ = true;  // the fp32 tiles read an fp32 cache only
   // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
   // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
   // keep the kernels they replace.
@@ -106,7 +123,7 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
     f(out_rows_, mm * d);
     f(logits_, mm * size_t(c.n_vocab));
     f(partial_, attention_partial_floats(n, c.n_head, c.head_dim, splits));
-    if (n > kGemvMaxTokens) f(xh_, std::max(nn, mm) * std::max({d, q, ff}));
+    if (n > kGemvMaxTokens || invariant_) f(xh_, std::max(nn, mm) * std::max({d, q, ff}));
   };
   bool grows = ids_.size() < mm;
   each([&](auto& buf, size_t count) { grows |= buf.size() < count; });
@@ -127,12 +144,13 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
 }
 
 WType LayerRunner::gemm_input_type(const DeviceMatrix& W, int n) const {
-  return n > kGemvMaxTokens ? W.type : WType::F32;
+  return n > kGemvMaxTokens || invariant_ ? W.type : WType::F32;
 }
 
 void LayerRunner::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
   if (n <= 0) return;
   const auto* X = static_cast<const float*>(Xv);
+  if (invariant_) return gemm_k16(W, Xv, n, Y, stream_);
   if (n <= kGemvMaxTokens) return gemv(W, X, n, Y, stream_);
   const float alpha = 1.f, beta = 0.f;
   const int rows = int(W.rows), cols = int(W.cols);
@@ -172,6 +190,7 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   att.tc_bf16 = weights_.layers[0].qkv.view.type == WType::BF16;  // operands in the weights' type
   att.max_tile_rows = in.max_tile_rows;
   att.partial = partial_.get();
+  att.share_chunks = in.share_chunks;
   // All null (no trees, no soft-capping): the kernels without masks.
   const AttentionMasks tree{in.tree_base, in.tree_mask, nullptr, c.attn_softcap};
   const AttentionMasks sliding{in.tree_base, in.tree_mask, in.first, c.attn_softcap};  // a sliding layer's

@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_knobs.h"
@@ -66,6 +67,7 @@ struct StepInputs {
   const uint32_t* tree_mask = nullptr;   ///< [n][2] 64-bit ancestor masks; null without trees
   const int32_t* first = nullptr;        ///< [n] first slot a sliding layer reads; null without a window
   int splits = 1;                      ///< attention context chunks
+  int share_chunks = 0;                ///< batch-invariant fixed context shares (AttentionArgs::share_chunks)
   int n_tiles = 0;
   int max_tile_rows = 0;  ///< rows of the largest tile (selects the decode-tile kernel when <= 16)
   KvLayerView kv;         ///< the KV arena (layer_offset 0: run() sets each layer's)
@@ -81,12 +83,20 @@ struct DecodeTrace {
   std::vector<uint64_t> attn, ffn;  // [n_layer][events][blocks]
 };
 
+/// Why the batch-invariant kernels cannot run this model ("" when they can): they need
+/// F16/BF16 projection and output matrices, no experts, no soft-capped scores and head_dim 64
+/// or 128 (the tensor-core attention tiles).
+std::string batch_invariant_support(const ModelConfig& config, const CudaWeights& weights);
+
 class LayerRunner {
  public:
   /// Sets up cuBLAS (and cuBLASLt) on `stream` and chooses the single-token kernels for these
   /// weights. `config`, `weights` and `prof` must outlive the runner.
+  /// `invariant`: every step runs the batch-invariant kernels (batch_invariant_support() must
+  /// have found none missing): gemm_k16 for every projection, 16-bit activations whatever the
+  /// step size, tensor-core attention tiles for every step, no fused single-token kernels.
   LayerRunner(const ModelConfig& config, const CudaWeights& weights, KvDtype kv_dtype, int n_sm, cudaStream_t stream,
-              const CudaKnobs& knobs, OpProfiler& prof);
+              const CudaKnobs& knobs, OpProfiler& prof, bool invariant = false);
   ~LayerRunner();
   LayerRunner(const LayerRunner&) = delete;
   LayerRunner& operator=(const LayerRunner&) = delete;
@@ -152,6 +162,7 @@ class LayerRunner {
   DeviceBuffer<uint8_t> cublas_workspace_;
   std::unique_ptr<LtGemm> lt_gemm_;
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
+  bool invariant_ = false;    // batch-invariant kernels for every step (ModelOptions::batch_invariant)
   int attn_block_groups_ = 0;  // > 0: batch-1 layers run decode_attention_block (blocks per KV head)
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
   int output_blocks_ = 0;  // decode_output_block's grid for one-token steps; 0 = add_rms_norm + gemv

@@ -1,0 +1,331 @@
+// Batch-invariant GEMM on tensor cores (gemm_k16.h): every output element is one chain of
+// mma.sync m16n8k16 steps over its k16 blocks in order, whatever the kernel variant.
+//
+// Why the chain alone fixes the bits (measured on the H200; the variants below place a row in
+// different tile slots, and gemm_k16_test.cpp compares their bits): the result of one m16n8k16 step for an element depends on the
+// sixteen products and the accumulator only, not on the order of the products inside the
+// step, not on the slot (row or column) the element occupies in the tile, and not on the
+// other rows and columns; it does depend on which k go into which step and on the order of
+// the steps. cuBLAS and cuBLASLt change both with the token count (split-K, stream-K), so a
+// row of a 512-token prefill differs from the same row alone in the last bits.
+//
+// Orientation: the activations are the A operand (tokens as the 16 rows of a step) and the
+// weights the B operand (8 output features as the columns, each feature's 16 k contiguous
+// in its row: "col" B from row-major W). All variants share it.
+//
+// Tilings (kTilings; same arithmetic, chosen by the token count for speed only): blocks of
+// 16, 64 or 128 tokens; few tokens take narrow blocks of features and deep k stages, so the
+// weight stream keeps enough bytes in flight; many take the usual multistage 128 x 128 tile.
+// Stages are filled by cp.async (16 bytes, zero-filled past the matrix edges) and read with
+// ldmatrix; rows are padded by 8 elements, so the ldmatrix reads are conflict free.
+// A k16 block entirely past K is never multiplied; the last partial one is zero-padded in
+// every variant. K not a multiple of 8 (rows not 16-byte aligned) runs the reference kernel,
+// which loads each fragment element from global memory: slow, same chain.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_k16.h"
+#include "backend/cuda/launch.h"
+
+namespace fdl::cuda {
+namespace {
+
+// Not volatile: a register-only instruction the compiler may schedule between the fragment
+// loads (the accumulator operands keep each chain's steps in order).
+template <bool BF16>
+__device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16)
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_addr(p)));
+}
+
+// Block tile: WM x WN warps; a warp owns FM 16-token tiles x FN 8-feature tiles. BK k per
+// stage, STAGES stages in flight.
+template <int WM_, int WN_, int FM_, int FN_, int BK_, int STAGES_>
+struct Shape {
+  static constexpr int WM = WM_, WN = WN_, FM = FM_, FN = FN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int TM = 16 * FM * WM;  // tokens per block
+  static constexpr int TN = 8 * FN * WN;   // features per block
+  static constexpr int LD = BK + 8;        // padded row, in elements
+  static constexpr int stage_elems = (TM + TN) * LD;
+  static constexpr size_t smem_bytes = size_t(STAGES) * stage_elems * 2;
+  static_assert(BK % 16 == 0 && (FN == 1 || FN % 2 == 0));
+};
+
+template <typename S, bool BF16>
+__global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* __restrict__ W,
+                                                               const uint16_t* __restrict__ X, float* __restrict__ Y,
+                                                               int n, int rows, int K) {
+  extern __shared__ __align__(16) uint16_t sm[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / S::WN, wn = warp % S::WN;
+  const int t_block = blockIdx.y * S::TM, f_block = blockIdx.x * S::TN;
+  const int n_kt = (K + S::BK - 1) / S::BK;
+  const int n_k16 = (K + 15) / 16;
+
+  // One stage: X rows [t_block, +TM) then W rows [f_block, +TN), BK elements each from k0.
+  auto load_w = [&](int stage, int kt) {
+    uint16_t* ws = sm + stage * S::stage_elems + S::TM * S::LD;
+    const int k0 = kt * S::BK;
+    for (int i = threadIdx.x; i < S::TN * (S::BK / 8); i += S::kThreads) {
+      const int r = i / (S::BK / 8), kc = (i % (S::BK / 8)) * 8;
+      const int f = f_block + r, k = k0 + kc;
+      const bool ok = f < rows && k < K;
+      cp_async16(ws + r * S::LD + kc, ok ? W + int64_t(f) * K + k : W, ok);
+    }
+  };
+  auto load_x = [&](int stage, int kt) {
+    uint16_t* xs = sm + stage * S::stage_elems;
+    const int k0 = kt * S::BK;
+    for (int i = threadIdx.x; i < S::TM * (S::BK / 8); i += S::kThreads) {
+      const int r = i / (S::BK / 8), kc = (i % (S::BK / 8)) * 8;
+      const int t = t_block + r, k = k0 + kc;
+      const bool ok = t < n && k < K;
+      cp_async16(xs + r * S::LD + kc, ok ? X + int64_t(t) * K + k : X, ok);
+    }
+  };
+
+  // The weights depend on no earlier kernel: their first stages are issued before the PDL
+  // wait. Group s then holds X stage s (and every W stage issued so far).
+  launch_dependents();
+#pragma unroll
+  for (int s = 0; s < S::STAGES - 1; ++s)
+    if (s < n_kt) load_w(s, s);
+  grid_dependency_wait();
+#pragma unroll
+  for (int s = 0; s < S::STAGES - 1; ++s) {
+    if (s < n_kt) load_x(s, s);
+    cp_async_commit();
+  }
+
+  float acc[S::FM][S::FN][4];
+#pragma unroll
+  for (int i = 0; i < S::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < S::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    cp_async_wait<S::STAGES - 2>();
+    __syncthreads();  // stage kt is visible; every warp is done with the stage refilled next
+    const int next = kt + S::STAGES - 1;
+    if (next < n_kt) {
+      load_w(next % S::STAGES, next);
+      load_x(next % S::STAGES, next);
+    }
+    cp_async_commit();
+    const uint16_t* xs = sm + (kt % S::STAGES) * S::stage_elems;
+    const uint16_t* ws = xs + S::TM * S::LD;
+    // The fragments of k16 block kk (the A fragments of the warp's token tiles, the B
+    // fragments of its feature tiles) into buffer `buf`; then one step of every chain. The
+    // loads of block kk + 1 are issued before the steps of block kk (ldmatrix is ordered
+    // with the barriers; the steps wait only for their own operands).
+    uint32_t a[2][S::FM][4], b[2][S::FN][2];
+    auto load = [&](int kk, int buf) {
+#pragma unroll
+      for (int i = 0; i < S::FM; ++i) {
+        const int r = (wm * S::FM + i) * 16 + (lane % 16);
+        ldmatrix_x4(a[buf][i], xs + r * S::LD + kk * 16 + (lane / 16) * 8);
+      }
+      if constexpr (S::FN == 1) {
+        const int r = wn * 8 + (lane % 8);
+        ldmatrix_x2(b[buf][0][0], b[buf][0][1], ws + r * S::LD + kk * 16 + ((lane / 8) % 2) * 8);
+      } else {
+#pragma unroll
+        for (int j = 0; j < S::FN; j += 2) {
+          const int r = (wn * S::FN + j) * 8 + (lane % 8) + (lane / 16) * 8;
+          uint32_t t[4];
+          ldmatrix_x4(t, ws + r * S::LD + kk * 16 + ((lane / 8) % 2) * 8);
+          b[buf][j][0] = t[0], b[buf][j][1] = t[1], b[buf][j + 1][0] = t[2], b[buf][j + 1][1] = t[3];
+        }
+      }
+    };
+    auto steps = [&](int buf) {
+#pragma unroll
+      for (int i = 0; i < S::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < S::FN; ++j) mma_k16<BF16>(acc[i][j], a[buf][i], b[buf][j][0], b[buf][j][1]);
+    };
+    const int kb_end = min(S::BK / 16, n_k16 - kt * (S::BK / 16));  // k16 blocks of this stage inside K
+    if (kb_end == S::BK / 16) {
+      load(0, 0);
+#pragma unroll
+      for (int kk = 0; kk < S::BK / 16; ++kk) {
+        if (kk + 1 < S::BK / 16) load(kk + 1, (kk + 1) & 1);
+        steps(kk & 1);
+      }
+    } else {
+      for (int kk = 0; kk < kb_end; ++kk) {
+        load(kk, 0);
+        steps(0);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // d0, d1: token g, features 2c, 2c+1; d2, d3: token g + 8.
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int i = 0; i < S::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < S::FN; ++j) {
+      const int f = f_block + (wn * S::FN + j) * 8 + 2 * c;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = t_block + (wm * S::FM + i) * 16 + g + 8 * h;
+        if (t >= n) continue;
+        float* y = Y + int64_t(t) * rows + f;
+        if (f < rows) y[0] = acc[i][j][2 * h];
+        if (f + 1 < rows) y[1] = acc[i][j][2 * h + 1];
+      }
+    }
+}
+
+// The definition, one warp per 16 tokens x 8 features, every fragment element loaded from
+// global memory with its bounds checked: any K, any alignment.
+template <bool BF16>
+__global__ void gemm_k16_reference_kernel(const uint16_t* __restrict__ W, const uint16_t* __restrict__ X,
+                                          float* __restrict__ Y, int n, int rows, int K) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int t0 = blockIdx.y * 16, f0 = blockIdx.x * 8;
+  auto x = [&](int t, int k) -> uint32_t { return t < n && k < K ? X[int64_t(t) * K + k] : 0u; };
+  auto w = [&](int f, int k) -> uint32_t { return f < rows && k < K ? W[int64_t(f) * K + k] : 0u; };
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    const int k = k0 + 2 * c;
+    const uint32_t a[4] = {x(t0 + g, k) | x(t0 + g, k + 1) << 16, x(t0 + g + 8, k) | x(t0 + g + 8, k + 1) << 16,
+                           x(t0 + g, k + 8) | x(t0 + g, k + 9) << 16,
+                           x(t0 + g + 8, k + 8) | x(t0 + g + 8, k + 9) << 16};
+    const uint32_t b0 = w(f0 + g, k) | w(f0 + g, k + 1) << 16, b1 = w(f0 + g, k + 8) | w(f0 + g, k + 9) << 16;
+    mma_k16<BF16>(d, a, b0, b1);
+  }
+  const int f = f0 + 2 * c;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = t0 + g + 8 * h;
+    if (t >= n) continue;
+    if (f < rows) Y[int64_t(t) * rows + f] = d[2 * h];
+    if (f + 1 < rows) Y[int64_t(t) * rows + f + 1] = d[2 * h + 1];
+  }
+}
+
+template <typename S, bool BF16>
+void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+  static const bool configured = [] {
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(gemm_k16_kernel<S, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(S::smem_bytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned((W.rows + S::TN - 1) / S::TN), unsigned((n + S::TM - 1) / S::TM));
+  launch_pdl(gemm_k16_kernel<S, BF16>, grid, dim3(S::kThreads), S::smem_bytes, stream,
+             static_cast<const uint16_t*>(W.data), X, Y, n, int(W.rows), int(W.cols));
+}
+
+template <bool BF16>
+void launch_reference(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+  const dim3 grid(unsigned((W.rows + 7) / 8), unsigned((n + 15) / 16));
+  launch_pdl(gemm_k16_reference_kernel<BF16>, grid, dim3(32), 0, stream, static_cast<const uint16_t*>(W.data), X, Y,
+             n, int(W.rows), int(W.cols));
+}
+
+// The tilings (Shape<WM, WN, FM, FN, BK, STAGES>; named tokens x features per block, k per
+// stage, stages). Entry 0 is the reference kernel. pick_tiling() chooses by the token count;
+// the others stay for gemm_k16_bench and the tests, which check that every entry gives the
+// same bits.
+struct Tiling {
+  const char* name;
+  void (*f16)(const DeviceMatrix&, const uint16_t*, int, float*, cudaStream_t);
+  void (*bf16)(const DeviceMatrix&, const uint16_t*, int, float*, cudaStream_t);
+};
+template <typename S>
+constexpr Tiling tiling(const char* name) {
+  return Tiling{name, launch_shape<S, false>, launch_shape<S, true>};
+}
+constexpr Tiling kTilings[] = {
+    Tiling{"reference", launch_reference<false>, launch_reference<true>},
+    tiling<Shape<1, 4, 1, 1, 256, 4>>("16x32 k256 s4"),
+    tiling<Shape<1, 8, 1, 1, 128, 6>>("16x64 k128 s6 w8"),
+    tiling<Shape<1, 4, 1, 2, 128, 6>>("16x64 k128 s6 w4"),
+    tiling<Shape<1, 4, 1, 1, 128, 8>>("16x32 k128 s8"),
+    tiling<Shape<1, 2, 1, 1, 256, 8>>("16x16 k256 s8"),
+    tiling<Shape<1, 4, 4, 1, 128, 4>>("64x32 k128 s4"),
+    tiling<Shape<1, 8, 4, 1, 64, 4>>("64x64 k64 s4 w8"),
+    tiling<Shape<1, 4, 4, 2, 64, 4>>("64x64 k64 s4 w4"),
+    tiling<Shape<2, 4, 2, 1, 64, 4>>("64x32 k64 s4 w8"),
+    tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
+    tiling<Shape<2, 2, 4, 4, 32, 4>>("128x64 k32 s4 w4"),
+    tiling<Shape<2, 4, 4, 2, 32, 4>>("128x64 k32 s4 w8"),
+    tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
+    tiling<Shape<4, 2, 2, 4, 32, 4>>("128x64 k32 s4 w8b"),
+};
+constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
+
+// The entry of kTilings for n tokens (speed only: every entry gives the same bits).
+int pick_tiling(int n) { return n <= 16 ? 1 : n <= 64 ? 6 : 10; }
+
+}  // namespace
+
+bool gemm_k16_supported(const DeviceMatrix& W) { return W.type == WType::F16 || W.type == WType::BF16; }
+
+int gemm_k16_tilings() { return kTilingCount; }
+
+const char* gemm_k16_tiling_name(int tiling) {
+  return tiling >= 0 && tiling < kTilingCount ? kTilings[tiling].name : "";
+}
+
+void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_t stream, int tiling) {
+  if (n <= 0 || W.rows == 0) return;
+  if (!gemm_k16_supported(W)) throw CudaError("gemm_k16: weights must be F16 or BF16");
+  if (W.rows > INT32_MAX || W.cols > INT32_MAX || int64_t(n) * W.rows > INT64_MAX / 4)
+    throw CudaError("gemm_k16: " + std::to_string(W.rows) + " x " + std::to_string(W.cols) + " is too large");
+  if (tiling < -1 || tiling >= kTilingCount)
+    throw CudaError("gemm_k16: no tiling " + std::to_string(tiling) + " (" + std::to_string(kTilingCount) + " exist)");
+  const auto* x = static_cast<const uint16_t*>(X);
+  const bool aligned = W.cols % 8 == 0 && reinterpret_cast<uintptr_t>(W.data) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(X) % 16 == 0;
+  if (!aligned && tiling > 0)
+    throw CudaError("gemm_k16: the tiled kernels need 16-byte rows (W.cols % 8 == 0) and 16-byte-aligned W and X");
+  const int t = tiling >= 0 ? tiling : aligned ? pick_tiling(n) : 0;
+  (W.type == WType::BF16 ? kTilings[t].bf16 : kTilings[t].f16)(W, x, n, Y, stream);
+}
+
+}  // namespace fdl::cuda

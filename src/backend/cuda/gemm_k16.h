@@ -1,0 +1,38 @@
+// gemm_k16.h — the batch-invariant projection of the CUDA backend.
+//
+// Y[t][r] = chain over the k16 blocks b = 0, 1, ... of W.cols, in order, of the tensor-core
+// step acc = mma.m16n8k16(X[t][16b .. 16b+15], W[r][16b .. 16b+15], acc), acc starting at +0
+// (fp32 accumulation of 16-bit products; the last block zero-padded when W.cols is not a
+// multiple of 16). Every variant computes exactly this, so a row's bits depend on its own
+// activations and the weights only: not on n, on the row's place in the batch, or on the
+// variant (gemm_k16.cu says why the chain fixes the bits on sm_90).
+//
+// Shapes and types: W is F16 or BF16, [W.rows][W.cols] row-major in device memory; X holds n
+// rows of W.cols elements of W's type (activations rounded to it once by their producer);
+// Y is fp32 [n][W.rows]. Y must not alias X or W.
+// Errors: CudaError for other weight types, sizes beyond 32-bit indices, or a failed launch.
+// Thread-safety: enqueues on `stream`; nothing is allocated (graph-capturable).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels.h"
+
+namespace fdl::cuda {
+
+/// Whether gemm_k16 takes these weights (F16 or BF16).
+bool gemm_k16_supported(const DeviceMatrix& W);
+
+/// The kernels that compute the chain: entry 0 is the reference (any K and alignment, slow),
+/// the others tilings of the tensor-core GEMM (they need W.cols % 8 == 0 and 16-byte-aligned W
+/// and X). They exist side by side for gemm_k16_bench and the invariance tests, which compare
+/// their bits.
+int gemm_k16_tilings();
+/// A tiling's name ("" outside [0, gemm_k16_tilings())).
+const char* gemm_k16_tiling_name(int tiling);
+
+/// `tiling` -1 picks one by the token count (speed only), and the reference where the tiled
+/// kernels do not apply. CudaError for another tiling that does not apply or does not exist.
+void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_t stream, int tiling = -1);
+
+}  // namespace fdl::cuda
