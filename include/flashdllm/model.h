@@ -215,15 +215,15 @@ struct ModelOptions {
   /// than this context still runs, with the factors chosen for it. The CLI passes --ctx-size
   /// (or the engine's default context).
   int n_ctx = 0;
-  /// `--batch-invariant on|off` (default off): a token's logits do not depend on the other tokens of its
-  /// step, on how its prompt was chunked or on whether its KV came from the cache. The CPU
-  /// model always is. The CUDA model then runs every projection through one tensor-core
-  /// chain (gemm_k16.h) and every attention through the tile kernel with fixed context
-  /// splits, for every step size; off, it picks the fastest kernels per step (cuBLAS, the
-  /// batch-1 persistent kernels), which round differently. Where the CUDA model has no
-  /// invariant kernels for a model (weights other than F16/BF16, experts, soft-capped
-  /// scores, head_dim other than 64/128), it runs as with off; Model::batch_invariant() says
-  /// which.
+  /// `--batch-invariant on|off` (default off): a token's logits do not depend on the other
+  /// tokens of its step, on how its prompt was chunked or on whether its KV came from the
+  /// cache (token trees excepted on CUDA). The CPU model always is. The CUDA model then runs
+  /// every projection through the same tensor-core chains (gemm_k16.h) and every attention
+  /// through the tile kernel with fixed context splits, for every step size; off, it picks
+  /// the fastest kernels per step (cuBLAS, the batch-1 persistent kernels), which round
+  /// differently. Where the CUDA model has no invariant kernels for a model (a GPU other than
+  /// sm_90, weights other than F16/BF16, experts, soft-capped scores, head_dim other than
+  /// 64/128), it runs as with off and warns; Model::batch_invariant() says which.
   bool batch_invariant = false;
 };
 /// Parses a --kv-cache-dtype value: "auto" -> nullopt, "f32"/"fp32"/"float32",

@@ -57,7 +57,8 @@ TEST_P(GemmK16, EveryVariantAndPlaceInTheBatchGivesTheReferenceBits) {
   // -1: the pick by token count; the tilings need 16-byte rows.
   std::vector<int> variants{-1};
   if (c.cols % 8 == 0)
-    for (int t = 1; t < cuda::gemm_k16_tilings(); ++t) variants.push_back(t);
+    for (int t = 1; t < cuda::gemm_k16_tilings(); ++t)
+      if (t != 1 || c.cols <= 8 * cuda::kGemmK16Segment) variants.push_back(t);  // streaming: <= 8 segments
   // (first token, count): alone, at odd places, across every tiling's edges.
   const std::pair<int, int> runs[] = {{0, 1},  {151, 1}, {299, 1},  {3, 2},   {17, 7},   {100, 16},
                                       {33, 17}, {5, 64},  {200, 65}, {40, 129}, {0, 300}};
@@ -77,7 +78,8 @@ TEST_P(GemmK16, EveryVariantAndPlaceInTheBatchGivesTheReferenceBits) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmK16,
                          ::testing::Values(Case{WType::F16, 1000, 4096}, Case{WType::BF16, 1000, 4096},
                                            Case{WType::F16, 72, 14336}, Case{WType::BF16, 130, 200},
-                                           Case{WType::F16, 33, 172}, Case{WType::BF16, 8, 40}),
+                                           Case{WType::F16, 33, 172}, Case{WType::BF16, 8, 40},
+                                           Case{WType::BF16, 40, 5000}, Case{WType::F16, 16, 36864}),
                          [](const auto& info) {
                            return std::string(info.param.type == WType::F16 ? "F16_" : "BF16_") +
                                   std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols);

@@ -470,6 +470,8 @@ int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_
 void paged_attention(const AttentionArgs& a, cudaStream_t stream, const AttentionMasks& masks) {
   if (a.n_tokens <= 0) return;
   const int hd = a.kv.head_dim;
+  if (a.share_chunks > 0 && (a.tile_starts == nullptr || !a.tensor_cores))
+    throw CudaError("paged_attention: fixed context shares (share_chunks) need tensor-core tiles");
   if (a.tile_starts) {
     if (masks.softcap > 0) throw CudaError("paged_attention: soft-capped scores run the per-token kernel (no tiles)");
     if (!attention_tiles_supported(hd, a.n_head, a.kv.n_head_kv))

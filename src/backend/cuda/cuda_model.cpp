@@ -57,7 +57,11 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
   weights_ = upload_weights(host_weights_, c);
   if (opt.batch_invariant) {
-    const std::string missing = batch_invariant_support(c, weights_);
+    int major = 0;
+    FDL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    // The invariance rests on how an sm_90 tensor-core step rounds (gemm_k16.cu).
+    const std::string missing = major != 9 ? "a GPU other than compute capability 9.x"
+                                           : batch_invariant_support(c, weights_);
     invariant_ = missing.empty();
     if (!invariant_)
       spdlog::warn("{}: --batch-invariant on: no batch-invariant CUDA kernels for {}; outputs may depend on the batch",

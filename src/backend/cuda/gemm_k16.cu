@@ -1,9 +1,11 @@
-// Batch-invariant GEMM on tensor cores (gemm_k16.h): every output element is one chain of
-// mma.sync m16n8k16 steps over its k16 blocks in order, whatever the kernel variant.
+// Batch-invariant GEMM on tensor cores (gemm_k16.h): every output element is a left fold over
+// fixed K segments of one chain of mma.sync m16n8k16 steps each, over the segment's k16 blocks
+// in order, whatever the kernel variant.
 //
-// Why the chain alone fixes the bits (measured on the H200; the variants below place a row in
-// different tile slots, and gemm_k16_test.cpp compares their bits): the result of one m16n8k16 step for an element depends on the
-// sixteen products and the accumulator only, not on the order of the products inside the
+// Why the chains alone fix the bits (measured on the H200; the variants below place a row in
+// different tile slots and order the products of a step differently, and gemm_k16_test.cpp
+// compares their bits): the result of one m16n8k16 step for an element depends on the sixteen
+// products and the accumulator only, not on the order of the products inside the
 // step, not on the slot (row or column) the element occupies in the tile, and not on the
 // other rows and columns; it does depend on which k go into which step and on the order of
 // the steps. cuBLAS and cuBLASLt change both with the token count (split-K, stream-K), so a
@@ -13,9 +15,10 @@
 // weights the B operand (8 output features as the columns, each feature's 16 k contiguous
 // in its row: "col" B from row-major W). All variants share it.
 //
-// Tilings (kTilings; same arithmetic, chosen by the token count for speed only): blocks of
-// 16, 64 or 128 tokens; few tokens take narrow blocks of features and deep k stages, so the
-// weight stream keeps enough bytes in flight; many take the usual multistage 128 x 128 tile.
+// Kernels (kTilings; same arithmetic, chosen by the token count for speed only): up to 16
+// tokens the register-streaming kernel (one warp per 8 features and K segment); more take
+// shared-memory tilings of 16, 64 or 128 tokens, narrow blocks of features and deep k stages
+// for few tokens, the usual multistage 128 x 128 tile for many.
 // Stages are filled by cp.async (16 bytes, zero-filled past the matrix edges) and read with
 // ldmatrix; rows are padded by 8 elements, so the ldmatrix reads are conflict free.
 // A k16 block entirely past K is never multiplied; the last partial one is zero-padded in
@@ -24,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -33,6 +37,8 @@
 
 namespace fdl::cuda {
 namespace {
+
+constexpr int kSegK = kGemmK16Segment;
 
 // Not volatile: a register-only instruction the compiler may schedule between the fragment
 // loads (the accumulator operands keep each chain's steps in order).
@@ -136,10 +142,35 @@ __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* _
   }
 
   float acc[S::FM][S::FN][4];
+  auto zero = [&] {
 #pragma unroll
-  for (int i = 0; i < S::FM; ++i)
+    for (int i = 0; i < S::FM; ++i)
 #pragma unroll
-    for (int j = 0; j < S::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+      for (int j = 0; j < S::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+  };
+  zero();
+  // K segments (kSegK, a multiple of BK): when one ends, its chain goes to Y (the first) or
+  // is added to what Y holds, by the thread that owns those outputs (no registers for a
+  // running total, which would make the large tiles spill).
+  constexpr int kTilesPerSeg = kSegK / S::BK;
+  const int g = lane / 4, c = lane % 4;
+  auto flush = [&](bool first) {
+#pragma unroll
+    for (int i = 0; i < S::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < S::FN; ++j) {
+        const int f = f_block + (wn * S::FN + j) * 8 + 2 * c;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int t = t_block + (wm * S::FM + i) * 16 + g + 8 * h;
+          if (t >= n) continue;
+          float* y = Y + int64_t(t) * rows + f;
+          if (f < rows) y[0] = first ? acc[i][j][2 * h] : y[0] + acc[i][j][2 * h];
+          if (f + 1 < rows) y[1] = first ? acc[i][j][2 * h + 1] : y[1] + acc[i][j][2 * h + 1];
+        }
+      }
+  };
+  static_assert(kSegK % S::BK == 0);
 
   for (int kt = 0; kt < n_kt; ++kt) {
     cp_async_wait<S::STAGES - 2>();
@@ -196,25 +227,94 @@ __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* _
         steps(0);
       }
     }
+    if ((kt + 1) % kTilesPerSeg == 0 || kt + 1 == n_kt) {  // a segment ends
+      flush(kt < kTilesPerSeg);
+      zero();
+    }
   }
   cp_async_wait<0>();
+}
 
-  // d0, d1: token g, features 2c, 2c+1; d2, d3: token g + 8.
-  const int g = lane / 4, c = lane % 4;
+// Few tokens (<= 16): no shared memory. Warp w of a block streams K segment w of one group of
+// 8 features straight from global memory into its B fragments: lane (g, c) holds elements
+// 16b + 4c .. 4c + 3 of feature g's row for k16 block b (8 contiguous bytes: the order of the
+// products inside a step does not change its result), and the same elements of tokens g and
+// g + 8 as its A fragments (from L1: every warp reads the same rows). U blocks are loaded
+// ahead of the U steps that use the previous ones. The segments' results are added in order
+// through shared memory. Needs K % 4 == 0 and 8-byte-aligned W and X.
+template <bool BF16, bool HI, int U>
+__global__ void __launch_bounds__(256) gemm_k16_stream_kernel(const uint16_t* __restrict__ W,
+                                                               const uint16_t* __restrict__ X, float* __restrict__ Y,
+                                                               int n, int rows, int K) {
+  __shared__ float seg_out[8][32][4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int f0 = blockIdx.x * 8;
+  const int k_begin = warp * kSegK, k_end = min(K, k_begin + kSegK);
+  const int n_blocks = (k_end - k_begin + 15) / 16;
+  const uint16_t* wrow = W + int64_t(min(f0 + g, rows - 1)) * K + k_begin + 4 * c;
+  const bool w_ok = f0 + g < rows;
+  const uint16_t* x0 = X + int64_t(g) * K + k_begin + 4 * c;
+  const uint16_t* x1 = X + int64_t(g + 8) * K + k_begin + 4 * c;
+  const bool x0_ok = g < n, x1_ok = HI && g + 8 < n;
+  uint2 w[2][U], xa[2][U], xb[2][U];
+  auto load_w = [&](int b0, int buf) {
 #pragma unroll
-  for (int i = 0; i < S::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < S::FN; ++j) {
-      const int f = f_block + (wn * S::FN + j) * 8 + 2 * c;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int t = t_block + (wm * S::FM + i) * 16 + g + 8 * h;
-        if (t >= n) continue;
-        float* y = Y + int64_t(t) * rows + f;
-        if (f < rows) y[0] = acc[i][j][2 * h];
-        if (f + 1 < rows) y[1] = acc[i][j][2 * h + 1];
-      }
+    for (int u = 0; u < U; ++u) {
+      const int k = (b0 + u) * 16 + 4 * c;  // within the segment
+      w[buf][u] = w_ok && k < k_end - k_begin ? __ldg(reinterpret_cast<const uint2*>(wrow + (b0 + u) * 16))
+                                              : make_uint2(0, 0);
     }
+  };
+  auto load_x = [&](int b0, int buf) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (b0 + u) * 16 + 4 * c;
+      const bool in = k < k_end - k_begin;
+      xa[buf][u] = x0_ok && in ? *reinterpret_cast<const uint2*>(x0 + (b0 + u) * 16) : make_uint2(0, 0);
+      if constexpr (HI) xb[buf][u] = x1_ok && in ? *reinterpret_cast<const uint2*>(x1 + (b0 + u) * 16) : make_uint2(0, 0);
+    }
+  };
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // Fragment slots: a0 = token g (slots 2c, 2c+1), a1 = token g + 8, a2/a3 = slots 2c+8, 2c+9;
+  // here slots (2c, 2c+1) hold elements 4c, 4c+1 and (2c+8, 2c+9) elements 4c+2, 4c+3.
+  auto run = [&](int b0, int buf) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b0 + u >= n_blocks) break;
+      const uint32_t a[4] = {xa[buf][u].x, HI ? xb[buf][u].x : 0u, xa[buf][u].y, HI ? xb[buf][u].y : 0u};
+      mma_k16<BF16>(acc, a, w[buf][u].x, w[buf][u].y);
+    }
+  };
+  launch_dependents();
+  if (k_begin < K) load_w(0, 0);  // weights first: they depend on no earlier kernel
+  grid_dependency_wait();
+  if (k_begin < K) {
+    load_x(0, 0);
+    for (int b = 0; b < n_blocks; b += 2 * U) {
+      if (b + U < n_blocks) load_w(b + U, 1), load_x(b + U, 1);
+      run(b, 0);
+      if (b + 2 * U < n_blocks) load_w(b + 2 * U, 0), load_x(b + 2 * U, 0);
+      if (b + U < n_blocks) run(b + U, 1);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) seg_out[warp][lane][e] = acc[e];
+  __syncthreads();
+  if (warp != 0) return;
+  float total[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) total[e] = seg_out[0][lane][e];
+  for (int s2 = 1; s2 < int(blockDim.x / 32); ++s2)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) total[e] += seg_out[s2][lane][e];
+  const int f = f0 + 2 * c;
+#pragma unroll
+  for (int h = 0; h < (HI ? 2 : 1); ++h) {
+    const int t = g + 8 * h;
+    if (t >= n) continue;
+    if (f < rows) Y[int64_t(t) * rows + f] = total[2 * h];
+    if (f + 1 < rows) Y[int64_t(t) * rows + f + 1] = total[2 * h + 1];
+  }
 }
 
 // The definition, one warp per 16 tokens x 8 features, every fragment element loaded from
@@ -228,7 +328,7 @@ __global__ void gemm_k16_reference_kernel(const uint16_t* __restrict__ W, const 
   const int t0 = blockIdx.y * 16, f0 = blockIdx.x * 8;
   auto x = [&](int t, int k) -> uint32_t { return t < n && k < K ? X[int64_t(t) * K + k] : 0u; };
   auto w = [&](int f, int k) -> uint32_t { return f < rows && k < K ? W[int64_t(f) * K + k] : 0u; };
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  float d[4] = {0.f, 0.f, 0.f, 0.f}, total[4];
   for (int k0 = 0; k0 < K; k0 += 16) {
     const int k = k0 + 2 * c;
     const uint32_t a[4] = {x(t0 + g, k) | x(t0 + g, k + 1) << 16, x(t0 + g + 8, k) | x(t0 + g + 8, k + 1) << 16,
@@ -236,14 +336,17 @@ __global__ void gemm_k16_reference_kernel(const uint16_t* __restrict__ W, const 
                            x(t0 + g + 8, k + 8) | x(t0 + g + 8, k + 9) << 16};
     const uint32_t b0 = w(f0 + g, k) | w(f0 + g, k + 1) << 16, b1 = w(f0 + g, k + 8) | w(f0 + g, k + 9) << 16;
     mma_k16<BF16>(d, a, b0, b1);
+    if ((k0 + 16) % kSegK == 0 || k0 + 16 >= K) {  // a segment ends
+      for (int e = 0; e < 4; ++e) total[e] = k0 < kSegK ? d[e] : total[e] + d[e], d[e] = 0.f;
+    }
   }
   const int f = f0 + 2 * c;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int t = t0 + g + 8 * h;
     if (t >= n) continue;
-    if (f < rows) Y[int64_t(t) * rows + f] = d[2 * h];
-    if (f + 1 < rows) Y[int64_t(t) * rows + f + 1] = d[2 * h + 1];
+    if (f < rows) Y[int64_t(t) * rows + f] = total[2 * h];
+    if (f + 1 < rows) Y[int64_t(t) * rows + f + 1] = total[2 * h + 1];
   }
 }
 
@@ -258,6 +361,19 @@ void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cud
   const dim3 grid(unsigned((W.rows + S::TN - 1) / S::TN), unsigned((n + S::TM - 1) / S::TM));
   launch_pdl(gemm_k16_kernel<S, BF16>, grid, dim3(S::kThreads), S::smem_bytes, stream,
              static_cast<const uint16_t*>(W.data), X, Y, n, int(W.rows), int(W.cols));
+}
+
+template <bool BF16>
+void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+  const int segs = int((W.cols + kSegK - 1) / kSegK);
+  if (segs > 8) throw CudaError("gemm_k16: rows of more than 8 x " + std::to_string(kSegK) + " elements");
+  for (int t0 = 0; t0 < n; t0 += 16) {  // 16 tokens per launch (a tiling of any n, for the tests)
+    const int m = std::min(16, n - t0);
+    auto kernel = m > 8 ? gemm_k16_stream_kernel<BF16, true, 8> : gemm_k16_stream_kernel<BF16, false, 8>;
+    launch_pdl(kernel, dim3(unsigned((W.rows + 7) / 8)), dim3(32 * unsigned(segs)), 0, stream,
+               static_cast<const uint16_t*>(W.data), X + int64_t(t0) * W.cols, Y + int64_t(t0) * W.rows, m,
+               int(W.rows), int(W.cols));
+  }
 }
 
 template <bool BF16>
@@ -282,6 +398,7 @@ constexpr Tiling tiling(const char* name) {
 }
 constexpr Tiling kTilings[] = {
     Tiling{"reference", launch_reference<false>, launch_reference<true>},
+    Tiling{"stream <=16 tokens", launch_stream<false>, launch_stream<true>},
     tiling<Shape<1, 4, 1, 1, 256, 4>>("16x32 k256 s4"),
     tiling<Shape<1, 8, 1, 1, 128, 6>>("16x64 k128 s6 w8"),
     tiling<Shape<1, 4, 1, 2, 128, 6>>("16x64 k128 s6 w4"),
@@ -300,7 +417,11 @@ constexpr Tiling kTilings[] = {
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
 // The entry of kTilings for n tokens (speed only: every entry gives the same bits).
-int pick_tiling(int n) { return n <= 16 ? 1 : n <= 64 ? 6 : 10; }
+// The streaming kernel takes up to 8 segments (one warp each).
+int pick_tiling(int n, int64_t K) {
+  if (n <= 16) return K <= 8 * int64_t(kSegK) ? 1 : 2;
+  return n <= 64 ? 7 : 14;
+}
 
 }  // namespace
 
@@ -315,6 +436,7 @@ const char* gemm_k16_tiling_name(int tiling) {
 void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_t stream, int tiling) {
   if (n <= 0 || W.rows == 0) return;
   if (!gemm_k16_supported(W)) throw CudaError("gemm_k16: weights must be F16 or BF16");
+  if (W.cols <= 0) throw CudaError("gemm_k16: weights with no columns");
   if (W.rows > INT32_MAX || W.cols > INT32_MAX || int64_t(n) * W.rows > INT64_MAX / 4)
     throw CudaError("gemm_k16: " + std::to_string(W.rows) + " x " + std::to_string(W.cols) + " is too large");
   if (tiling < -1 || tiling >= kTilingCount)
@@ -324,7 +446,7 @@ void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_
                        reinterpret_cast<uintptr_t>(X) % 16 == 0;
   if (!aligned && tiling > 0)
     throw CudaError("gemm_k16: the tiled kernels need 16-byte rows (W.cols % 8 == 0) and 16-byte-aligned W and X");
-  const int t = tiling >= 0 ? tiling : aligned ? pick_tiling(n) : 0;
+  const int t = tiling >= 0 ? tiling : aligned ? pick_tiling(n, W.cols) : 0;
   (W.type == WType::BF16 ? kTilings[t].bf16 : kTilings[t].f16)(W, x, n, Y, stream);
 }
 

@@ -1,9 +1,12 @@
 // gemm_k16.h — the batch-invariant projection of the CUDA backend.
 //
-// Y[t][r] = chain over the k16 blocks b = 0, 1, ... of W.cols, in order, of the tensor-core
-// step acc = mma.m16n8k16(X[t][16b .. 16b+15], W[r][16b .. 16b+15], acc), acc starting at +0
-// (fp32 accumulation of 16-bit products; the last block zero-padded when W.cols is not a
-// multiple of 16). Every variant computes exactly this, so a row's bits depend on its own
+// Y[t][r] = S_0 + S_1 + ... (fp32, left to right; Y = S_0 for one segment), where S_s is the
+// chain over the k16 blocks b of K segment s (kGemmK16Segment elements: [4096 s, 4096 s + 4096)
+// of W.cols), in order, of the tensor-core step acc = mma.m16n8k16(X[t][16b .. 16b+15],
+// W[r][16b .. 16b+15], acc), acc starting at +0 (fp32 accumulation of 16-bit products; the
+// last block zero-padded when W.cols is not a multiple of 16). The fixed segments give a
+// one-token step 4 independent chains per row of a 14336-wide down projection, so the weight
+// stream has enough in flight. Every variant computes exactly this, so a row's bits depend on its own
 // activations and the weights only: not on n, on the row's place in the batch, or on the
 // variant (gemm_k16.cu says why the chain fixes the bits on sm_90).
 //
@@ -20,13 +23,16 @@
 
 namespace fdl::cuda {
 
+/// Elements of K per independent chain (part of the arithmetic: every kernel splits here).
+constexpr int kGemmK16Segment = 4096;
+
 /// Whether gemm_k16 takes these weights (F16 or BF16).
 bool gemm_k16_supported(const DeviceMatrix& W);
 
-/// The kernels that compute the chain: entry 0 is the reference (any K and alignment, slow),
-/// the others tilings of the tensor-core GEMM (they need W.cols % 8 == 0 and 16-byte-aligned W
-/// and X). They exist side by side for gemm_k16_bench and the invariance tests, which compare
-/// their bits.
+/// The kernels that compute it: entry 0 is the reference (any K and alignment, slow), entry 1
+/// the register-streaming kernel for few tokens (16 per launch), the others tilings of the
+/// tensor-core GEMM (entries >= 1 need W.cols % 8 == 0 and 16-byte-aligned W and X). They
+/// exist side by side for gemm_k16_bench and the invariance tests, which compare their bits.
 int gemm_k16_tilings();
 /// A tiling's name ("" outside [0, gemm_k16_tilings())).
 const char* gemm_k16_tiling_name(int tiling);
