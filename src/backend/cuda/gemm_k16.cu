@@ -106,27 +106,21 @@ __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* _
   const int n_kt = (K + S::BK - 1) / S::BK;
   const int n_k16 = (K + 15) / 16;
 
-  // One stage: X rows [t_block, +TM) then W rows [f_block, +TN), BK elements each from k0.
+  // One stage holds X rows [t_block, +TM) then W rows [f_block, +TN), BK elements each from
+  // k0; copies past the matrix edges (rows beyond `limit`, k beyond K) are zero-filled.
+  auto load_rows = [&](uint16_t* dst, const uint16_t* src, int first, int limit, int count, int kt) {
+    const int k0 = kt * S::BK;
+    for (int i = threadIdx.x; i < count * (S::BK / 8); i += S::kThreads) {
+      const int r = i / (S::BK / 8), kc = (i % (S::BK / 8)) * 8;
+      const int row = first + r, k = k0 + kc;
+      const bool ok = row < limit && k < K;
+      cp_async16(dst + r * S::LD + kc, ok ? src + int64_t(row) * K + k : src, ok);
+    }
+  };
   auto load_w = [&](int stage, int kt) {
-    uint16_t* ws = sm + stage * S::stage_elems + S::TM * S::LD;
-    const int k0 = kt * S::BK;
-    for (int i = threadIdx.x; i < S::TN * (S::BK / 8); i += S::kThreads) {
-      const int r = i / (S::BK / 8), kc = (i % (S::BK / 8)) * 8;
-      const int f = f_block + r, k = k0 + kc;
-      const bool ok = f < rows && k < K;
-      cp_async16(ws + r * S::LD + kc, ok ? W + int64_t(f) * K + k : W, ok);
-    }
+    load_rows(sm + stage * S::stage_elems + S::TM * S::LD, W, f_block, rows, S::TN, kt);
   };
-  auto load_x = [&](int stage, int kt) {
-    uint16_t* xs = sm + stage * S::stage_elems;
-    const int k0 = kt * S::BK;
-    for (int i = threadIdx.x; i < S::TM * (S::BK / 8); i += S::kThreads) {
-      const int r = i / (S::BK / 8), kc = (i % (S::BK / 8)) * 8;
-      const int t = t_block + r, k = k0 + kc;
-      const bool ok = t < n && k < K;
-      cp_async16(xs + r * S::LD + kc, ok ? X + int64_t(t) * K + k : X, ok);
-    }
-  };
+  auto load_x = [&](int stage, int kt) { load_rows(sm + stage * S::stage_elems, X, t_block, n, S::TM, kt); };
 
   // The weights depend on no earlier kernel: their first stages are issued before the PDL
   // wait. Group s then holds X stage s (and every W stage issued so far).
@@ -400,19 +394,10 @@ constexpr Tiling kTilings[] = {
     Tiling{"reference", launch_reference<false>, launch_reference<true>},
     Tiling{"stream <=16 tokens", launch_stream<false>, launch_stream<true>},
     tiling<Shape<1, 4, 1, 1, 256, 4>>("16x32 k256 s4"),
-    tiling<Shape<1, 8, 1, 1, 128, 6>>("16x64 k128 s6 w8"),
-    tiling<Shape<1, 4, 1, 2, 128, 6>>("16x64 k128 s6 w4"),
-    tiling<Shape<1, 4, 1, 1, 128, 8>>("16x32 k128 s8"),
-    tiling<Shape<1, 2, 1, 1, 256, 8>>("16x16 k256 s8"),
     tiling<Shape<1, 4, 4, 1, 128, 4>>("64x32 k128 s4"),
-    tiling<Shape<1, 8, 4, 1, 64, 4>>("64x64 k64 s4 w8"),
-    tiling<Shape<1, 4, 4, 2, 64, 4>>("64x64 k64 s4 w4"),
-    tiling<Shape<2, 4, 2, 1, 64, 4>>("64x32 k64 s4 w8"),
+    tiling<Shape<1, 4, 4, 2, 64, 4>>("64x64 k64 s4"),
     tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
-    tiling<Shape<2, 2, 4, 4, 32, 4>>("128x64 k32 s4 w4"),
-    tiling<Shape<2, 4, 4, 2, 32, 4>>("128x64 k32 s4 w8"),
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
-    tiling<Shape<4, 2, 2, 4, 32, 4>>("128x64 k32 s4 w8b"),
 };
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
@@ -420,7 +405,7 @@ constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 // The streaming kernel takes up to 8 segments (one warp each).
 int pick_tiling(int n, int64_t K) {
   if (n <= 16) return K <= 8 * int64_t(kSegK) ? 1 : 2;
-  return n <= 64 ? 7 : 14;
+  return n <= 64 ? 3 : 6;
 }
 
 }  // namespace
