@@ -156,8 +156,8 @@ TEST(CliValidation, BatchInvariantOffOnTheCpuGivesTheSameText) {
   FDL_REQUIRE_CLI();
   FDL_REQUIRE_FILE(stories());
   const std::string m = stories().string();
-  const CliResult on = run_cli({"generate", "-m", m, "-p", "Once", "-n", "8", "--batch-invariant", "on"});
-  const CliResult off = run_cli({"generate", "-m", m, "-p", "Once", "-n", "8", "--batch-invariant", "off"});
+  const CliResult on = run_cli({"generate", "-m", m, "-p", "Once", "-n", "8", "--temp", "0", "--batch-invariant", "on"});
+  const CliResult off = run_cli({"generate", "-m", m, "-p", "Once", "-n", "8", "--temp", "0", "--batch-invariant", "off"});
   ASSERT_EQ(on.exit_code, 0) << on.err;
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_EQ(on.out, off.out);
