@@ -166,6 +166,7 @@ void add_tools_command(CLI::App& app) {
   CLI::App* tools_app = app.add_subcommand("tools", "Developer utilities");
   tools_app->require_subcommand(1);
   add_make_model_command(*tools_app);
+  add_check_invariance_command(*tools_app);
 }
 
 }  // namespace fdl::cli

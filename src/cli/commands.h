@@ -18,8 +18,10 @@ void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 /// `profile`: the storage profile behind KV tier placement (src/kv/storage_profile.h).
 void add_profile_command(CLI::App& app);
-/// `tools` groups developer utilities; today only `tools make-model`.
+/// `tools` groups developer utilities: `tools make-model`, `tools check-invariance`.
 void add_tools_command(CLI::App& app);
+/// `tools check-invariance` (cmd_check_invariance.cpp), registered by add_tools_command.
+void add_check_invariance_command(CLI::App& tools_app);
 void add_serve_command(CLI::App& app);
 /// `multiturn`: a multi-turn chat workload for the KV tier benchmark (cmd_multiturn.cpp).
 void add_multiturn_command(CLI::App& app);

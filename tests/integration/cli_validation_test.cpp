@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_test_support.h"
 
 namespace fdl::test {
@@ -161,6 +163,35 @@ TEST(CliValidation, BatchInvariantOffOnTheCpuGivesTheSameText) {
   ASSERT_EQ(on.exit_code, 0) << on.err;
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_EQ(on.out, off.out);
+}
+
+// tools check-invariance: every schedule gives every sequence its tokens alone (the CPU is
+// batch-invariant), the cached schedule really starts from the prefix cache, and bad sizes
+// name their flag.
+TEST(CliValidation, CheckInvarianceAgreesOnTheCpu) {
+  FDL_REQUIRE_CLI();
+  FDL_REQUIRE_FILE(stories());
+  const std::string m = stories().string();
+  for (const char* decoding : {"greedy", "--sampling"}) {
+    std::vector<std::string> args{"tools", "check-invariance", "-m", m, "--prompts", "6", "--min-len", "3",
+                                  "--max-len", "90", "-n", "12", "--wave", "2", "--small-chunk", "5",
+                                  "--mid-chunk", "32", "--json"};
+    if (std::string(decoding) == "--sampling") args.emplace_back("--sampling");
+    const CliResult r = run_cli(args);
+    ASSERT_EQ(r.exit_code, 0) << decoding << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["differing"], 0);
+    ASSERT_EQ(j["schedules"].size(), 7u);
+    for (const auto& s : j["schedules"]) {
+      if (s.contains("reference")) continue;
+      EXPECT_EQ(s["identical"], 6) << decoding << " " << s["name"];
+      if (s["name"] == "cached") {
+        EXPECT_GT(s["cached_prompt_tokens"].get<int64_t>(), 0);
+      }
+    }
+  }
+  expect_error(run_cli({"tools", "check-invariance", "-m", m, "--min-len", "10", "--max-len", "3"}), "--max-len");
+  expect_error(run_cli({"tools", "check-invariance", "-m", m, "--prompts", "0"}), "--prompts");
 }
 
 TEST(CliValidation, TokenizeEscapesPartialUtf8Bytes) {
