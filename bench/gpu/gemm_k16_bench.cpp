@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
     FDL_CUDA_CHECK(cudaMemcpy(dw.get(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
     FDL_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
     const DeviceMatrix W{WType::BF16, dw.get(), p.rows, p.cols};
+    size_t ws_floats = 1;  // the split tilings' per-segment chains
+    for (int t = -1; t < fdl::cuda::gemm_k16_tilings(); ++t)
+      ws_floats = std::max(ws_floats, fdl::cuda::gemm_k16_workspace_floats(W, max_n, t));
+    DeviceBuffer<float> ws(ws_floats);
     const double bytes = double(p.rows) * p.cols * 2;
     for (int n : tokens) {
       const double flops = 2.0 * p.rows * p.cols * n;
@@ -106,10 +110,11 @@ int main(int argc, char** argv) {
                           dx.get(), CUDA_R_16BF, p.cols, &beta, dy.get(), CUDA_R_32F, p.rows, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
            }));
-      line("gemm_k16 (picked)", median_ms(reps, [&] { fdl::cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr); }));
+      line("gemm_k16 (picked)",
+           median_ms(reps, [&] { fdl::cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr, -1, ws.get()); }));
       for (int t = 1; t < fdl::cuda::gemm_k16_tilings(); ++t)
         line(fdl::cuda::gemm_k16_tiling_name(t),
-             median_ms(reps, [&] { fdl::cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr, t); }));
+             median_ms(reps, [&] { fdl::cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr, t, ws.get()); }));
     }
   }
   cublasDestroy(h);

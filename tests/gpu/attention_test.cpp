@@ -322,7 +322,7 @@ TEST_P(PagedAttention, InvariantSharesGiveEachRowItsAloneBits) {
   const int group = c.n_head / c.n_head_kv;
   if (!cuda::attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv) || group > 16)
     GTEST_SKIP() << "no invariant tiles for head_dim " << c.head_dim << ", group " << group;
-  for (const KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
+  for (const KvDtype t : {KvDtype::F16, KvDtype::BF16, KvDtype::F32}) {  // F32: fewer chunks per round
     const Problem pb = make_problem(c, t);
     const DeviceProblem dev(pb, t);
     const size_t row = size_t(c.n_head) * c.head_dim;
@@ -333,7 +333,8 @@ TEST_P(PagedAttention, InvariantSharesGiveEachRowItsAloneBits) {
       int max_rows = 0;
       for (size_t i = 0; i + 1 < starts.size(); ++i) max_rows = std::max(max_rows, (starts[i + 1] - starts[i]) * group);
       const int splits = cuda::attention_invariant_splits(ctx);
-      cuda::DeviceBuffer<float> out(size_t(n) * row), partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits));
+      cuda::DeviceBuffer<float> out(size_t(n) * row),
+          partial(cuda::attention_partial_floats(n, c.n_head, c.head_dim, splits * (cuda::kInvariantShareChunks + 1)));
       poison(out);
       poison(partial);
       cuda::AttentionArgs a = dev.args(c, pb, splits, out.get(), partial.get());

@@ -3,6 +3,7 @@
 // among 300 others at any place in the batch, and the values of a double-precision product of
 // the same 16-bit operands.
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/gemm_k16.h"
 #include "gpu/gpu_test_util.h"
@@ -54,23 +55,30 @@ TEST_P(GemmK16, EveryVariantAndPlaceInTheBatchGivesTheReferenceBits) {
     }
   EXPECT_LT(worst, 1e-5) << "reference against double, rows " << c.rows << " cols " << c.cols;
 
-  // -1: the pick by token count; the tilings need 16-byte rows.
-  std::vector<int> variants{-1};
+  // -1: the pick by token count (with and without a workspace); the tilings need 16-byte rows.
+  std::vector<int> variants{-1, -2};
   if (c.cols % 8 == 0)
     for (int t = 1; t < cuda::gemm_k16_tilings(); ++t)
-      if (t != 1 || c.cols <= 8 * cuda::kGemmK16Segment) variants.push_back(t);  // streaming: <= 8 segments
+      if (std::string(cuda::gemm_k16_tiling_name(t)).rfind("stream", 0) != 0 ||
+          c.cols <= int64_t(cuda::kGemmK16StreamMaxSegments) * cuda::kGemmK16Segment)
+        variants.push_back(t);  // the streaming kernels take rows of up to that many segments
   // (first token, count): alone, at odd places, across every tiling's edges.
   const std::pair<int, int> runs[] = {{0, 1},  {151, 1}, {299, 1},  {3, 2},   {17, 7},   {100, 16},
                                       {33, 17}, {5, 64},  {200, 65}, {40, 129}, {0, 300}};
   for (int v : variants)
     for (auto [first, n] : runs) {
       poison(dy);
-      cuda::gemm_k16(W, dx.get() + size_t(first) * c.cols, n, dy.get(), nullptr, v);
+      const int tiling = std::max(v, -1);
+      const size_t ws_floats = v == -1 ? 0 : cuda::gemm_k16_workspace_floats(W, n, tiling);
+      cuda::DeviceBuffer<float> ws(std::max<size_t>(ws_floats, 1));
+      poison(ws);
+      cuda::gemm_k16(W, dx.get() + size_t(first) * c.cols, n, dy.get(), nullptr, tiling,
+                     ws_floats > 0 ? ws.get() : nullptr);
       const auto y = to_host(dy, size_t(n) * c.rows);
       size_t differ = 0;
       for (size_t i = 0; i < y.size(); ++i)
         differ += std::memcmp(&y[i], &ref[size_t(first) * c.rows + i], sizeof(float)) != 0;
-      EXPECT_EQ(differ, 0u) << "tiling " << v << " (" << cuda::gemm_k16_tiling_name(v) << "), tokens " << first << ".." << first + n - 1 << " of "
+      EXPECT_EQ(differ, 0u) << "tiling " << v << " (" << cuda::gemm_k16_tiling_name(tiling) << "), tokens " << first << ".." << first + n - 1 << " of "
                             << c.rows << " x " << c.cols;
     }
 }
@@ -97,6 +105,14 @@ TEST(GemmK16Errors, RefusesOtherTypesAndUnalignedTiles) {
   EXPECT_THROW(cuda::gemm_k16(cuda::DeviceMatrix{WType::F16, w.get(), 2, 16}, x.get(), 1, y.get(), nullptr,
                               cuda::gemm_k16_tilings()),
                cuda::CudaError);
+  // A split tiling (a block per K segment) over rows of two segments needs its workspace.
+  cuda::DeviceBuffer<uint16_t> w2(size_t(2) * 2 * cuda::kGemmK16Segment), x2(size_t(2) * cuda::kGemmK16Segment);
+  const cuda::DeviceMatrix W2{WType::F16, w2.get(), 2, 2 * cuda::kGemmK16Segment};
+  for (int t = 1; t < cuda::gemm_k16_tilings(); ++t)
+    if (cuda::gemm_k16_workspace_floats(W2, 1, t) > 0) {
+      EXPECT_EQ(cuda::gemm_k16_workspace_floats(W2, 1, t), 2u * 2u);
+      EXPECT_THROW(cuda::gemm_k16(W2, x2.get(), 1, y.get(), nullptr, t), cuda::CudaError) << t;
+    }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "backend/cuda/attention_fold.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_elem.cuh"
@@ -182,16 +183,10 @@ __device__ float block_reduce(float v, bool is_max, float* red) {
   return r;
 }
 
-// One block per (token, head): split weights exp(m_s - M) computed once into shared memory
-// (in parallel over splits), then each thread sums its dims over the splits.
-__global__ void attn_combine_kernel(const float* partial, float* out, int n_splits, int hd) {
-  launch_dependents();
-  grid_dependency_wait();
-  extern __shared__ float weight[];  // n_splits
-  __shared__ float red[32];
-  const int64_t th = blockIdx.x;  // token * n_head + head
+// One row (token, head) of the merge: split weights exp(m_s - M) computed once into shared
+// memory `weight` (in parallel over splits), then each thread sums its dims over the splits.
+__device__ void combine_row(const float* p, float* out, int n_splits, int hd, float* weight, float* red) {
   const int rec = hd + 2;
-  const float* p = partial + th * n_splits * rec;
   float mx = -INFINITY;
   for (int s = threadIdx.x; s < n_splits; s += blockDim.x) mx = fmaxf(mx, p[int64_t(s) * rec + hd]);
   mx = block_reduce(mx, true, red);
@@ -207,8 +202,49 @@ __global__ void attn_combine_kernel(const float* partial, float* out, int n_spli
     float o = 0.f;
 #pragma unroll 8
     for (int s = 0; s < n_splits; ++s) o += p[int64_t(s) * rec + d] * weight[s];
-    out[th * hd + d] = o / l;
+    out[d] = o / l;
   }
+}
+
+// One block per (token, head).
+__global__ void attn_combine_kernel(const float* partial, float* out, int n_splits, int hd) {
+  launch_dependents();
+  grid_dependency_wait();
+  extern __shared__ float weight[];  // n_splits
+  __shared__ float red[32];
+  const int64_t th = blockIdx.x;  // token * n_head + head
+  combine_row(partial + th * n_splits * (hd + 2), out + th * hd, n_splits, hd, weight, red);
+}
+
+// Batch-invariant steps whose chunks ran side by side (attention_invariant_chunk_partials):
+// one block per (token, head) folds each share's share_chunks chunk partials in order into the
+// share's partial (after the chunks' ones in the buffer), then merges the shares as
+// attn_combine_kernel does: the same operations on the same values as for a row whose shares
+// the tile kernel folded.
+__global__ void attn_fold_combine_kernel(float* partial, float* out, int n_splits, int share_chunks, int hd) {
+  launch_dependents();
+  grid_dependency_wait();
+  extern __shared__ float weight[];  // n_splits
+  __shared__ float red[32];
+  const int64_t th = blockIdx.x, n_th = gridDim.x;
+  const int rec = hd + 2, chunks = n_splits * share_chunks;
+  const float* cp = partial + th * chunks * rec;
+  float* sp = partial + n_th * chunks * rec + th * n_splits * rec;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x)
+    for (int s = 0; s < n_splits; ++s) {
+      float m = -INFINITY, l = 0.f, o = 0.f;
+      for (int i = s * share_chunks; i < (s + 1) * share_chunks; ++i) {
+        const float* r = cp + int64_t(i) * rec;
+        float keep, take;
+        if (!fold_weights(r[hd], m, keep, take)) continue;  // nothing unmasked (its O_c may not be written)
+        l = fold(l, keep, r[hd + 1], take);
+        o = fold(o, keep, r[d], take);
+      }
+      sp[int64_t(s) * rec + d] = o;
+      if (d == 0) sp[int64_t(s) * rec + hd] = share_max(m), sp[int64_t(s) * rec + hd + 1] = l;
+    }
+  __syncthreads();  // the block's share partials are visible to all its threads
+  combine_row(sp, out + th * hd, n_splits, hd, weight, red);
 }
 
 // Tiled causal attention for runs of consecutive positions of one sequence (prefill chunks):
@@ -454,6 +490,11 @@ int attention_invariant_splits(int max_ctx) {
   return std::max(1, (max_ctx + share - 1) / share);
 }
 
+bool attention_invariant_chunk_partials(const AttentionArgs& a) {
+  return a.share_chunks > 0 && a.tensor_cores && a.tile_starts != nullptr && a.max_tile_rows > 0 &&
+         a.max_tile_rows <= 16;
+}
+
 int attention_tiles(const int32_t* seqs, const int32_t* positions, int n, int n_head, int n_head_kv,
                     int32_t* starts) {
   const int max_tokens = kTileRows / (n_head / n_head_kv);
@@ -485,7 +526,11 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
       masks.any() ? launch_tiles<64, true>(with_masks(a, masks), stream) : launch_tiles<64, false>(a, stream);
     else
       masks.any() ? launch_tiles<128, true>(with_masks(a, masks), stream) : launch_tiles<128, false>(a, stream);
-    if (a.n_splits > 1 || a.share_chunks > 0)
+    if (attention_invariant_chunk_partials(a))
+      launch_pdl(attn_fold_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)),
+                 dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128), size_t(a.n_splits) * sizeof(float), stream, a.partial,
+                 a.out, a.n_splits, a.share_chunks, hd);
+    else if (a.n_splits > 1 || a.share_chunks > 0)
       launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
                  size_t(a.n_splits) * sizeof(float), stream, static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
     return;

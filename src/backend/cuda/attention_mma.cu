@@ -34,6 +34,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cuda/attention_fold.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_elem.cuh"
@@ -252,15 +253,80 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
   }
 }
 
+// Batch-invariant steps (FOLD) replace the online softmax by a fold of chunk partials
+// (attention_fold.cuh), so that the chunks of a share can also be computed side by side
+// (attn_chunk_decode_kernel) with the same bits. Chunk i of a row gives, from nothing but its
+// own 64 positions, a maximum mc, l_c = the sum over the row's quad of exp2(s - mc) (fp32,
+// each lane's columns in order, then the quad sum) and O_c = P·V from zero (P those
+// exponentials rounded to the operand type; the mma chain over the chunk's four k16 position
+// steps). The share's folded state is its partial (attn_combine_kernel merges the shares).
+
+// A chunk's scores, maximum, P fragments and l for a lane's rows r0, r1 (the FOLD arithmetic
+// above): S from the staged K at ks, masked and scaled as the online-softmax path does.
+template <int HD, typename Op, bool KV16, bool MASKED>
+__device__ __forceinline__ void chunk_softmax(const uint32_t (&qa)[HD / 16][4], const typename KvStage<Op, KV16>::E* ks,
+                                              int c0, int pos_r0, int pos_r1, const RowMask& tree0,
+                                              const RowMask& tree1, float sl2, int g, int c,
+                                              uint32_t (&pa)[kChunk / 16][4], float& mc0, float& mc1, float& lc0,
+                                              float& lc1) {
+  using T = MmaTile<HD, KV16>;
+  float s[kChunk / 8][4];
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < kChunk / 8; ++n) {
+    score_tile<HD, Op, KV16>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
+    if constexpr (MASKED)
+      mask_scale_rows(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
+    else
+      mask_scale(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
+    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  mc0 = mx0, mc1 = mx1;
+  const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
+  float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 16; ++kk) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float* sn = s[2 * kk + h];
+      const float p00 = exp2f(sn[0] - base0), p01 = exp2f(sn[1] - base0);
+      const float p10 = exp2f(sn[2] - base1), p11 = exp2f(sn[3] - base1);
+      ps0 += p00 + p01;
+      ps1 += p10 + p11;
+      pa[kk][2 * h] = Op::pack(p00, p01);
+      pa[kk][2 * h + 1] = Op::pack(p10, p11);
+    }
+  }
+  lc0 = quad_sum(ps0);
+  lc1 = quad_sum(ps1);
+}
+
+// O_c's accumulator tile dn (dims 8dn .. 8dn + 7) of a chunk: P·V from zero over the staged V.
+template <int HD, typename Op, bool KV16>
+__device__ __forceinline__ void chunk_pv(const uint32_t (&pa)[kChunk / 16][4], const typename KvStage<Op, KV16>::E* vs,
+                                         int dn, int g, int c, float (&oc)[4]) {
+  using T = MmaTile<HD, KV16>;
+  using S = KvStage<Op, KV16>;
+  oc[0] = oc[1] = oc[2] = oc[3] = 0.f;
+  const auto* vcol = vs + (2 * c) * T::vStride + dn * 8 + g;
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 16; ++kk) {
+    const auto* v0 = vcol + 16 * kk * T::vStride;
+    mma_16816<Op>(oc, pa[kk], S::rows2(v0, T::vStride), S::rows2(v0 + 8 * T::vStride, T::vStride));
+  }
+}
+
 // MASKED: the batch holds token trees or a sliding window (AttentionMasks); a separate
 // instantiation with its own parameter type, so steps without masks run the kernel they ran
-// before.
-// WARPS warps own 16 rows each; batch-invariant steps run tiles of <= 16 rows with one warp
-// (the same per-row arithmetic as the 8-warp kernel: a row's result depends on its own
-// chunks only).
-template <int HD, typename Op, bool KV16, bool MASKED, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, 1) attn_tile_mma_kernel(ArgsOf<MASKED> a) {
-  constexpr int kThreads = 32 * WARPS;
+// before. FOLD: batch-invariant steps (the chunk fold above; always partials).
+template <int HD, typename Op, bool KV16, bool MASKED, bool FOLD>
+__global__ void __launch_bounds__(256, 1) attn_tile_mma_kernel(ArgsOf<MASKED> a) {
+  constexpr int kThreads = 256;
   using T = MmaTile<HD, KV16>;
   using S = KvStage<Op, KV16>;
   using E = typename S::E;
@@ -311,7 +377,23 @@ __global__ void __launch_bounds__(32 * WARPS, 1) attn_tile_mma_kernel(ArgsOf<MAS
     cp_async_commit();             // possibly empty: keeps "all but the newest group" meaning this chunk
     cp_async_wait_all_but_one();
     __syncthreads();               // this chunk's copies from every thread are visible
-    if (c0 <= warp_max_pos) {      // else every row of the warp precedes the chunk (or is absent)
+    if (FOLD && c0 <= warp_max_pos) {
+      const E* ks = sm + buf * T::stage_elems;
+      const E* vs = ks + kChunk * T::kStride;
+      uint32_t pa[kChunk / 16][4];
+      float mc0, mc1, lc0, lc1, keep0 = 1.f, take0 = 0.f, keep1 = 1.f, take1 = 0.f;
+      chunk_softmax<HD, Op, KV16, MASKED>(qa, ks, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, pa, mc0, mc1, lc0, lc1);
+      const bool f0 = fold_weights(mc0, m0, keep0, take0), f1 = fold_weights(mc1, m1, keep1, take1);
+      if (f0) l0 = fold(l0, keep0, lc0, take0);
+      if (f1) l1 = fold(l1, keep1, lc1, take1);
+#pragma unroll
+      for (int dn = 0; dn < HD / 8; ++dn) {
+        float oc[4];
+        chunk_pv<HD, Op, KV16>(pa, vs, dn, g, c, oc);
+        if (f0) o[dn][0] = fold(o[dn][0], keep0, oc[0], take0), o[dn][1] = fold(o[dn][1], keep0, oc[1], take0);
+        if (f1) o[dn][2] = fold(o[dn][2], keep1, oc[2], take1), o[dn][3] = fold(o[dn][3], keep1, oc[3], take1);
+      }
+    } else if (!FOLD && c0 <= warp_max_pos) {  // else every row of the warp precedes the chunk (or is absent)
       const E* ks = sm + buf * T::stage_elems;
       const E* vs = ks + kChunk * T::kStride;
       float s[kChunk / 8][4];
@@ -362,9 +444,10 @@ __global__ void __launch_bounds__(32 * WARPS, 1) attn_tile_mma_kernel(ArgsOf<MAS
     __syncthreads();  // every warp is done with this stage before the next iteration refills it
   }
 
-  // Row sums over the quad (each lane summed its own columns).
-  l0 = quad_sum(l0);
-  l1 = quad_sum(l1);
+  if constexpr (!FOLD) {  // row sums over the quad (each lane summed its own columns)
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
+  }
   constexpr float kLn2 = 0.6931471805599453f;  // m back to natural-log units for the combine
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -372,7 +455,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) attn_tile_mma_kernel(ArgsOf<MAS
     if (r >= rows) continue;
     const float m = half ? m1 : m0, l = half ? l1 : l0;
     const int64_t th = int64_t(t0 + r / group) * a.n_head + kvh * group + r % group;
-    if (gridDim.z == 1 && a.share_chunks == 0) {
+    if (!FOLD && gridDim.z == 1) {
       float* out = a.out + th * HD + 2 * c;
       const float inv = 1.f / l;
 #pragma unroll
@@ -383,8 +466,75 @@ __global__ void __launch_bounds__(32 * WARPS, 1) attn_tile_mma_kernel(ArgsOf<MAS
 #pragma unroll
       for (int dn = 0; dn < HD / 8; ++dn)
         *reinterpret_cast<float2*>(out + dn * 8 + 2 * c) = make_float2(o[dn][2 * half], o[dn][2 * half + 1]);
-      if (c == 0) out[HD] = m == -INFINITY ? -INFINITY : m * kLn2, out[HD + 1] = l;
+      if (c == 0) out[HD] = FOLD ? share_max(m) : m == -INFINITY ? -INFINITY : m * kLn2, out[HD + 1] = l;
     }
+  }
+}
+
+// Batch-invariant tiles of at most 16 rows (decode, verification, short prompt pieces): one
+// warp per (tile, KV head, chunk) computes that chunk's partial (chunk_softmax, chunk_pv: the
+// tile kernel's code) into the partial buffer, at chunk z of the step's splits x share_chunks;
+// attn_fold_combine_kernel (attention.cu) then folds each share's chunks in order and merges
+// the shares as the tile kernel's partials are. A batch-1 step would otherwise be one warp
+// walking 256 positions per KV head and share; here every chunk of every head is in flight
+// at once, and small blocks (one stage) let several share a multiprocessor.
+template <int HD, typename Op, bool KV16, bool MASKED>
+__global__ void __launch_bounds__(32) attn_chunk_decode_kernel(ArgsOf<MASKED> a) {
+  using T = MmaTile<HD, KV16>;
+  using E = typename KvStage<Op, KV16>::E;
+  constexpr int R = HD + 2;
+  launch_dependents();
+  grid_dependency_wait();
+  extern __shared__ __align__(16) float smf[];
+  E* st = reinterpret_cast<E*>(smf);  // one stage: [K chunk | V chunk]
+  const KvLayerView& kv = a.kv;
+  const int group = a.n_head / kv.n_head_kv;
+  const int kvh = blockIdx.y;
+  const int t0 = a.tile_starts[blockIdx.x], nt = a.tile_starts[blockIdx.x + 1] - t0;
+  const int rows = nt * group;  // <= 16 (the dispatcher checks)
+  const int pos0 = a.positions[t0];
+  const int p_last = pos0 + nt - 1;
+  const int32_t* table = a.tables + a.table_off[t0];
+  const int lane = threadIdx.x, g = lane / 4, c = lane % 4;
+  const int r0 = g, r1 = g + 8;
+  RowMask tree0{0, INT_MAX, 0}, tree1{0, INT_MAX, 0};
+  int c_first = 0;
+  if constexpr (MASKED) c_first = tile_masks<kChunk>(a, t0, nt, r0, r1, group, tree0, tree1);
+  const int c0 = int(blockIdx.z) * kChunk;
+  // Row r's record of this chunk.
+  auto record = [&](int r) {
+    const int64_t th = int64_t(t0 + r / group) * a.n_head + kvh * group + r % group;
+    return a.partial + (th * gridDim.z + blockIdx.z) * R;
+  };
+  if (c0 < c_first || c0 > p_last) {  // before the window or after every row: nothing to fold
+    if (lane < rows) record(lane)[HD] = -INFINITY;
+    return;
+  }
+  stage_kv_chunk<E, HD, kChunk, 32, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, st);
+  cp_async_commit();
+  uint32_t qa[HD / 16][4];
+  load_q_fragments<HD, Op>(a, t0, rows, group, kvh, r0, r1, c, qa);
+  const int pos_r0 = pos0 + r0 / group, pos_r1 = pos0 + r1 / group;
+  const float sl2 = a.scale * 1.4426950408889634f;
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  __syncwarp();
+  const E* ks = st;
+  const E* vs = st + kChunk * T::kStride;
+  uint32_t pa[kChunk / 16][4];
+  float mc0, mc1, lc0, lc1;
+  chunk_softmax<HD, Op, KV16, MASKED>(qa, ks, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, pa, mc0, mc1, lc0, lc1);
+  float* rec0 = r0 < rows ? record(r0) : nullptr;
+  float* rec1 = r1 < rows ? record(r1) : nullptr;
+#pragma unroll
+  for (int dn = 0; dn < HD / 8; ++dn) {
+    float oc[4];
+    chunk_pv<HD, Op, KV16>(pa, vs, dn, g, c, oc);
+    if (rec0) *reinterpret_cast<float2*>(rec0 + dn * 8 + 2 * c) = make_float2(oc[0], oc[1]);
+    if (rec1) *reinterpret_cast<float2*>(rec1 + dn * 8 + 2 * c) = make_float2(oc[2], oc[3]);
+  }
+  if (c == 0) {
+    if (rec0) rec0[HD] = mc0, rec0[HD + 1] = lc0;
+    if (rec1) rec1[HD] = mc1, rec1[HD + 1] = lc1;
   }
 }
 
@@ -553,33 +703,53 @@ void launch_decode(const ArgsOf<MASKED>& a, cudaStream_t stream) {
              stream, a);
 }
 
-template <int HD, typename Op, bool KV16, bool MASKED, int WARPS>
+template <int HD, typename Op, bool KV16, bool MASKED, bool FOLD>
 void launch(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   constexpr size_t smem = MmaTile<HD, KV16>::smem_bytes;
   static const bool configured = [] {
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, MASKED, WARPS>,
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_tile_mma_kernel<HD, Op, KV16, MASKED, FOLD>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, MASKED, WARPS>,
-             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(32 * WARPS), smem,
-             stream, a);
+  launch_pdl(attn_tile_mma_kernel<HD, Op, KV16, MASKED, FOLD>,
+             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits)), dim3(256), smem, stream, a);
+}
+
+template <int HD, typename Op, bool KV16, bool MASKED>
+void launch_chunk_decode(const ArgsOf<MASKED>& a, cudaStream_t stream) {
+  constexpr size_t smem = MmaTile<HD, KV16>::smem_bytes / 2;  // one stage
+  static const bool configured = [] {
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(attn_chunk_decode_kernel<HD, Op, KV16, MASKED>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(attn_chunk_decode_kernel<HD, Op, KV16, MASKED>,
+             dim3(unsigned(a.n_tiles), unsigned(a.kv.n_head_kv), unsigned(a.n_splits * a.share_chunks)), dim3(32),
+             smem, stream, a);
 }
 
 template <typename Op, bool KV16, bool MASKED>
 void dispatch(const ArgsOf<MASKED>& a, cudaStream_t stream) {
   const bool small_tiles = a.max_tile_rows > 0 && a.max_tile_rows <= 16;
-  if (a.share_chunks > 0 && small_tiles) {  // batch-invariant decode: the tile kernel's arithmetic on one warp
-    if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED, 1>(a, stream);
-    if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED, 1>(a, stream);
+  if (a.share_chunks > 0) {  // batch-invariant steps: the chunk fold, by the tile kernel or side by side
+    if (a.share_chunks > kInvariantShareChunks)
+      throw CudaError("attention_tiles_tc: shares of " + std::to_string(a.share_chunks) + " chunks (at most " +
+                      std::to_string(kInvariantShareChunks) + ")");
+    if (attention_invariant_chunk_partials(a)) {
+      if (a.kv.head_dim == 64) return launch_chunk_decode<64, Op, KV16, MASKED>(a, stream);
+      if (a.kv.head_dim == 128) return launch_chunk_decode<128, Op, KV16, MASKED>(a, stream);
+    }
+    if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED, true>(a, stream);
+    if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED, true>(a, stream);
   }
-  if (small_tiles && a.share_chunks == 0) {  // decode batches: the split-chunk kernel
+  if (small_tiles) {  // decode batches: the split-chunk kernel
     if (a.kv.head_dim == 64) return launch_decode<64, Op, KV16, MASKED>(a, stream);
     if (a.kv.head_dim == 128) return launch_decode<128, Op, KV16, MASKED>(a, stream);
   }
-  if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED, 8>(a, stream);
-  if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED, 8>(a, stream);
+  if (a.kv.head_dim == 64) return launch<64, Op, KV16, MASKED, false>(a, stream);
+  if (a.kv.head_dim == 128) return launch<128, Op, KV16, MASKED, false>(a, stream);
   throw CudaError("attention_tiles_tc: head_dim " + std::to_string(a.kv.head_dim) + " is not 64 or 128");
 }
 

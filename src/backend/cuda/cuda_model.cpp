@@ -324,7 +324,11 @@ int CudaModel::launch_step(const StepBatch& batch, KvCache& kv, int turn, long c
   splits_ = invariant_  ? attention_invariant_splits(max_ctx)
             : use_tiles_ ? attention_tile_splits(n_tiles_, c.n_head_kv, n_sm_, max_ctx)
                          : attention_splits(n, c.n_head, c.n_head_kv, n_sm_, max_ctx);
-  if (runner_->ensure_scratch(n, m, splits_, sampling_->steps_in_flight())) graphs_->invalidate();
+  // Decode-sized invariant steps keep one partial per chunk, then one per share
+  // (attention_invariant_chunk_partials).
+  const int partial_splits =
+      invariant_ && max_tile_rows_ > 0 && max_tile_rows_ <= 16 ? splits_ * (kInvariantShareChunks + 1) : splits_;
+  if (runner_->ensure_scratch(n, m, partial_splits, sampling_->steps_in_flight())) graphs_->invalidate();
   // Tile starts and tree masks before the tables: the offsets then depend only on (n,
   // use_tiles_, tree_step_), which a captured graph's shape fixes (the tables' length varies
   // from step to step).

@@ -39,6 +39,9 @@ namespace fdl::cuda {
 namespace {
 
 constexpr int kSegK = kGemmK16Segment;
+// The streaming kernel: at most 8 warps per block, each taking every 8th segment; rows of up
+// to kStreamMaxSegs segments (longer ones take a tiling).
+constexpr int kStreamWarps = 8, kStreamMaxSegs = kGemmK16StreamMaxSegments;
 
 // Not volatile: a register-only instruction the compiler may schedule between the fragment
 // loads (the accumulator operands keep each chain's steps in order).
@@ -91,10 +94,16 @@ struct Shape {
   static constexpr int TN = 8 * FN * WN;   // features per block
   static constexpr int LD = BK + 8;        // padded row, in elements
   static constexpr int stage_elems = (TM + TN) * LD;
-  static constexpr size_t smem_bytes = size_t(STAGES) * stage_elems * 2;
+  // Large tiles keep the fold of finished segments in shared memory (a thread's own slots,
+  // after the stages): in registers beside the chains they would spill.
+  static constexpr bool kSmemTotal = FM * FN >= 16;
+  static constexpr size_t total_bytes = kSmemTotal ? size_t(kThreads) * FM * FN * 4 * sizeof(float) : 0;
+  static constexpr size_t smem_bytes = size_t(STAGES) * stage_elems * 2 + total_bytes;
   static_assert(BK % 16 == 0 && (FN == 1 || FN % 2 == 0));
 };
 
+// gridDim.z > 1 (SPLIT): block z computes K segment z alone and writes its chain to
+// Y + z * n * rows (the workspace); gemm_k16_fold_kernel adds the segments in order.
 template <typename S, bool BF16>
 __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* __restrict__ W,
                                                                const uint16_t* __restrict__ X, float* __restrict__ Y,
@@ -103,8 +112,13 @@ __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* _
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::WN, wn = warp % S::WN;
   const int t_block = blockIdx.y * S::TM, f_block = blockIdx.x * S::TN;
-  const int n_kt = (K + S::BK - 1) / S::BK;
   const int n_k16 = (K + 15) / 16;
+  constexpr int kTilesPerSeg = kSegK / S::BK;
+  static_assert(kSegK % S::BK == 0);
+  // The k tiles [kt0, n_kt) of this block: all of K, or segment blockIdx.z.
+  const int kt0 = int(blockIdx.z) * kTilesPerSeg;
+  const int n_kt = gridDim.z > 1 ? min((K + S::BK - 1) / S::BK, kt0 + kTilesPerSeg) : (K + S::BK - 1) / S::BK;
+  if (gridDim.z > 1) Y += int64_t(blockIdx.z) * n * rows;
 
   // One stage holds X rows [t_block, +TM) then W rows [f_block, +TN), BK elements each from
   // k0; copies past the matrix edges (rows beyond `limit`, k beyond K) are zero-filled.
@@ -127,55 +141,57 @@ __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* _
   launch_dependents();
 #pragma unroll
   for (int s = 0; s < S::STAGES - 1; ++s)
-    if (s < n_kt) load_w(s, s);
+    if (kt0 + s < n_kt) load_w(s, kt0 + s);
   grid_dependency_wait();
 #pragma unroll
   for (int s = 0; s < S::STAGES - 1; ++s) {
-    if (s < n_kt) load_x(s, s);
+    if (kt0 + s < n_kt) load_x(s, kt0 + s);
     cp_async_commit();
   }
 
+  // acc: the chain of the current K segment (kSegK, a multiple of BK); the total: the fold of
+  // the segments before it (the first segment's chain as it is, then + each one's), in
+  // registers or in this thread's shared-memory slots (S::kSmemTotal; slot e at
+  // e * kThreads + thread: conflict free).
   float acc[S::FM][S::FN][4];
-  auto zero = [&] {
-#pragma unroll
-    for (int i = 0; i < S::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < S::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+  [[maybe_unused]] float reg_total[S::kSmemTotal ? 1 : S::FM][S::kSmemTotal ? 1 : S::FN][4];
+  [[maybe_unused]] float* smem_total =
+      reinterpret_cast<float*>(sm + S::STAGES * S::stage_elems) + threadIdx.x;
+  auto total = [&](int i, int j, int e) -> float& {
+    if constexpr (S::kSmemTotal)
+      return smem_total[((i * S::FN + j) * 4 + e) * S::kThreads];
+    else
+      return reg_total[i][j][e];
   };
-  zero();
-  // K segments (kSegK, a multiple of BK): when one ends, its chain goes to Y (the first) or
-  // is added to what Y holds, by the thread that owns those outputs (no registers for a
-  // running total, which would make the large tiles spill).
-  constexpr int kTilesPerSeg = kSegK / S::BK;
-  const int g = lane / 4, c = lane % 4;
-  auto flush = [&](bool first) {
+#pragma unroll
+  for (int i = 0; i < S::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < S::FN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  auto segment_end = [&](bool first) {
 #pragma unroll
     for (int i = 0; i < S::FM; ++i)
 #pragma unroll
-      for (int j = 0; j < S::FN; ++j) {
-        const int f = f_block + (wn * S::FN + j) * 8 + 2 * c;
+      for (int j = 0; j < S::FN; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int t = t_block + (wm * S::FM + i) * 16 + g + 8 * h;
-          if (t >= n) continue;
-          float* y = Y + int64_t(t) * rows + f;
-          if (f < rows) y[0] = first ? acc[i][j][2 * h] : y[0] + acc[i][j][2 * h];
-          if (f + 1 < rows) y[1] = first ? acc[i][j][2 * h + 1] : y[1] + acc[i][j][2 * h + 1];
+        for (int e = 0; e < 4; ++e) {
+          total(i, j, e) = first ? acc[i][j][e] : total(i, j, e) + acc[i][j][e];
+          acc[i][j][e] = 0.f;
         }
-      }
   };
-  static_assert(kSegK % S::BK == 0);
+  const int g = lane / 4, c = lane % 4;
 
-  for (int kt = 0; kt < n_kt; ++kt) {
+  for (int kt = kt0; kt < n_kt; ++kt) {
     cp_async_wait<S::STAGES - 2>();
     __syncthreads();  // stage kt is visible; every warp is done with the stage refilled next
     const int next = kt + S::STAGES - 1;
     if (next < n_kt) {
-      load_w(next % S::STAGES, next);
-      load_x(next % S::STAGES, next);
+      load_w((next - kt0) % S::STAGES, next);
+      load_x((next - kt0) % S::STAGES, next);
     }
     cp_async_commit();
-    const uint16_t* xs = sm + (kt % S::STAGES) * S::stage_elems;
+    const uint16_t* xs = sm + ((kt - kt0) % S::STAGES) * S::stage_elems;
     const uint16_t* ws = xs + S::TM * S::LD;
     // The fragments of k16 block kk (the A fragments of the warp's token tiles, the B
     // fragments of its feature tiles) into buffer `buf`; then one step of every chain. The
@@ -221,57 +237,69 @@ __global__ void __launch_bounds__(S::kThreads) gemm_k16_kernel(const uint16_t* _
         steps(0);
       }
     }
-    if ((kt + 1) % kTilesPerSeg == 0 || kt + 1 == n_kt) {  // a segment ends
-      flush(kt < kTilesPerSeg);
-      zero();
-    }
+    if ((kt + 1) % kTilesPerSeg == 0 || kt + 1 == n_kt) segment_end(kt - kt0 < kTilesPerSeg);
   }
   cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < S::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < S::FN; ++j) {
+      const int f = f_block + (wn * S::FN + j) * 8 + 2 * c;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = t_block + (wm * S::FM + i) * 16 + g + 8 * h;
+        if (t >= n) continue;
+        float* y = Y + int64_t(t) * rows + f;
+        if (f < rows) y[0] = total(i, j, 2 * h);
+        if (f + 1 < rows) y[1] = total(i, j, 2 * h + 1);
+      }
+    }
 }
 
-// Few tokens (<= 16): no shared memory. Warp w of a block streams K segment w of one group of
-// 8 features straight from global memory into its B fragments: lane (g, c) holds elements
+// Few tokens (<= 16): no shared memory. Warp w of a block streams K segments w, w + 8, ... of
+// one group of 8 features straight from global memory into its B fragments: lane (g, c) holds elements
 // 16b + 4c .. 4c + 3 of feature g's row for k16 block b (8 contiguous bytes: the order of the
 // products inside a step does not change its result), and the same elements of tokens g and
 // g + 8 as its A fragments (from L1: every warp reads the same rows). U blocks are loaded
 // ahead of the U steps that use the previous ones. The segments' results are added in order
 // through shared memory. Needs K % 4 == 0 and 8-byte-aligned W and X.
 template <bool BF16, bool HI, int U>
-__global__ void __launch_bounds__(256) gemm_k16_stream_kernel(const uint16_t* __restrict__ W,
-                                                               const uint16_t* __restrict__ X, float* __restrict__ Y,
-                                                               int n, int rows, int K) {
-  __shared__ float seg_out[8][32][4];
+__global__ void __launch_bounds__(32 * kStreamWarps, 1) gemm_k16_stream_kernel(const uint16_t* __restrict__ W,
+                                                                            const uint16_t* __restrict__ X,
+                                                                            float* __restrict__ Y, int n, int rows,
+                                                                            int K) {
+  __shared__ float seg_out[kStreamMaxSegs][32][4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int warps = int(blockDim.x / 32), segs = (K + kSegK - 1) / kSegK;
   const int f0 = blockIdx.x * 8;
-  const int k_begin = warp * kSegK, k_end = min(K, k_begin + kSegK);
-  const int n_blocks = (k_end - k_begin + 15) / 16;
-  const uint16_t* wrow = W + int64_t(min(f0 + g, rows - 1)) * K + k_begin + 4 * c;
   const bool w_ok = f0 + g < rows;
-  const uint16_t* x0 = X + int64_t(g) * K + k_begin + 4 * c;
-  const uint16_t* x1 = X + int64_t(g + 8) * K + k_begin + 4 * c;
   const bool x0_ok = g < n, x1_ok = HI && g + 8 < n;
+  const uint16_t* wrow = W + int64_t(min(f0 + g, rows - 1)) * K + 4 * c;
+  const uint16_t* x0 = X + int64_t(g) * K + 4 * c;
+  const uint16_t* x1 = X + int64_t(g + 8) * K + 4 * c;
   uint2 w[2][U], xa[2][U], xb[2][U];
-  auto load_w = [&](int b0, int buf) {
+  // k16 blocks b0 .. b0 + U - 1 of the segment [k_begin, k_begin + len) into buffer `buf`; a
+  // lane's 4 elements past the segment (K % 4 == 0: all or none of them) are zeros.
+  auto load_w = [&](int k_begin, int len, int b0, int buf) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      w[buf][u] = w_ok && (b0 + u) * 16 + 4 * c < len
+                      ? __ldg(reinterpret_cast<const uint2*>(wrow + k_begin + (b0 + u) * 16))
+                      : make_uint2(0, 0);
+  };
+  auto load_x = [&](int k_begin, int len, int b0, int buf) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int k = (b0 + u) * 16 + 4 * c;  // within the segment
-      w[buf][u] = w_ok && k < k_end - k_begin ? __ldg(reinterpret_cast<const uint2*>(wrow + (b0 + u) * 16))
-                                              : make_uint2(0, 0);
+      const bool in = (b0 + u) * 16 + 4 * c < len;
+      xa[buf][u] = x0_ok && in ? *reinterpret_cast<const uint2*>(x0 + k_begin + (b0 + u) * 16) : make_uint2(0, 0);
+      if constexpr (HI)
+        xb[buf][u] = x1_ok && in ? *reinterpret_cast<const uint2*>(x1 + k_begin + (b0 + u) * 16) : make_uint2(0, 0);
     }
   };
-  auto load_x = [&](int b0, int buf) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = (b0 + u) * 16 + 4 * c;
-      const bool in = k < k_end - k_begin;
-      xa[buf][u] = x0_ok && in ? *reinterpret_cast<const uint2*>(x0 + (b0 + u) * 16) : make_uint2(0, 0);
-      if constexpr (HI) xb[buf][u] = x1_ok && in ? *reinterpret_cast<const uint2*>(x1 + (b0 + u) * 16) : make_uint2(0, 0);
-    }
-  };
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float acc[4];
   // Fragment slots: a0 = token g (slots 2c, 2c+1), a1 = token g + 8, a2/a3 = slots 2c+8, 2c+9;
   // here slots (2c, 2c+1) hold elements 4c, 4c+1 and (2c+8, 2c+9) elements 4c+2, 4c+3.
-  auto run = [&](int b0, int buf) {
+  auto run = [&](int n_blocks, int b0, int buf) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (b0 + u >= n_blocks) break;
@@ -280,25 +308,29 @@ __global__ void __launch_bounds__(256) gemm_k16_stream_kernel(const uint16_t* __
     }
   };
   launch_dependents();
-  if (k_begin < K) load_w(0, 0);  // weights first: they depend on no earlier kernel
-  grid_dependency_wait();
-  if (k_begin < K) {
-    load_x(0, 0);
+  bool waited = false;
+  for (int seg = warp; seg < segs; seg += warps) {
+    const int k_begin = seg * kSegK, len = min(K - k_begin, kSegK), n_blocks = (len + 15) / 16;
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    load_w(k_begin, len, 0, 0);  // weights first: they depend on no earlier kernel
+    if (!waited) grid_dependency_wait(), waited = true;
+    load_x(k_begin, len, 0, 0);
     for (int b = 0; b < n_blocks; b += 2 * U) {
-      if (b + U < n_blocks) load_w(b + U, 1), load_x(b + U, 1);
-      run(b, 0);
-      if (b + 2 * U < n_blocks) load_w(b + 2 * U, 0), load_x(b + 2 * U, 0);
-      if (b + U < n_blocks) run(b + U, 1);
+      if (b + U < n_blocks) load_w(k_begin, len, b + U, 1), load_x(k_begin, len, b + U, 1);
+      run(n_blocks, b, 0);
+      if (b + 2 * U < n_blocks) load_w(k_begin, len, b + 2 * U, 0), load_x(k_begin, len, b + 2 * U, 0);
+      if (b + U < n_blocks) run(n_blocks, b + U, 1);
     }
-  }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) seg_out[warp][lane][e] = acc[e];
+    for (int e = 0; e < 4; ++e) seg_out[seg][lane][e] = acc[e];
+  }
+  if (!waited) grid_dependency_wait();
   __syncthreads();
   if (warp != 0) return;
   float total[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) total[e] = seg_out[0][lane][e];
-  for (int s2 = 1; s2 < int(blockDim.x / 32); ++s2)
+  for (int s2 = 1; s2 < segs; ++s2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) total[e] += seg_out[s2][lane][e];
   const int f = f0 + 2 * c;
@@ -344,68 +376,99 @@ __global__ void gemm_k16_reference_kernel(const uint16_t* __restrict__ W, const 
   }
 }
 
-template <typename S, bool BF16>
-void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+// Y[i] = P[0][i] + P[1][i] + ... (left to right), P the `segs` chains of the split tilings.
+__global__ void gemm_k16_fold_kernel(const float* __restrict__ P, float* __restrict__ Y, int64_t count, int segs) {
+  launch_dependents();
+  grid_dependency_wait();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    float y = P[i];
+    for (int s = 1; s < segs; ++s) y += P[s * count + i];
+    Y[i] = y;
+  }
+}
+
+int segments(int64_t K) { return int((K + kSegK - 1) / kSegK); }
+
+// SPLIT: one block per K segment into `ws` (n x W.rows floats per segment), then the fold.
+template <typename S, bool BF16, bool SPLIT>
+void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float* ws, cudaStream_t stream) {
   static const bool configured = [] {
     FDL_CUDA_CHECK(cudaFuncSetAttribute(gemm_k16_kernel<S, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(S::smem_bytes)));
     return true;
   }();
   (void)configured;
-  const dim3 grid(unsigned((W.rows + S::TN - 1) / S::TN), unsigned((n + S::TM - 1) / S::TM));
+  const int segs = SPLIT ? segments(W.cols) : 1;
+  if (SPLIT && segs > 1 && ws == nullptr) throw CudaError("gemm_k16: the split tilings need a workspace");
+  const dim3 grid(unsigned((W.rows + S::TN - 1) / S::TN), unsigned((n + S::TM - 1) / S::TM), unsigned(segs));
   launch_pdl(gemm_k16_kernel<S, BF16>, grid, dim3(S::kThreads), S::smem_bytes, stream,
-             static_cast<const uint16_t*>(W.data), X, Y, n, int(W.rows), int(W.cols));
+             static_cast<const uint16_t*>(W.data), X, segs > 1 ? ws : Y, n, int(W.rows), int(W.cols));
+  if (segs > 1) {
+    const int64_t count = int64_t(n) * W.rows;
+    launch_pdl(gemm_k16_fold_kernel, dim3(unsigned(std::min<int64_t>((count + 255) / 256, 4096))), dim3(256), 0,
+               stream, static_cast<const float*>(ws), Y, count, segs);
+  }
 }
 
-template <bool BF16>
-void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+template <bool BF16, int U = 8>
+void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float*, cudaStream_t stream) {
   const int segs = int((W.cols + kSegK - 1) / kSegK);
-  if (segs > 8) throw CudaError("gemm_k16: rows of more than 8 x " + std::to_string(kSegK) + " elements");
+  if (segs > kStreamMaxSegs)
+    throw CudaError("gemm_k16: rows of more than " + std::to_string(kStreamMaxSegs) + " x " + std::to_string(kSegK) +
+                    " elements");
   for (int t0 = 0; t0 < n; t0 += 16) {  // 16 tokens per launch (a tiling of any n, for the tests)
     const int m = std::min(16, n - t0);
-    auto kernel = m > 8 ? gemm_k16_stream_kernel<BF16, true, 8> : gemm_k16_stream_kernel<BF16, false, 8>;
-    launch_pdl(kernel, dim3(unsigned((W.rows + 7) / 8)), dim3(32 * unsigned(segs)), 0, stream,
+    auto kernel = m > 8 ? gemm_k16_stream_kernel<BF16, true, U> : gemm_k16_stream_kernel<BF16, false, U>;
+    launch_pdl(kernel, dim3(unsigned((W.rows + 7) / 8)), dim3(32 * unsigned(std::min(segs, kStreamWarps))), 0, stream,
                static_cast<const uint16_t*>(W.data), X + int64_t(t0) * W.cols, Y + int64_t(t0) * W.rows, m,
                int(W.rows), int(W.cols));
   }
 }
 
 template <bool BF16>
-void launch_reference(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+void launch_reference(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float*, cudaStream_t stream) {
   const dim3 grid(unsigned((W.rows + 7) / 8), unsigned((n + 15) / 16));
   launch_pdl(gemm_k16_reference_kernel<BF16>, grid, dim3(32), 0, stream, static_cast<const uint16_t*>(W.data), X, Y,
              n, int(W.rows), int(W.cols));
 }
 
 // The tilings (Shape<WM, WN, FM, FN, BK, STAGES>; named tokens x features per block, k per
-// stage, stages). Entry 0 is the reference kernel. pick_tiling() chooses by the token count;
+// stage, stages; "split": a block per K segment, gemm_k16_fold_kernel adds them). Entry 0 is the reference kernel. pick_tiling() chooses by the token count;
 // the others stay for gemm_k16_bench and the tests, which check that every entry gives the
 // same bits.
 struct Tiling {
   const char* name;
-  void (*f16)(const DeviceMatrix&, const uint16_t*, int, float*, cudaStream_t);
-  void (*bf16)(const DeviceMatrix&, const uint16_t*, int, float*, cudaStream_t);
+  bool split;  // needs gemm_k16_workspace_floats() of workspace
+  void (*f16)(const DeviceMatrix&, const uint16_t*, int, float*, float*, cudaStream_t);
+  void (*bf16)(const DeviceMatrix&, const uint16_t*, int, float*, float*, cudaStream_t);
 };
-template <typename S>
+template <typename S, bool SPLIT = false>
 constexpr Tiling tiling(const char* name) {
-  return Tiling{name, launch_shape<S, false>, launch_shape<S, true>};
+  return Tiling{name, SPLIT, launch_shape<S, false, SPLIT>, launch_shape<S, true, SPLIT>};
 }
 constexpr Tiling kTilings[] = {
-    Tiling{"reference", launch_reference<false>, launch_reference<true>},
-    Tiling{"stream <=16 tokens", launch_stream<false>, launch_stream<true>},
+    Tiling{"reference", false, launch_reference<false>, launch_reference<true>},
+    Tiling{"stream <=16 tokens", false, launch_stream<false>, launch_stream<true>},
     tiling<Shape<1, 4, 1, 1, 256, 4>>("16x32 k256 s4"),
     tiling<Shape<1, 4, 4, 1, 128, 4>>("64x32 k128 s4"),
     tiling<Shape<1, 4, 4, 2, 64, 4>>("64x64 k64 s4"),
     tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
+    tiling<Shape<1, 4, 4, 1, 128, 4>, true>("64x32 k128 s4 split"),
+    tiling<Shape<1, 4, 4, 2, 64, 4>, true>("64x64 k64 s4 split"),
+    Tiling{"stream, 16 blocks ahead", false, launch_stream<false, 16>, launch_stream<true, 16>},
 };
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
 // The entry of kTilings for n tokens (speed only: every entry gives the same bits).
-// The streaming kernel takes up to 8 segments (one warp each).
-int pick_tiling(int n, int64_t K) {
-  if (n <= 16) return K <= 8 * int64_t(kSegK) ? 1 : 2;
-  return n <= 64 ? 3 : 6;
+// The streaming kernel takes rows of up to kStreamMaxSegs segments; the split tilings need a
+// workspace.
+int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
+  if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? 1 : 2;
+  // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
+  // a few times over (measured: docs/GPU.md, tuning log).
+  if (n <= 64) return rows >= 64 * 1024 ? 4 : workspace && K > kSegK ? 8 : 3;
+  return 6;
 }
 
 }  // namespace
@@ -418,7 +481,15 @@ const char* gemm_k16_tiling_name(int tiling) {
   return tiling >= 0 && tiling < kTilingCount ? kTilings[tiling].name : "";
 }
 
-void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_t stream, int tiling) {
+size_t gemm_k16_workspace_floats(const DeviceMatrix& W, int n, int tiling) {
+  if (n <= 0 || tiling < -1 || tiling >= kTilingCount) return 0;
+  const int t = tiling >= 0 ? tiling : pick_tiling(n, W.rows, W.cols, true);
+  const int segs = segments(W.cols);
+  return kTilings[t].split && segs > 1 ? size_t(n) * size_t(W.rows) * size_t(segs) : 0;
+}
+
+void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_t stream, int tiling,
+              float* workspace) {
   if (n <= 0 || W.rows == 0) return;
   if (!gemm_k16_supported(W)) throw CudaError("gemm_k16: weights must be F16 or BF16");
   if (W.cols <= 0) throw CudaError("gemm_k16: weights with no columns");
@@ -431,8 +502,8 @@ void gemm_k16(const DeviceMatrix& W, const void* X, int n, float* Y, cudaStream_
                        reinterpret_cast<uintptr_t>(X) % 16 == 0;
   if (!aligned && tiling > 0)
     throw CudaError("gemm_k16: the tiled kernels need 16-byte rows (W.cols % 8 == 0) and 16-byte-aligned W and X");
-  const int t = tiling >= 0 ? tiling : aligned ? pick_tiling(n, W.cols) : 0;
-  (W.type == WType::BF16 ? kTilings[t].bf16 : kTilings[t].f16)(W, x, n, Y, stream);
+  const int t = tiling >= 0 ? tiling : aligned ? pick_tiling(n, W.rows, W.cols, workspace != nullptr) : 0;
+  (W.type == WType::BF16 ? kTilings[t].bf16 : kTilings[t].f16)(W, x, n, Y, workspace, stream);
 }
 
 }  // namespace fdl::cuda

@@ -122,9 +122,9 @@ struct AttentionArgs {
   /// known; 1..16 (decode batches) selects the kernel that splits each chunk over its warps.
   int max_tile_rows = 0;
   /// Batch-invariant steps (tensor-core tiles only): > 0 splits the context into fixed ranges
-  /// of absolute positions, kInvariantShareChunks chunks of 64 each (split z covers
-  /// [z, z + 1) x 64 x share_chunks), always writes partials and merges them, and runs tiles of
-  /// <= 16 rows on the tile kernel's own arithmetic; n_splits must then be
+  /// of absolute positions, share_chunks (at most kInvariantShareChunks) chunks of 64 each
+  /// (split z covers [z, z + 1) x 64 x share_chunks), folds each chunk's own partial
+  /// (attention_fold.cuh) and always merges the splits' partials; n_splits must then be
   /// attention_invariant_splits(longest context). A row's result then depends on its own
   /// query and context only. 0: splits sized to fill the GPU (attention_tile_splits).
   int share_chunks = 0;
@@ -133,6 +133,12 @@ struct AttentionArgs {
 constexpr int kInvariantShareChunks = 4;
 /// Splits covering a context of max_ctx positions in fixed shares of kInvariantShareChunks chunks.
 int attention_invariant_splits(int max_ctx);
+/// Whether a batch-invariant step computes each 64-position chunk of its shares in a warp of
+/// its own (tensor-core tiles that all have <= 16 rows: decode, verification): one partial per
+/// chunk, folded into the shares' partials and merged after. Its partial buffer must then hold
+/// attention_partial_floats(n_tokens, n_head, head_dim, n_splits * (share_chunks + 1)) floats
+/// (the chunks' partials, then the shares').
+bool attention_invariant_chunk_partials(const AttentionArgs& a);
 /// Masks for paged_attention (device arrays of n_tokens entries; all null: none).
 /// Token trees (flashdllm/model.h, StepBatch::tree_parent): with `base` set, positions[t] is
 /// token t's KV slot (not its RoPE position; a tree is then a run of consecutive slots and

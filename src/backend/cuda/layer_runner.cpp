@@ -124,6 +124,7 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
     f(logits_, mm * size_t(c.n_vocab));
     f(partial_, attention_partial_floats(n, c.n_head, c.head_dim, splits));
     if (n > kGemvMaxTokens || invariant_) f(xh_, std::max(nn, mm) * std::max({d, q, ff}));
+    if (invariant_) f(gemm_ws_, gemm_workspace_floats(n, m));
   };
   bool grows = ids_.size() < mm;
   each([&](auto& buf, size_t count) { grows |= buf.size() < count; });
@@ -143,6 +144,14 @@ bool LayerRunner::ensure_scratch(int n, int m, int splits, bool steps_in_flight)
   return moved;
 }
 
+size_t LayerRunner::gemm_workspace_floats(int n, int m) const {
+  size_t most = gemm_k16_workspace_floats(weights_.output.view, m);
+  for (const CudaLayer& L : weights_.layers)
+    for (const DeviceMatrix* W : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view})
+      if (W->data != nullptr) most = std::max(most, gemm_k16_workspace_floats(*W, n));
+  return most;
+}
+
 WType LayerRunner::gemm_input_type(const DeviceMatrix& W, int n) const {
   return n > kGemvMaxTokens || invariant_ ? W.type : WType::F32;
 }
@@ -150,7 +159,7 @@ WType LayerRunner::gemm_input_type(const DeviceMatrix& W, int n) const {
 void LayerRunner::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
   if (n <= 0) return;
   const auto* X = static_cast<const float*>(Xv);
-  if (invariant_) return gemm_k16(W, Xv, n, Y, stream_);
+  if (invariant_) return gemm_k16(W, Xv, n, Y, stream_, -1, gemm_ws_.size() > 0 ? gemm_ws_.get() : nullptr);
   if (n <= kGemvMaxTokens) return gemv(W, X, n, Y, stream_);
   const float alpha = 1.f, beta = 0.f;
   const int rows = int(W.rows), cols = int(W.cols);

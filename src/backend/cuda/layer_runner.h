@@ -137,6 +137,9 @@ class LayerRunner {
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
   WType gemm_input_type(const DeviceMatrix& W, int n) const;
+  /// Batch-invariant steps of n tokens (m rows of logits): the most workspace any of the
+  /// model's projections needs from gemm_k16.
+  size_t gemm_workspace_floats(int n, int m) const;
   /// The layer's bias and per-head norms for the RoPE step (all null for llama).
   QkvExtras extras(const CudaLayer& L) const;
   /// Layer l's post-FFN norm weight (the addend's post-norm for the next norm), or null (none,
@@ -174,6 +177,7 @@ class LayerRunner {
   DeviceBuffer<float> x_, x2_, xn_, qkv_, q_, attn_, proj_, gu_, h_, out_rows_, logits_, partial_;
   DeviceBuffer<float> k_new_;  // decode_attention_block's raw new K, for families with per-head Q/K norms
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
+  DeviceBuffer<float> gemm_ws_;  // batch-invariant steps: gemm_k16's per-segment chains (its split tilings)
   DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
   // Mixture of experts (moe.h): router logits, the pairs' experts and weights, the grouped
   // path's order (perm, slot, offsets) and gathered rows, each pair's expert output.
