@@ -51,8 +51,8 @@ struct GeneratorOptions {
   int max_sequences = 8;    ///< live sequences at once; the KV pool holds n_ctx for each
   int prefill_chunk = 512;  ///< prompt tokens per prefill forward, >= 1
   /// Self-verifying speculative decoding (flashdllm/speculative.h); off by default. With it
-  /// on, outputs stay exactly those of plain decoding (greedy: the same ids; sampling: the
-  /// same distribution), only faster when drafts are accepted.
+  /// on, outputs stay exactly those of plain decoding (the same ids, greedy or seeded
+  /// sampling), only faster when drafts are accepted.
   SpecOptions spec{};
   /// Tier-0 KV pool size in blocks (--kv-tier0-bytes / block bytes); 0 = max_sequences full
   /// contexts (never preempts). Smaller pools (at least one full context) make the scheduler

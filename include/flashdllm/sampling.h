@@ -160,28 +160,20 @@ class Sampler {
   void append_penalty_tokens(int32_t row, std::vector<PenaltyToken>& out);
 
   /// Verification of one draft token against this row (speculative decoding): returns
-  /// the token to emit; it equals `draft` iff the draft is accepted.
-  ///  - greedy: the argmax of the penalized logits (the same token sample() returns), so a
-  ///    draft is accepted exactly when plain greedy decoding would have produced it;
-  ///  - sampling: speculative sampling for a point-mass draft (Leviathan et al. 2023,
-  ///    "Fast Inference from Transformers via Speculative Decoding", Algorithm 1 with
-  ///    q = delta_draft): accept with probability p(draft) under the final distribution
-  ///    (the one distribution() returns); otherwise draw from p with the draft removed and
-  ///    renormalized. The result is distributed exactly as sample()'s. Uses up to two RNG
-  ///    draws, so the stream differs from sample()'s; the penalties use the history given
-  ///    to accept(), which must already hold the drafts accepted before this position.
-  /// `draft` outside [0, n_vocab) is never accepted (then this is sample()).
+  /// the token to emit; it equals `draft` iff the draft is accepted. The token is the one
+  /// sample() draws from this row, with the same single RNG draw (greedy: the argmax of the
+  /// penalized logits), and the draft is accepted iff it is that token: for a point-mass draft
+  /// this accepts with probability p(draft), as speculative sampling does (Leviathan et al.
+  /// 2023, Algorithm 1 with q = delta_draft), and the emitted tokens and the RNG stream are
+  /// plain decoding's, so a seed gives the same ids with and without speculation. The
+  /// penalties use the history given to accept(), which must already hold the drafts accepted
+  /// before this position. `draft` outside [0, n_vocab) is never accepted.
   int32_t sample_against_draft(std::span<const float> logits, int32_t draft);
 
   /// Verification of several candidate tokens for one position (the children of a node of a
-  /// speculative token tree): recursive rejection (SpecInfer, Miao et al. 2024, for
-  /// point-mass drafts). Candidate x1 is accepted with probability p(x1); on rejection p
-  /// becomes p with x1 removed and renormalized, x2 is tried against it, and so on; when every
-  /// candidate is rejected the result is drawn from the last residual. The result is
-  /// distributed exactly as sample()'s; it equals a candidate iff that one was accepted.
-  /// Greedy: the argmax (as sample_against_draft). One candidate: sample_against_draft.
-  /// Candidates must be distinct; ids outside [0, n_vocab) are never accepted. Uses up to
-  /// candidates + 1 RNG draws.
+  /// speculative token tree): the token sample() draws, as for one draft; a candidate is
+  /// accepted iff it is that token (probability p(x) for each, as recursive rejection gives,
+  /// SpecInfer, Miao et al. 2024). One RNG draw, plain sampling's. Candidates must be distinct.
   int32_t sample_against_drafts(std::span<const float> logits, std::span<const int32_t> drafts);
 
   /// The final distribution sample() would draw from, sorted by descending probability

@@ -1,5 +1,6 @@
 // Greedy decoding with speculation gives exactly the ids of plain greedy decoding on every
-// reference prompt of both test models, in every mode, with and without the adaptive window.
+// reference prompt of both test models, in every mode, with and without the adaptive window;
+// seeded sampling gives plain seeded sampling's ids.
 #include "spec_test_support.h"
 
 namespace fdl {
@@ -58,6 +59,30 @@ TEST(SpecGreedyReference, CodeLmEachPromptAloneWithLookup) {
 TEST(SpecGreedyReference, CodeLmBatchedLookaheadAndAuto) {
   check_model(test::codelm_model(), "codelm_greedy.json",
               {{SpecMode::Lookahead, false, false}, {SpecMode::Auto, true, false}});
+}
+
+// Seeded sampling: a verified draft is accepted iff it is the token plain sampling draws with
+// the same draw, so every mode (linear drafts and trees) gives plain sampling's ids.
+TEST(SpecGreedyReference, SeededSamplingGivesPlainSamplingsIds) {
+  const LoadedModel& m = test::stories_model();
+  std::vector<GenerationRequest> reqs = reference_requests("stories260K_greedy.json");
+  uint64_t seed = 7;
+  for (auto& r : reqs) {
+    r.sampling.temperature = 0.7f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.repeat_penalty = 1.1f;  // the history must hold the drafts accepted before
+    r.sampling.seed = seed++;
+  }
+  auto plain = test::make_generator(m);
+  const auto want = plain.generate(reqs);
+  for (const bool tree : {false, true}) {
+    SCOPED_TRACE(tree ? "tree" : "linear");
+    GeneratorOptions o = test::spec_options(SpecMode::Auto, 6);
+    o.spec.tree = tree;
+    auto gen = test::make_generator(m, o);
+    test::expect_same_results(gen.generate(reqs), want);
+    EXPECT_GT(gen.spec_metrics().accepted, 0);
+  }
 }
 
 TEST(SpecGreedyReference, Stories260KMatchesTheLlamaCppReferenceIds) {
