@@ -49,7 +49,8 @@ struct CheckOptions {
   int small_chunk = 64;
   int mid_chunk = 256;
   int block_size = 16;
-  uint32_t seed = 42;
+  std::string seed_text = "42";  // --seed, parsed by run_check (0..2^64-1)
+  uint64_t seed = 42;
   bool sampling = false;
   bool json = false;
 };
@@ -57,7 +58,7 @@ struct CheckOptions {
 // Prompt lengths from min_len to max_len (both taken), the others uniform between; ids random
 // after a BOS.
 Ids make_prompts(const CheckOptions& o, const Tokenizer& tok) {
-  std::mt19937 rng(o.seed);
+  std::mt19937_64 rng(o.seed);
   const int32_t vocab = std::min<int32_t>(tok.n_vocab(), 32000);
   std::uniform_int_distribution<int32_t> id(3, std::max<int32_t>(4, vocab - 1));
   std::uniform_int_distribution<int> len(o.min_len, o.max_len);
@@ -102,6 +103,15 @@ ScheduleResult run_schedule(Model& model, const Tokenizer& tok, const CheckOptio
       s.budget > 0 ? s.budget + eo.generator.max_sequences : o.max_len + eo.generator.max_sequences;
   eo.scheduler.max_prefill_tokens = s.max_prefill_tokens;
   eo.scheduler.prefix_cache = s.twice;
+  // What the sinks touch is declared before the engine, so it outlives the engine's thread
+  // (the engine is destroyed first, aborting and joining) on every way out of here.
+  ScheduleResult res;
+  Ids& out = res.ids;
+  out.resize(size_t(n));
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0, started = 0;  // started: requests with a first token, or finished without one
+  std::string failure;
   std::optional<Engine> made;
   try {
     made.emplace(model, tok, eo);
@@ -110,13 +120,6 @@ ScheduleResult run_schedule(Model& model, const Tokenizer& tok, const CheckOptio
   }
   Engine& engine = *made;
 
-  ScheduleResult res;
-  Ids& out = res.ids;
-  out.resize(size_t(n));
-  std::mutex mu;
-  std::condition_variable cv;
-  int finished = 0, started = 0;
-  std::string failure;
   auto submit = [&](int i) {
     GenerationRequest r;
     r.prompt_ids = prompts[size_t(i)];
@@ -124,15 +127,15 @@ ScheduleResult run_schedule(Model& model, const Tokenizer& tok, const CheckOptio
     r.ignore_eos = true;
     if (o.sampling) {
       r.sampling.temperature = 0.8f;
-      r.sampling.seed = uint64_t(o.seed) + uint64_t(i);
+      r.sampling.seed = o.seed + uint64_t(i);  // wraps at 2^64, as a seed may
     } else {
       r.sampling.temperature = 0.f;
     }
     out[size_t(i)].clear();
-    engine.submit(std::move(r), [&, i, first = true](const RequestOutput& d) mutable {
+    auto sink = [&, i, first = true](const RequestOutput& d) mutable {
       std::lock_guard lk(mu);
       for (const auto& t : d.tokens) out[size_t(i)].push_back(t.id);
-      if (first && !d.tokens.empty()) first = false, ++started;
+      if (first && (!d.tokens.empty() || d.finished)) first = false, ++started;
       if (d.finished) {
         if (d.finish_reason != "length" && failure.empty())
           failure = "prompt " + std::to_string(i) + " ended with '" + d.finish_reason + "': " + d.error;
@@ -140,7 +143,12 @@ ScheduleResult run_schedule(Model& model, const Tokenizer& tok, const CheckOptio
         ++finished;
       }
       cv.notify_all();
-    });
+    };
+    try {
+      engine.submit(std::move(r), std::move(sink));
+    } catch (const std::invalid_argument& e) {
+      throw CliError("check-invariance: prompt " + std::to_string(i) + ": " + e.what());
+    }
   };
   auto wait_until = [&](const std::function<bool()>& done) {
     std::unique_lock lk(mu);
@@ -158,7 +166,7 @@ ScheduleResult run_schedule(Model& model, const Tokenizer& tok, const CheckOptio
       for (int i = 0; i < n; i += s.wave) {
         const int end = std::min(n, i + s.wave);
         for (int j = i; j < end; ++j) submit(j);
-        wait_until([&] { return started >= end; });  // every request has a first token before it finishes
+        wait_until([&] { return started >= end; });
       }
     } else {
       for (int i = 0; i < n; ++i) submit(i);
@@ -169,14 +177,21 @@ ScheduleResult run_schedule(Model& model, const Tokenizer& tok, const CheckOptio
   return res;
 }
 
-void run_check(const CheckOptions& o) {
+void run_check(CheckOptions o) {
+  o.seed = *parse_seed("--seed", o.seed_text, /*allow_random=*/false);
   check_int_in("--prompts", o.prompts, 1, 4096);
   check_int_in("--min-len", o.min_len, 1, 1 << 20);
-  check_int_in("--max-len", o.max_len, o.min_len, 1 << 20);
+  check_int_in("--max-len", o.max_len, 1, 1 << 20);
+  if (o.max_len < o.min_len)
+    throw CliError("--max-len (" + std::to_string(o.max_len) + ") is below --min-len (" + std::to_string(o.min_len) +
+                   ")");
   check_int_in("-n/--n-predict", o.n_predict, 1, 1 << 20);
   check_int_in("--wave", o.wave, 1, 4096);
   check_int_in("--small-chunk", o.small_chunk, 1, 1 << 20);
   check_int_in("--mid-chunk", o.mid_chunk, 1, 1 << 20);
+  if (o.mid_chunk == o.small_chunk)
+    throw CliError("--mid-chunk and --small-chunk are both " + std::to_string(o.small_chunk) +
+                   ": give two sizes (the two chunked schedules would be the same)");
   check_int_in("--block-size", o.block_size, 1, kMaxBlockSize);
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
   const int needed = o.max_len + o.n_predict;
@@ -185,8 +200,9 @@ void run_check(const CheckOptions& o) {
   LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap, n_ctx));
   const int n_ctx_train = loaded.model->config().n_ctx_train;
   if (n_ctx_train > 0 && n_ctx > n_ctx_train)
-    throw CliError("--max-len + --n-predict need a context of " + std::to_string(n_ctx) + " tokens; the model has " +
-                   std::to_string(n_ctx_train));
+    throw CliError("--max-len + --n-predict need a context of " + std::to_string(needed) + " tokens (" +
+                   std::to_string(n_ctx) + " in whole blocks of --block-size " + std::to_string(o.block_size) +
+                   "); the model has " + std::to_string(n_ctx_train));
   const Ids prompts = make_prompts(o, *loaded.tokenizer);
 
   const std::string small = std::to_string(o.small_chunk), mid = std::to_string(o.mid_chunk);
@@ -206,6 +222,10 @@ void run_check(const CheckOptions& o) {
                            {"prompts", o.prompts},
                            {"prompt_lengths", {o.min_len, o.max_len}},
                            {"n_predict", o.n_predict},
+                           {"seed", o.seed},
+                           {"block_size", o.block_size},
+                           {"wave", o.wave},
+                           {"chunks", {o.small_chunk, o.mid_chunk}},
                            {"decoding", o.sampling ? "sampling" : "greedy"},
                            {"device", detail::device_flag()},
                            {"batch_invariant", loaded.model->batch_invariant()},
@@ -278,7 +298,7 @@ void add_check_invariance_command(CLI::App& tools_app) {
   cmd->add_option("--mid-chunk", o->mid_chunk, "Prompt tokens per step of the second chunked schedule")
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of the prompts and of the samplers")->capture_default_str();
+  cmd->add_option("--seed", o->seed_text, "Seed of the prompts and of the samplers (0..2^64-1)")->capture_default_str();
   cmd->add_flag("--sampling", o->sampling, "Seeded sampling (temperature 0.8) instead of greedy decoding");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   add_mmap_flag(cmd, o->mmap);  // also --device, --kv-cache-dtype, --batch-invariant

@@ -214,8 +214,8 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
       }
     // Row r's logits are those plain decoding would see after x0 and the accepted nodes
     // (the tree attention reads exactly that path), and the sampler's penalty history already
-    // holds them (on_token accepted each). One candidate: speculative sampling; several:
-    // recursive rejection; none: a plain draw.
+    // holds them (on_token accepted each). Every row emits the token plain decoding draws
+    // from it (sample_against_draft(s)); a child is accepted iff it is that token.
     const int32_t tok = children_.empty() ? runner_.row_token(s, r)
                         : children_.size() == 1 ? s.sampler.sample_against_draft(row, outputs_[0])
                                                 : s.sampler.sample_against_drafts(row, outputs_);

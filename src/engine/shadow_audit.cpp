@@ -8,8 +8,9 @@
 // same range, the fingerprints are compared and the result goes to the breaker. The shadow
 // trails (it makes one token per step), so the comparisons cover the steps it reaches
 // before the audited sequence finishes; it is freed with the sequence.
-// Only greedy requests are audited: with sampling, speculation consumes the RNG differently,
-// so ids legitimately differ (exactness there is a statement about distributions).
+// Only greedy requests are audited: a sampled request's spec and plain steps may draw with
+// different samplers (the CUDA model samples plain steps on the device, verified rows on the
+// host), so a draw near a boundary may legitimately differ.
 #include "engine/scheduler.h"
 #include "engine/step_fingerprint.h"
 
