@@ -159,23 +159,6 @@ class Sampler {
   /// itself (Model::forward_sample). O(window).
   void append_penalty_tokens(int32_t row, std::vector<PenaltyToken>& out);
 
-  /// Verification of one draft token against this row (speculative decoding): returns
-  /// the token to emit; it equals `draft` iff the draft is accepted. The token is the one
-  /// sample() draws from this row, with the same single RNG draw (greedy: the argmax of the
-  /// penalized logits), and the draft is accepted iff it is that token: for a point-mass draft
-  /// this accepts with probability p(draft), as speculative sampling does (Leviathan et al.
-  /// 2023, Algorithm 1 with q = delta_draft), and the emitted tokens and the RNG stream are
-  /// plain decoding's, so a seed gives the same ids with and without speculation. The
-  /// penalties use the history given to accept(), which must already hold the drafts accepted
-  /// before this position. `draft` outside [0, n_vocab) is never accepted.
-  int32_t sample_against_draft(std::span<const float> logits, int32_t draft);
-
-  /// Verification of several candidate tokens for one position (the children of a node of a
-  /// speculative token tree): the token sample() draws, as for one draft; a candidate is
-  /// accepted iff it is that token (probability p(x) for each, as recursive rejection gives,
-  /// SpecInfer, Miao et al. 2024). One RNG draw, plain sampling's. Candidates must be distinct.
-  int32_t sample_against_drafts(std::span<const float> logits, std::span<const int32_t> drafts);
-
   /// The final distribution sample() would draw from, sorted by descending probability
   /// (ties: lower id first); probabilities sum to 1. Greedy gives one token with prob 1.
   /// Does not advance the RNG. Meant for tests and log-probabilities; allocates.

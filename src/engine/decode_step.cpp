@@ -215,10 +215,11 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     // Row r's logits are those plain decoding would see after x0 and the accepted nodes
     // (the tree attention reads exactly that path), and the sampler's penalty history already
     // holds them (on_token accepted each). Every row emits the token plain decoding draws
-    // from it (sample_against_draft(s)); a child is accepted iff it is that token.
-    const int32_t tok = children_.empty() ? runner_.row_token(s, r)
-                        : children_.size() == 1 ? s.sampler.sample_against_draft(row, outputs_[0])
-                                                : s.sampler.sample_against_drafts(row, outputs_);
+    // from it, with plain decoding's one RNG draw, and a child is accepted iff it is that
+    // token: with probability p(child), speculative sampling's rate for a point-mass draft
+    // (Leviathan et al. 2023; SpecInfer's for several), so the emitted tokens have the
+    // target distribution and a seed gives plain decoding's ids (docs/SPECULATIVE.md).
+    const int32_t tok = runner_.row_token(s, r);
     int32_t next = -1;
     for (size_t c = 0; c < children_.size(); ++c)
       if (outputs_[c] == tok) next = children_[c];

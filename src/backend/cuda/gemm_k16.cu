@@ -410,7 +410,7 @@ void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, flo
   }
 }
 
-template <bool BF16, int U = 8>
+template <bool BF16>
 void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float*, cudaStream_t stream) {
   const int segs = int((W.cols + kSegK - 1) / kSegK);
   if (segs > kStreamMaxSegs)
@@ -418,7 +418,7 @@ void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, fl
                     " elements");
   for (int t0 = 0; t0 < n; t0 += 16) {  // 16 tokens per launch (a tiling of any n, for the tests)
     const int m = std::min(16, n - t0);
-    auto kernel = m > 8 ? gemm_k16_stream_kernel<BF16, true, U> : gemm_k16_stream_kernel<BF16, false, U>;
+    auto kernel = m > 8 ? gemm_k16_stream_kernel<BF16, true, 8> : gemm_k16_stream_kernel<BF16, false, 8>;
     launch_pdl(kernel, dim3(unsigned((W.rows + 7) / 8)), dim3(32 * unsigned(std::min(segs, kStreamWarps))), 0, stream,
                static_cast<const uint16_t*>(W.data), X + int64_t(t0) * W.cols, Y + int64_t(t0) * W.rows, m,
                int(W.rows), int(W.cols));
@@ -454,9 +454,7 @@ constexpr Tiling kTilings[] = {
     tiling<Shape<1, 4, 4, 2, 64, 4>>("64x64 k64 s4"),
     tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
-    tiling<Shape<1, 4, 4, 1, 128, 4>, true>("64x32 k128 s4 split"),
     tiling<Shape<1, 4, 4, 2, 64, 4>, true>("64x64 k64 s4 split"),
-    Tiling{"stream, 16 blocks ahead", false, launch_stream<false, 16>, launch_stream<true, 16>},
 };
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
@@ -464,11 +462,14 @@ constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 // The streaming kernel takes rows of up to kStreamMaxSegs segments; the split tilings need a
 // workspace.
 int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
-  if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? 1 : 2;
+  constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7;
+  static_assert(kTilings[kStream].f16 == launch_stream<false> && kTilings[k64x64Split].split &&
+                !kTilings[k128x128].split && kTilingCount == 8);
+  if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? kStream : k16x32;
   // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
   // a few times over (measured: docs/GPU.md, tuning log).
-  if (n <= 64) return rows >= 64 * 1024 ? 4 : workspace && K > kSegK ? 8 : 3;
-  return 6;
+  if (n <= 64) return rows >= 64 * 1024 ? k64x64 : workspace && K > kSegK ? k64x64Split : k64x32;
+  return k128x128;
 }
 
 }  // namespace
