@@ -269,8 +269,8 @@ class Model {
   /// be n_wanted, every penalty's row in [0, n_wanted), token in [0, n_vocab) and count >= 1,
   /// and the parameters valid as for Sampler (std::invalid_argument otherwise, before
   /// anything runs). The token equals what a Sampler with those parameters and that penalty
-  /// window returns from sample_with_uniform(row, rows[r].uniform), up to rounding at the
-  /// edges of the cumulative distribution (both walk the survivors in id order, so a seeded
+  /// window returns from sample_with_uniform(row, rows[r].uniform) (one arithmetic on both
+  /// sides, flashdllm/sampling.h, and the survivors walked in id order, so a seeded
   /// request draws the same tokens whichever path its steps take). A row with NaN or +Inf, or only -Inf,
   /// throws std::invalid_argument (after the forward: the K/V are written). The default runs
   /// forward and samples on the host; a GPU model samples on the device, so n_wanted int32

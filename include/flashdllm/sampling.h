@@ -14,8 +14,11 @@
 //   5. temperature: logits / temperature, softmax over the survivors;
 //   6. draw one token with the sampler's own RNG (std::mt19937_64 seeded with `seed`): the
 //      survivor whose interval of the cumulative weights, walked in token-id order, holds
-//      u · total (the GPU walks the same order, so a seeded draw does not depend on where it
-//      is made).
+//      u · total.
+// Probabilities in stages 3-6 are exact integers (weight · 2^44, truncated; a token below
+// 2^-44 of the best one's weight is never drawn) of one exp approximation (relative error
+// ~2e-7), so no sum depends on its order: the GPU's parallel sampler (Model::forward_sample)
+// computes the same bits and draws the same token for the same u, wherever a step is sampled.
 // temperature == 0 is greedy decoding: the argmax of the penalized logits, lowest id on ties
 // (stages 2-4 always keep the argmax, so they cannot change it and are skipped).
 //
@@ -180,8 +183,8 @@ class Sampler {
   /// The row after penalties (the input itself when there are none) and its argmax.
   std::span<const float> prepared(std::span<const float> logits, size_t& argmax);
   /// Runs stages 2-5; leaves the unnormalized weights of the survivors in weights_ (the
-  /// i-th belongs to candidate_id(i)) and returns their sum.
-  double build_candidates(std::span<const float> logits, float max_logit);
+  /// i-th belongs to candidate_id(i)) and returns their exact integer mass (see the top).
+  unsigned long long build_candidates(std::span<const float> logits, float max_logit);
   int32_t candidate_id(size_t i) const;
   /// Uniform double in [0, 1) from 53 bits of the RNG.
   double uniform01();
@@ -199,7 +202,7 @@ class Sampler {
   std::vector<TokenLogit> candidates_;
   bool all_tokens_ = false;  ///< no truncation: weight i is token i's, candidates_ unused
   std::vector<float> weights_;
-  std::vector<double> top_p_scratch_;
+  std::vector<unsigned long long> top_p_scratch_;
 };
 
 }  // namespace fdl

@@ -63,31 +63,31 @@ void select_at_least(std::span<const float> row, double threshold,
 }
 
 void keep_top_p(std::vector<TokenLogit>& candidates, double p, bool sorted,
-                std::vector<float>& weights, std::vector<double>& bucket_mass) {
+                std::vector<float>& weights, std::vector<draw::Mass>& bucket_mass) {
   if (candidates.empty() || p >= 1.0) return;
   const float top = max_logit(candidates);
   weights.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) weights[i] = candidates[i].logit;
   exp_shifted_in_place(weights, top, 1.0f);
-  const double target = p * sum_in_double(weights);  // unnormalized: no division per token
+  const draw::Mass target = draw::top_p_target(float(p), sum_mass(weights));
 
   if (sorted) {
-    double cumulative = 0.0;
+    draw::Mass cumulative = 0;
     for (size_t i = 0; i < candidates.size(); ++i) {
-      cumulative += weights[i];
+      cumulative += draw::to_mass(weights[i]);
       if (cumulative >= target) {
         candidates.resize(i + 1);
         return;
       }
     }
-    return;  // rounding kept the sum just below p: keep everything
+    return;
   }
 
   // Mass per bucket, then the first bucket where the running mass reaches the target.
-  bucket_mass.assign(kBuckets, 0.0);
+  bucket_mass.assign(kBuckets, 0);
   for (size_t i = 0; i < candidates.size(); ++i)
-    bucket_mass[bucket_of(candidates[i].logit, top)] += weights[i];
-  double before = 0.0;  // mass of all buckets above the boundary bucket
+    bucket_mass[bucket_of(candidates[i].logit, top)] += draw::to_mass(weights[i]);
+  draw::Mass before = 0;  // mass of all buckets above the boundary bucket
   size_t boundary = kBuckets;
   for (size_t b = 0; b < kBuckets; ++b) {
     if (before + bucket_mass[b] >= target) {
@@ -107,30 +107,29 @@ void keep_top_p(std::vector<TokenLogit>& candidates, double p, bool sorted,
     return bucket_of(c.logit, top) == boundary;
   });
   std::sort(inside_end, edge_end, ranks_before);
-  double cumulative = before;
+  draw::Mass cumulative = before;
   for (auto it = inside_end; it != edge_end; ++it) {
-    cumulative += exp_nonpositive(it->logit - top);
+    cumulative += draw::to_mass(draw::tempered(it->logit, top, 1.0f));
     if (cumulative >= target) {
       candidates.erase(it + 1, candidates.end());
       return;
     }
   }
-  candidates.erase(edge_end, candidates.end());  // rounding: keep the whole boundary bucket
+  candidates.erase(edge_end, candidates.end());  // unreachable: the bucket reaches the target
 }
 
-void keep_min_p(std::vector<TokenLogit>& candidates, double min_p) {
-  if (min_p <= 0.0 || candidates.empty()) return;
-  // p_i / p_max = exp(l_i - l_max) >= min_p  <=>  l_i >= l_max + ln(min_p)
-  const double threshold = double(max_logit(candidates)) + std::log(min_p);
-  std::erase_if(candidates, [&](const TokenLogit& c) { return double(c.logit) < threshold; });
+void keep_min_p(std::vector<TokenLogit>& candidates, float min_p) {
+  if (min_p <= 0.0f || candidates.empty()) return;
+  const float top = max_logit(candidates);
+  std::erase_if(candidates, [&](const TokenLogit& c) { return !draw::min_p_keeps(c.logit, top, min_p); });
 }
 
-double tempered_weights(const std::vector<TokenLogit>& candidates, double temperature,
-                        std::vector<float>& weights) {
+draw::Mass tempered_weights(const std::vector<TokenLogit>& candidates, float temperature,
+                            std::vector<float>& weights) {
   weights.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) weights[i] = candidates[i].logit;
-  exp_shifted_in_place(weights, max_logit(candidates), static_cast<float>(temperature));
-  return sum_in_double(weights);
+  exp_shifted_in_place(weights, max_logit(candidates), temperature);
+  return sum_mass(weights);
 }
 
 }  // namespace fdl::detail

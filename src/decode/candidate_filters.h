@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "decode/draw_arithmetic.h"
 #include "flashdllm/sampling.h"
 
 namespace fdl::detail {
@@ -36,22 +37,24 @@ void select_at_least(std::span<const float> row, double threshold,
                      std::vector<TokenLogit>& out);
 
 /// Keep the smallest set of best-ranked candidates whose softmax probability sums to >= p
-/// (at least one); i.e. the shortest sorted prefix reaching p. p in (0, 1].
+/// (at least one); i.e. the shortest sorted prefix reaching p. p in (0, 1]. Probabilities as
+/// draw::Mass (exact integers; the target draw::top_p_target), as the GPU cuts.
 /// If `sorted`, walks the list. Otherwise buckets candidates by their distance below the
 /// maximum logit, finds the bucket where the cumulative probability crosses p, and sorts
 /// only that bucket: O(n) plus a small sort. Survivors keep no particular order unless the
 /// input was sorted. `weights` and `bucket_mass` are scratch memory.
 void keep_top_p(std::vector<TokenLogit>& candidates, double p, bool sorted,
-                std::vector<float>& weights, std::vector<double>& bucket_mass);
+                std::vector<float>& weights, std::vector<draw::Mass>& bucket_mass);
 
-/// Keep candidates with probability >= min_p * p_max, i.e. logit >= max + ln(min_p).
-/// Preserves the order of the survivors. min_p <= 0 keeps everything.
-void keep_min_p(std::vector<TokenLogit>& candidates, double min_p);
+/// Keep candidates with probability >= min_p * p_max (draw::min_p_keeps). Preserves the
+/// order of the survivors. min_p <= 0 keeps everything.
+void keep_min_p(std::vector<TokenLogit>& candidates, float min_p);
 
-/// weights[i] = exp((logit_i - max) / temperature); returns their sum (>= 1, since the
-/// maximum contributes exactly 1). Subtracting the max first keeps tiny temperatures finite:
-/// every non-maximal weight underflows to 0 instead of overflowing to Inf/NaN.
-double tempered_weights(const std::vector<TokenLogit>& candidates, double temperature,
-                        std::vector<float>& weights);
+/// weights[i] = exp((logit_i - max) / temperature) (draw::tempered); returns their mass
+/// (draw::sum_mass; >= 2^44, since the maximum weighs exactly 1). Subtracting the max first
+/// keeps tiny temperatures finite: every non-maximal weight underflows to 0 instead of
+/// overflowing to Inf/NaN.
+draw::Mass tempered_weights(const std::vector<TokenLogit>& candidates, float temperature,
+                            std::vector<float>& weights);
 
 }  // namespace fdl::detail

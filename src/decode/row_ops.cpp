@@ -16,42 +16,32 @@ using V4i = int32_t __attribute__((vector_size(16)));
 constexpr size_t kLanes = 4;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// exp(x) = 2^n * exp(r) with n = round(x / ln 2) and r = x - n ln 2 in [-ln2/2, ln2/2];
-// exp(r) by its degree-7 Taylor polynomial (truncation error < 1e-8 there; float rounding
-// dominates). x is clamped to [-87, 0] so that 2^n stays a normal float.
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;  // ln 2 in two parts: n * kLn2Hi is exact
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kMinArg = -87.0f;       // exp(-87) ~ 1.6e-38, the smallest normal range
+using draw::kLn2Hi;
+using draw::kLn2Lo;
+using draw::kLog2e;
+using draw::kMinArg;
 
-// Outputs through a reference so that one template serves floats and vectors alike.
-template <typename F, typename I>
-inline void exp_clamped(const F& x, const F& n_float, const I& n, F& out) {
-  const F r = (x - n_float * kLn2Hi) - n_float * kLn2Lo;
-  F p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
+// draw::exp_reduced's operations on four lanes (the same roundings: this file compiles with
+// -ffp-contract=off, and x86-64's baseline has no fused multiply-add anyway).
+inline V4f exp_reduced(const V4f& x, const V4i& n) {
+  const V4f nf = __builtin_convertvector(n, V4f);
+  const V4f r = (x - nf * kLn2Hi) - nf * kLn2Lo;
+  V4f p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const I bits = (n + 127) << 23;
-  F scale;
+  const V4i bits = (n + 127) << 23;
+  V4f scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  out = p * scale;
+  return p * scale;
 }
 
 }  // namespace
 
-float exp_nonpositive(float x) {
-  x = x > 0.0f ? 0.0f : x;
-  if (!(x > kMinArg)) return 0.0f;  // also -Inf
-  // Truncation of (x * log2e - 0.5) rounds to nearest for x <= 0.
-  const int32_t n = static_cast<int32_t>(x * kLog2e - 0.5f);
-  float y;
-  exp_clamped<float, int32_t>(x, static_cast<float>(n), n, y);
-  return y;
-}
+float exp_nonpositive(float x) { return draw::exp_nonpositive(x); }
 
 void exp_shifted_in_place(std::span<float> values, float top, float temperature) {
   const size_t count = values.size();
@@ -67,23 +57,21 @@ void exp_shifted_in_place(std::span<float> values, float top, float temperature)
     x = underflow ? kMinArg : x;
     // Truncation of (x * log2e - 0.5) rounds to nearest for x <= 0.
     const V4i n = __builtin_convertvector(x * kLog2e - 0.5f, V4i);
-    const V4f n_float = __builtin_convertvector(n, V4f);
-    V4f y;
-    exp_clamped<V4f, V4i>(x, n_float, n, y);
+    V4f y = exp_reduced(x, n);
     y = underflow ? 0.0f : y;
     std::memcpy(values.data() + i, &y, sizeof y);
   }
-  for (; i < count; ++i) values[i] = exp_nonpositive((values[i] - top) / temperature);
+  for (; i < count; ++i) values[i] = draw::tempered(values[i], top, temperature);
 }
 
-double sum_in_double(std::span<const float> values) {
-  // Four chains hide the add latency; the order is fixed, so results are reproducible.
-  double partial[4] = {0, 0, 0, 0};
+draw::Mass sum_mass(std::span<const float> weights) {
+  // Integers: any order gives the same sum; four chains hide the latency.
+  draw::Mass partial[4] = {0, 0, 0, 0};
   size_t i = 0;
-  for (; i + 4 <= values.size(); i += 4)
-    for (size_t j = 0; j < 4; ++j) partial[j] += double(values[i + j]);
-  for (; i < values.size(); ++i) partial[0] += double(values[i]);
-  return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  for (; i + 4 <= weights.size(); i += 4)
+    for (size_t j = 0; j < 4; ++j) partial[j] += draw::to_mass(weights[i + j]);
+  for (; i < weights.size(); ++i) partial[0] += draw::to_mass(weights[i]);
+  return partial[0] + partial[1] + partial[2] + partial[3];
 }
 
 size_t next_above(std::span<const float> row, size_t from, float threshold) {

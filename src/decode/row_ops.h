@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <span>
 
+#include "decode/draw_arithmetic.h"
+
 namespace fdl::detail {
 
 struct RowScan {
@@ -22,15 +24,15 @@ RowScan scan_row(std::span<const float> row);
 /// 8 values per step: made for scans where almost nothing passes (top-k selection).
 size_t next_above(std::span<const float> row, size_t from, float threshold);
 
-/// values[i] = exp((values[i] - top) / temperature) in place, for values <= top and
-/// temperature > 0 (denormal included). Relative error ~2e-7; 0 where the exponent is
-/// at or below -87.
+/// values[i] = draw::tempered(values[i], top, temperature) in place (the same bits), for
+/// values <= top and temperature > 0 (denormal included). Relative error ~2e-7; 0 where the
+/// exponent is at or below -87.
 void exp_shifted_in_place(std::span<float> values, float top, float temperature);
 
-/// Sum accumulated in double, in a fixed order (reproducible).
-double sum_in_double(std::span<const float> values);
+/// The sum of draw::to_mass over `weights` (exact).
+draw::Mass sum_mass(std::span<const float> weights);
 
-/// Scalar exp(x) for x <= 0 (larger x is clamped to 0), the same approximation as
+/// draw::exp_nonpositive: exp(x) for x <= 0 (larger x is clamped to 0), the same bits as
 /// exp_shifted_in_place; 0 at or below -87.
 float exp_nonpositive(float x);
 

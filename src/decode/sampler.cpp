@@ -6,6 +6,7 @@
 #include <string>
 
 #include "decode/candidate_filters.h"
+#include "decode/draw_arithmetic.h"
 #include "decode/row_ops.h"
 #include "flashdllm/model.h"
 #include "flashdllm/sampling.h"
@@ -53,7 +54,7 @@ std::span<const float> Sampler::prepared(std::span<const float> logits, size_t& 
   return row;
 }
 
-double Sampler::build_candidates(std::span<const float> logits, float max_logit) {
+unsigned long long Sampler::build_candidates(std::span<const float> logits, float max_logit) {
   const bool truncates = (params_.top_k > 0 && size_t(params_.top_k) < logits.size()) ||
                          params_.top_p < 1.0f || params_.min_p > 0.0f;
   if (!truncates) {
@@ -62,7 +63,7 @@ double Sampler::build_candidates(std::span<const float> logits, float max_logit)
     all_tokens_ = true;
     weights_.assign(logits.begin(), logits.end());
     detail::exp_shifted_in_place(weights_, max_logit, params_.temperature);
-    return detail::sum_in_double(weights_);
+    return detail::sum_mass(weights_);
   }
   all_tokens_ = false;
   bool sorted = false;
@@ -70,11 +71,12 @@ double Sampler::build_candidates(std::span<const float> logits, float max_logit)
     detail::select_top_k(logits, size_t(params_.top_k), candidates_);
     sorted = true;
   } else {
-    // Without top-p, min-p only depends on the maximum, so it can filter while copying;
-    // with top-p it must wait (top-p's probabilities are over the unfiltered set).
+    // Without top-p, min-p only depends on the maximum, so it can filter while copying (a
+    // bound 1e-3 nats looser than its own test, which keep_min_p applies below); with top-p
+    // it must wait (top-p's probabilities are over the unfiltered set).
     double threshold = -std::numeric_limits<double>::infinity();
     if (params_.min_p > 0.0f && params_.top_p >= 1.0f)
-      threshold = double(max_logit) + std::log(double(params_.min_p));
+      threshold = double(max_logit) + std::log(double(params_.min_p)) - 1e-3;
     detail::select_at_least(logits, threshold, candidates_);
   }
   if (params_.top_p < 1.0f)
@@ -111,17 +113,18 @@ int32_t Sampler::sample_with_uniform(std::span<const float> logits, double u) {
   if (!(u >= 0.0)) u = 0.0;  // also NaN
   if (u >= 1.0) u = std::nextafter(1.0, 0.0);
 
-  const double total = build_candidates(row, row[argmax]);
-  const double target = u * total;
-  double cumulative = 0.0;
+  const draw::Mass total = build_candidates(row, row[argmax]);
+  const draw::Mass target = draw::draw_target(u, total);
+  draw::Mass cumulative = 0;
   size_t last_positive = 0;
   for (size_t i = 0; i < weights_.size(); ++i) {
-    if (weights_[i] <= 0.0f) continue;
-    cumulative += weights_[i];
+    const draw::Mass m = draw::to_mass(weights_[i]);
+    if (m == 0) continue;
+    cumulative += m;
     last_positive = i;
     if (target < cumulative) return candidate_id(i);
   }
-  return candidate_id(last_positive);  // only reached through rounding at u ~ 1
+  return candidate_id(last_positive);  // unreachable: target < total
 }
 
 SamplingParams Sampler::params_of(const RowSampling& row) {
@@ -154,11 +157,11 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) {
   const auto row = prepared(logits, argmax);
   if (params_.is_greedy()) return {TokenProb{static_cast<int32_t>(argmax), 1.0f}};
 
-  const double total = build_candidates(row, row[argmax]);
+  const double total = double(build_candidates(row, row[argmax]));
   std::vector<TokenProb> out;
   for (size_t i = 0; i < weights_.size(); ++i)
-    if (weights_[i] > 0.0f)
-      out.push_back(TokenProb{candidate_id(i), static_cast<float>(weights_[i] / total)});
+    if (const draw::Mass m = draw::to_mass(weights_[i]); m > 0)
+      out.push_back(TokenProb{candidate_id(i), static_cast<float>(double(m) / total)});
   std::sort(out.begin(), out.end(), [](const TokenProb& a, const TokenProb& b) {
     return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
   });

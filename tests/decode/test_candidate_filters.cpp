@@ -56,7 +56,7 @@ TEST(CandidateFilters, SelectTopKEqualsFullSortPrefix) {
 TEST(CandidateFilters, BucketedTopPEqualsSortedWalk) {
   std::mt19937 rng(2);
   std::vector<float> weights;
-  std::vector<double> buckets;
+  std::vector<draw::Mass> buckets;
   for (size_t n : {2u, 100u, 30000u})
     for (float spread : {0.1f, 2.f, 20.f})
       for (double p : {1e-4, 0.3, 0.9, 0.999})

@@ -41,7 +41,21 @@ TEST(RowOps, VectorExpMatchesScalarAndHandlesTinyTemperature) {
   exp_shifted_in_place(row, 0.9f, std::numeric_limits<float>::denorm_min());
   const std::vector<float> want{0, 1, 0, 0, 1, 0, 0, 0, 0};
   EXPECT_EQ(row, want);
-  EXPECT_DOUBLE_EQ(sum_in_double(std::vector<float>{0.5f, 0.25f, 1.f, 2.f, 0.125f}), 3.875);
+  // Exact integers: 2^44 per unit of weight, truncated.
+  EXPECT_EQ(sum_mass(std::vector<float>{0.5f, 0.25f, 1.f, 2.f, 0.125f}), draw::Mass(3.875 * 0x1p44));
+  EXPECT_EQ(sum_mass(std::vector<float>{0x1p-45f, 0x1p-45f, 0x1p-44f}), 1u);
+}
+
+TEST(RowOps, VectorExpHasTheScalarsBits) {
+  // exp_shifted_in_place's lanes and draw::tempered (what the GPU sampler computes) agree
+  // bit for bit: the draw's weights are the same wherever they are computed.
+  std::vector<float> row = {0.0f, -1e-30f, -0.5f, -0.693147f, -1.0f, -20.5f, -86.99f, -87.0f, -90.0f, -kInf};
+  for (int i = 0; i < 4000; ++i) row.push_back(-0.01f * float(i) * std::sin(float(i)) * std::sin(float(i)));
+  for (const float t : {1.0f, 0.7f, 1.3f, 1e-3f}) {
+    std::vector<float> got = row;
+    exp_shifted_in_place(got, 0.0f, t);
+    for (size_t i = 0; i < row.size(); ++i) ASSERT_EQ(got[i], draw::tempered(row[i], 0.0f, t)) << i << " t " << t;
+  }
 }
 
 TEST(RowOps, ScanFindsLowestArgmaxAtAnyLength) {

@@ -76,7 +76,7 @@ void expect_same_distribution(const std::vector<float>& row, const SamplingParam
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return iv[a].hi - iv[a].lo > iv[b].hi - iv[b].lo; });
   order.resize(std::min<size_t>(order.size(), 300));
-  constexpr double kEdge = 2e-5;  // float probabilities and two exp implementations
+  constexpr double kEdge = 2e-5;  // float probabilities
   std::vector<double> us;
   std::vector<int32_t> want;
   for (size_t i : order)
@@ -146,6 +146,41 @@ TEST(GpuSampling, DrawsFromTheHostSamplersDistribution) {
                                "n " + std::to_string(n) + ", t " + std::to_string(p.temperature) + ", k " +
                                    std::to_string(p.top_k) + ", p " + std::to_string(p.top_p) + ", min_p " +
                                    std::to_string(p.min_p));
+  }
+}
+
+// The same arithmetic on both sides (decode/draw_arithmetic.h): for any u the kernel returns
+// the host's token, at interval edges too — what makes a seeded request's text independent
+// of where its steps are sampled (host for speculative verification, device otherwise).
+TEST(GpuSampling, DrawsTheHostSamplersTokenForEveryUniform) {
+  FDL_SKIP_WITHOUT_GPU();
+  std::normal_distribution<float> normal(0.0f, 3.0f), narrow(0.0f, 0.2f);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  for (const int n : {7, 1000, 32003, 128256}) {
+    for (const bool flat : {false, true}) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& v : row) v = flat ? narrow(rng()) : normal(rng());
+      if (n > 100)
+        for (int i = 0; i < n / 50; ++i) row[size_t(rng()() % uint64_t(n))] = kNegInf;
+      for (const SamplingParams& p : parameter_sets()) {
+        // Random uniforms, and the exact edges of the host's intervals (where rounding of a
+        // running sum would tip the draw to a neighbour).
+        std::vector<double> us = {0.0, std::nextafter(1.0, 0.0)};
+        for (int i = 0; i < 150; ++i) us.push_back(u01(rng()));
+        for (const Interval& iv : host_intervals(row, p)) {
+          if (us.size() >= 400) break;
+          us.push_back(iv.hi);
+          us.push_back(std::nextafter(iv.hi, 0.0));
+        }
+        for (double& u : us) u = std::min(u, std::nextafter(1.0, 0.0));
+        const auto got = gpu_draws(row, p, us);
+        Sampler host(p, n);
+        for (size_t i = 0; i < us.size(); ++i)
+          ASSERT_EQ(got[i], host.sample_with_uniform(row, us[i]))
+              << "n " << n << (flat ? " flat" : "") << ", t " << p.temperature << ", k " << p.top_k << ", p "
+              << p.top_p << ", min_p " << p.min_p << ", u " << us[i];
+      }
+    }
   }
 }
 

@@ -79,8 +79,8 @@ class CudaModel final : public Model {
   /// As forward, but samples each wanted row on the GPU (kernels.h: apply_penalties, then
   /// sample_rows; every row, greedy ones included, is checked for NaN / +Inf / all -Inf): the
   /// rows' parameters and penalty tokens go up in one small copy and m int32 come back. The
-  /// survivors are walked in id order, as on the host: the same token for the same uniform,
-  /// up to rounding at the edges of the cumulative distribution.
+  /// survivors are walked in id order with the host's arithmetic: the same token for the
+  /// same uniform.
   void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
                       std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override;
   /// Pipelined decode (Model::submit_sample): the step is queued on the model's stream

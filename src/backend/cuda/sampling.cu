@@ -23,10 +23,12 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/row_loads.cuh"
+#include "decode/draw_arithmetic.h"
 
 namespace fdl::cuda {
 namespace {
@@ -52,23 +54,14 @@ __device__ __forceinline__ float key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// A survivor's weight at temperature t, as the host's exp_shifted_in_place: exp of the
-// non-positive (v - top) / t, 0 below the float exp's range (also for t denormal).
-__device__ __forceinline__ float tempered(float v, float top, float t) {
-  float x = (v - top) / t;
-  x = x > 0.0f ? 0.0f : x;
-  return x > -103.0f ? expf(x) : 0.0f;
-}
-
-// Probability mass (untempered, top-p's) as an exact integer: w = exp(v - top) in [0, 1] times
-// 2^44. Sums of up to 2^19 of them fit 64 bits and, being integers, do not depend on the
-// order of the atomics or the grouping of a pass, so every pass of a selection sees the same
-// masses and the result is deterministic. Weights below 2^-44 count as 0 for top-p (the host
-// sums floats; the cut can differ only where the target lies within ~1e-8 of a boundary).
-using Mass = unsigned long long;
-__device__ __forceinline__ Mass fixed_mass(float v, float top) {
-  return Mass(double(tempered(v, top, 1.0f)) * 0x1p44);
-}
+// Weights, masses, the draw's and top-p's targets and min-p's test: decode/draw_arithmetic.h,
+// the host Sampler's own arithmetic (so a draw gives the host's token for the same u).
+using draw::Mass;
+using draw::tempered;
+// Probability mass (untempered, top-p's): exp(v - top) as an exact integer. Sums of up to
+// 2^19 of them fit 64 bits and do not depend on the order of the atomics or the grouping of a
+// pass, so every pass of a selection sees the same masses.
+__device__ __forceinline__ Mass fixed_mass(float v, float top) { return draw::to_mass(tempered(v, top, 1.0f)); }
 
 __device__ __forceinline__ int dist_bin(float v, float top) {
   const float d = (top - v) * kDistScale;
@@ -113,7 +106,6 @@ struct Shared {
     } dist;
   } hist;
   Mass bin_amount[kBins];  // a radix pass's counts or masses, summed over the warps
-  double warp_d[kWarps];
   Mass warp_m[kWarps];
   int warp_i[kWarps];
   int warp_j[kWarps];
@@ -151,10 +143,10 @@ __device__ __forceinline__ Range warp_share(int lo, int hi, int w) {
 template <typename T, bool kStrict, typename NeedOf, typename Amount>
 __device__ int find_running(const View& view, NeedOf need_of, Amount amount, Shared& s) {
   T* sums;
-  if constexpr (sizeof(T) == 8)
-    sums = reinterpret_cast<T*>(s.warp_d);
+  if constexpr (std::is_same_v<T, Mass>)
+    sums = s.warp_m;
   else
-    sums = reinterpret_cast<T*>(s.warp_i);
+    sums = s.warp_i;
   auto reaches = [](T need, T running) { return kStrict ? need < running : need <= running; };
   int lo = 0, hi = view.n;
   T base = 0, need = 0;
@@ -317,9 +309,7 @@ __device__ int nth_tied(const View& view, Cut earlier, uint32_t key, int nth, Sh
 // (kNoTotal: summed over the view's top-k survivors). Returns the drawn id.
 constexpr Mass kNoTotal = ~Mass(0);
 // top-p's target as an integer: the host keeps the shortest prefix whose mass is >= p·total.
-__device__ __forceinline__ Mass topp_target(float top_p, Mass total) {
-  return Mass(ceil(double(top_p) * double(total)));
-}
+__device__ __forceinline__ Mass topp_target(float top_p, Mass total) { return draw::top_p_target(top_p, total); }
 __device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSamplingDev& p, float top, int finite, Mass topp_total,
                                 Shared& s) {
   Cut topk;
@@ -360,19 +350,16 @@ __device__ __noinline__ int32_t cut_and_draw(const View& view, const RowSampling
       topp.pos = nth_tied(view, topk, key, nth < 1 ? 1 : int(min(nth, Mass(0x7fffffff))), s);
     }
   }
-  const bool use_min_p = p.min_p > 0.0f;  // p_i >= min_p * p_max  <=>  v >= top + ln(min_p)
-  const double min_logit = use_min_p ? double(top) + log(double(p.min_p)) : 0.0;
   const float t = p.temperature;
-  auto weight = [&](int i) -> double {
+  auto weight = [&](int i) -> Mass {
     const float v = view.v[i];
-    if (!isfinite(v)) return 0.0;
+    if (!isfinite(v)) return 0;
     const uint32_t k = order_key(v);
-    if (!topk.keeps(k, i) || !topp.keeps(k, i) || (use_min_p && double(v) < min_logit)) return 0.0;
-    return double(tempered(v, top, t));
+    if (!topk.keeps(k, i) || !topp.keeps(k, i) || !draw::min_p_keeps(v, top, p.min_p)) return 0;
+    return draw::to_mass(tempered(v, top, t));
   };
-  double u = p.uniform;
-  u = u >= 0.0 ? (u < 1.0 ? u : 1.0 - 0x1.0p-53) : 0.0;
-  const int pos = find_running<double, true>(view, [u](double total) { return u * total; }, weight, s);
+  const double u = p.uniform;
+  const int pos = find_running<Mass, true>(view, [u](Mass total) { return draw::draw_target(u, total); }, weight, s);
   return pos >= 0 ? view.id(pos) : -1;
 }
 
