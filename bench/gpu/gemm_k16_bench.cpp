@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
       line("gemm_k16 (picked)",
            median_ms(reps, [&] { fdl::cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr, -1, ws.get()); }));
       for (int t = 1; t < fdl::cuda::gemm_k16_tilings(); ++t)
-        line(fdl::cuda::gemm_k16_tiling_name(t),
+        if (fdl::cuda::gemm_k16_tiling_available(t))
+          line(fdl::cuda::gemm_k16_tiling_name(t),
              median_ms(reps, [&] { fdl::cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr, t, ws.get()); }));
     }
   }

@@ -26,7 +26,7 @@ for ref in "$@"; do
   git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
   git worktree add --detach "$tree" "$ref" >/dev/null
   cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHDLLM_BUILD_BENCH=OFF \
-        -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" >/dev/null
+        -DCMAKE_CUDA_ARCHITECTURES=90a "${launcher[@]}" >/dev/null
   ninja -C "$tree/build" bench_gpu flashdllm >/dev/null
   cp "$tree/build/bin/bench_gpu" ".device/ab/$name"
   strip ".device/ab/$name"

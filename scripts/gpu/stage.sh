@@ -3,7 +3,7 @@
 # the binaries built here in build-cuda/, the shared libraries the GPU machine's image lacks,
 # the small test models and the reference JSON (../shared does not travel).
 #
-#   cmake -S . -B build-cuda -G Ninja -DFLASHDLLM_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90
+#   cmake -S . -B build-cuda -G Ninja -DFLASHDLLM_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90a
 #   ninja -C build-cuda test_gpu flashdllm bench_gpu gemm_k16_bench
 #   scripts/gpu/stage.sh            # then run scripts/gpu/run_on_device.sh there
 set -euo pipefail

@@ -18,7 +18,8 @@
 // Kernels (kTilings; same arithmetic, chosen by the token count for speed only): up to 16
 // tokens the register-streaming kernel (one warp per 8 features and K segment); more take
 // shared-memory tilings of 16, 64 or 128 tokens, narrow blocks of features and deep k stages
-// for few tokens, the usual multistage 128 x 128 tile for many.
+// for few tokens, the usual multistage 128 x 128 tile for many. The same tile on Hopper's
+// warpgroup MMA (gemm_k16_wgmma.cu, where the build has sm_90a code) gives the same bits.
 // Stages are filled by cp.async (16 bytes, zero-filled past the matrix edges) and read with
 // ldmatrix; rows are padded by 8 elements, so the ldmatrix reads are conflict free.
 // A k16 block entirely past K is never multiplied; the last partial one is zero-padded in
@@ -33,6 +34,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_k16.h"
+#include "backend/cuda/gemm_k16_wgmma.h"
 #include "backend/cuda/launch.h"
 
 namespace fdl::cuda {
@@ -425,6 +427,10 @@ void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, fl
   }
 }
 
+void launch_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float*, cudaStream_t stream) {
+  gemm_k16_wgmma(W, X, n, Y, stream);
+}
+
 template <bool BF16>
 void launch_reference(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float*, cudaStream_t stream) {
   const dim3 grid(unsigned((W.rows + 7) / 8), unsigned((n + 15) / 16));
@@ -455,6 +461,7 @@ constexpr Tiling kTilings[] = {
     tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
     tiling<Shape<1, 4, 4, 2, 64, 4>, true>("64x64 k64 s4 split"),
+    Tiling{"128x128 k64 wgmma", false, launch_wgmma, launch_wgmma},
 };
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
@@ -462,13 +469,16 @@ constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 // The streaming kernel takes rows of up to kStreamMaxSegs segments; the split tilings need a
 // workspace.
 int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
-  constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7;
+  constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7, kWgmma = 8;
   static_assert(kTilings[kStream].f16 == launch_stream<false> && kTilings[k64x64Split].split &&
-                !kTilings[k128x128].split && kTilingCount == 8);
+                !kTilings[k128x128].split && kTilings[kWgmma].f16 == launch_wgmma && kTilingCount == 9);
   if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? kStream : k16x32;
   // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
   // a few times over (measured: docs/GPU.md, tuning log).
   if (n <= 64) return rows >= 64 * 1024 ? k64x64 : workspace && K > kSegK ? k64x64Split : k64x32;
+  // The wgmma tile gives the same bits but is slower than the mma.sync one so far (its
+  // operands come by cp.async without swizzling; docs/GPU.md, tuning log): kept for the tests
+  // and gemm_k16_bench, not picked.
   return k128x128;
 }
 
@@ -480,6 +490,11 @@ int gemm_k16_tilings() { return kTilingCount; }
 
 const char* gemm_k16_tiling_name(int tiling) {
   return tiling >= 0 && tiling < kTilingCount ? kTilings[tiling].name : "";
+}
+
+bool gemm_k16_tiling_available(int tiling) {
+  if (tiling < 0 || tiling >= kTilingCount) return false;
+  return kTilings[tiling].f16 != launch_wgmma || gemm_k16_wgmma_available();
 }
 
 size_t gemm_k16_workspace_floats(const DeviceMatrix& W, int n, int tiling) {

@@ -1,0 +1,25 @@
+// gemm_k16_wgmma.h — the batch-invariant GEMM (gemm_k16.h) for prompts on Hopper's
+// warpgroup MMA: 128 x 128 tiles of wgmma m64n128k16 steps, the same chains and fold as
+// every other gemm_k16 kernel, so the same bits (gemm_k16_wgmma.cu says why).
+//
+// Shapes and types as gemm_k16: W F16 or BF16 [rows][cols] with cols % 8 == 0, X n rows of
+// cols elements of W's type, Y fp32 [n][rows]; W and X 16-byte aligned.
+// Errors: CudaError where gemm_k16_wgmma_available() is false, or for a failed launch.
+// Thread-safety: enqueues on `stream`; allocates nothing (graph-capturable).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace fdl::cuda {
+
+/// Whether this build holds the sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a) and the
+/// current device is compute capability 9.0.
+bool gemm_k16_wgmma_available();
+
+void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream);
+
+}  // namespace fdl::cuda
