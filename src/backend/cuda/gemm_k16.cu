@@ -476,10 +476,7 @@ int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
   // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
   // a few times over (measured: docs/GPU.md, tuning log).
   if (n <= 64) return rows >= 64 * 1024 ? k64x64 : workspace && K > kSegK ? k64x64Split : k64x32;
-  // The wgmma tile gives the same bits but is slower than the mma.sync one so far (its
-  // operands come by cp.async without swizzling; docs/GPU.md, tuning log): kept for the tests
-  // and gemm_k16_bench, not picked.
-  return k128x128;
+  return gemm_k16_tiling_available(kWgmma) ? kWgmma : k128x128;
 }
 
 }  // namespace

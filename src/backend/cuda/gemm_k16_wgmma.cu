@@ -10,11 +10,12 @@
 // [64 w, 64 w + 64) by all 128 features, its accumulators in registers (64 floats per thread)
 // beside the total of the finished segments. The MMAs of one k tile run while the next
 // tile's are issued (the hardware keeps a warpgroup's steps on one accumulator in order).
-// K goes through kStages shared-memory stages of
-// kBK by cp.async (16 bytes, zero-filled past the edges), in the operands' canonical layout
-// without swizzling: 8 x 8 "core matrices" of 128 contiguous bytes, the k cores of a row
-// group side by side (leading byte offset 128) and the row groups kGroupBytes apart (stride
-// byte offset). A fence makes the cp.async data visible to the tensor cores' (async) proxy.
+// K goes through kStages shared-memory stages of kBK = 64 by cp.async (16 bytes, zero-filled
+// past the edges) in the 128-byte-swizzled K-major layout: a row's 64 elements are one 128-byte
+// line whose 16-byte chunk c sits at chunk c ^ (row % 8), 8 rows to a 1024-byte atom. Eight
+// lanes then copy one whole line of global memory (one L2 request, not eight) into eight
+// different banks, and the tensor cores undo the swizzle as they read. A fence makes the
+// cp.async data visible to the tensor cores' (async) proxy.
 #include "backend/cuda/gemm_k16_wgmma.h"
 
 #include <cuda_runtime.h>
@@ -32,10 +33,11 @@ constexpr int kTM = 128, kTN = 128, kBK = 64, kStages = 5, kThreads = 256;
 // Tiles loaded ahead: a stage is refilled two tiles after its MMAs were issued, once they are
 // known complete (one group of MMAs stays in flight while the next is issued).
 constexpr int kAhead = kStages - 2;
-constexpr int kCoreBytes = 128;                       // 8 rows x 8 elements
-constexpr int kGroupBytes = kBK / 8 * kCoreBytes;     // a row group's k cores
-constexpr int kStageBytes = (kTM + kTN) / 8 * kGroupBytes;
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes;
+constexpr int kLineBytes = kBK * 2;                 // one row of a stage: 128 bytes
+constexpr int kAtomBytes = 8 * kLineBytes;          // 8 rows: the swizzle's period
+constexpr int kStageBytes = (kTM + kTN) * kLineBytes;
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kAtomBytes;  // + alignment to an atom
+static_assert(kLineBytes == 128, "the 128-byte swizzle takes rows of 64 16-bit elements");
 constexpr int kSegK = kGemmK16Segment;
 static_assert(kSegK % kBK == 0 && kBK % 16 == 0);
 
@@ -44,10 +46,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(_
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
-// Shared-memory matrix descriptor: start, leading byte offset (between the k cores), stride
-// byte offset (between row groups), no swizzling.
+// Shared-memory matrix descriptor: start, leading byte offset (unused by swizzled K-major
+// layouts: 1), stride byte offset between 8-row atoms, layout 1 = 128-byte swizzle.
 __device__ __forceinline__ uint64_t descriptor(uint32_t addr) {
-  return uint64_t((addr >> 4) & 0x3FFF) | uint64_t(kCoreBytes >> 4) << 16 | uint64_t(kGroupBytes >> 4) << 32;
+  return uint64_t((addr >> 4) & 0x3FFF) | uint64_t(1) << 16 | uint64_t(kAtomBytes >> 4) << 32 | uint64_t(1) << 62;
 }
 // Pins the accumulators around the asynchronous MMA (no copy may move across it).
 __device__ __forceinline__ void fence_operands(float (&d)[64]) {
@@ -76,28 +78,27 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint1
                                                                      const uint16_t* __restrict__ X,
                                                                      float* __restrict__ Y, int n, int rows, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) unsigned char sm[];
+  extern __shared__ __align__(16) unsigned char sm[];
   const int tid = int(threadIdx.x), wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int t_block = int(blockIdx.y) * kTM, f_block = int(blockIdx.x) * kTN;
   const int n_kt = (K + kBK - 1) / kBK;
-  const uint32_t base = smem_addr(sm);
+  const uint32_t base = (smem_addr(sm) + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
 
   // Stage s <- k tile kt: the token rows [t_block, +128), then the feature rows. Chunk i is row
-  // (i / 64) * 8 + i % 8 and k core (i / 8) % 8: a warp reads 64 contiguous bytes of each of 8
-  // rows and writes whole cores (no bank conflicts).
+  // i / 8, 16-byte chunk i % 8 of it.
   auto load = [&](int s, int kt, bool weights, bool tokens) {
     const uint32_t st = base + uint32_t(s * kStageBytes);
     const int k0 = kt * kBK;
     for (int i = tid; i < (kTM + kTN) * (kBK / 8); i += kThreads) {
-      const int r = (i / 64) * 8 + i % 8, kc = (i / 8) % 8;
+      const int r = i / 8, kc = i % 8;
       const bool is_w = r >= kTM;
       if (is_w ? !weights : !tokens) continue;
       const int row = is_w ? f_block + r - kTM : t_block + r;
       const int k = k0 + kc * 8;
       const bool ok = row < (is_w ? rows : n) && k < K;
       const uint16_t* src = is_w ? W : X;
-      cp_async16(st + uint32_t((r / 8) * kGroupBytes + kc * kCoreBytes + (r % 8) * 16),
+      cp_async16(st + uint32_t(r * kLineBytes + ((kc ^ (r % 8)) * 16)),
                  ok ? src + int64_t(row) * K + k : src, ok);
     }
   };
@@ -133,10 +134,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint1
       asm volatile("cp.async.commit_group;\n" ::);
 
       const uint32_t st = base + uint32_t((kt % kStages) * kStageBytes);
-      const uint32_t a0 = st + uint32_t(wg * 8 * kGroupBytes), b0 = st + uint32_t(kTM / 8 * kGroupBytes);
+      // Step j reads bytes [32 j, 32 j + 32) of every row: the start moves along the line and
+      // the hardware's swizzle (on the address bits) finds the chunks.
+      const uint32_t a0 = st + uint32_t(wg * 64 * kLineBytes), b0 = st + uint32_t(kTM * kLineBytes);
       auto step = [&](int j) {
-        wgmma_m64n128k16<BF16>(acc, descriptor(a0 + uint32_t(2 * j * kCoreBytes)),
-                               descriptor(b0 + uint32_t(2 * j * kCoreBytes)));
+        wgmma_m64n128k16<BF16>(acc, descriptor(a0 + uint32_t(32 * j)), descriptor(b0 + uint32_t(32 * j)));
       };
       fence_operands(acc);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
