@@ -427,8 +427,16 @@ void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, fl
   }
 }
 
-void launch_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float*, cudaStream_t stream) {
-  gemm_k16_wgmma(W, X, n, Y, stream);
+// Warpgroup-MMA tiles of TOKENS tokens; SPLIT as launch_shape's.
+template <int TOKENS, bool SPLIT>
+void launch_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float* ws, cudaStream_t stream) {
+  const int segs = SPLIT ? segments(W.cols) : 1;
+  if (segs <= 1) return gemm_k16_wgmma(W, X, n, Y, stream, TOKENS, false);
+  if (ws == nullptr) throw CudaError("gemm_k16: the split tilings need a workspace");
+  gemm_k16_wgmma(W, X, n, ws, stream, TOKENS, true);
+  const int64_t count = int64_t(n) * W.rows;
+  launch_pdl(gemm_k16_fold_kernel, dim3(unsigned(std::min<int64_t>((count + 255) / 256, 4096))), dim3(256), 0, stream,
+             static_cast<const float*>(ws), Y, count, segs);
 }
 
 template <bool BF16>
@@ -445,23 +453,26 @@ void launch_reference(const DeviceMatrix& W, const uint16_t* X, int n, float* Y,
 struct Tiling {
   const char* name;
   bool split;  // needs gemm_k16_workspace_floats() of workspace
+  bool wgmma;  // runs only where gemm_k16_wgmma_available()
   void (*f16)(const DeviceMatrix&, const uint16_t*, int, float*, float*, cudaStream_t);
   void (*bf16)(const DeviceMatrix&, const uint16_t*, int, float*, float*, cudaStream_t);
 };
 template <typename S, bool SPLIT = false>
 constexpr Tiling tiling(const char* name) {
-  return Tiling{name, SPLIT, launch_shape<S, false, SPLIT>, launch_shape<S, true, SPLIT>};
+  return Tiling{name, SPLIT, false, launch_shape<S, false, SPLIT>, launch_shape<S, true, SPLIT>};
 }
 constexpr Tiling kTilings[] = {
-    Tiling{"reference", false, launch_reference<false>, launch_reference<true>},
-    Tiling{"stream <=16 tokens", false, launch_stream<false>, launch_stream<true>},
+    Tiling{"reference", false, false, launch_reference<false>, launch_reference<true>},
+    Tiling{"stream <=16 tokens", false, false, launch_stream<false>, launch_stream<true>},
     tiling<Shape<1, 4, 1, 1, 256, 4>>("16x32 k256 s4"),
     tiling<Shape<1, 4, 4, 1, 128, 4>>("64x32 k128 s4"),
     tiling<Shape<1, 4, 4, 2, 64, 4>>("64x64 k64 s4"),
     tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
     tiling<Shape<1, 4, 4, 2, 64, 4>, true>("64x64 k64 s4 split"),
-    Tiling{"128x128 k64 wgmma", false, launch_wgmma, launch_wgmma},
+    Tiling{"128x128 k64 wgmma", false, true, launch_wgmma<128, false>, launch_wgmma<128, false>},
+    Tiling{"64x128 k64 wgmma", false, true, launch_wgmma<64, false>, launch_wgmma<64, false>},
+    Tiling{"64x128 k64 wgmma split", true, true, launch_wgmma<64, true>, launch_wgmma<64, true>},
 };
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
@@ -469,14 +480,22 @@ constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 // The streaming kernel takes rows of up to kStreamMaxSegs segments; the split tilings need a
 // workspace.
 int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
-  constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7, kWgmma = 8;
+  constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7, kWgmma = 8,
+                kWgmma64 = 9, kWgmma64Split = 10;
   static_assert(kTilings[kStream].f16 == launch_stream<false> && kTilings[k64x64Split].split &&
-                !kTilings[k128x128].split && kTilings[kWgmma].f16 == launch_wgmma && kTilingCount == 9);
+                !kTilings[k128x128].split && kTilings[kWgmma].wgmma && !kTilings[kWgmma].split &&
+                kTilings[kWgmma64].wgmma && !kTilings[kWgmma64].split && kTilings[kWgmma64Split].split &&
+                kTilingCount == 11);
+  const bool wgmma = gemm_k16_wgmma_available();
   if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? kStream : k16x32;
   // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
   // a few times over (measured: docs/GPU.md, tuning log).
-  if (n <= 64) return rows >= 64 * 1024 ? k64x64 : workspace && K > kSegK ? k64x64Split : k64x32;
-  return gemm_k16_tiling_available(kWgmma) ? kWgmma : k128x128;
+  if (n <= 64) {
+    if (wgmma)  // 128-feature blocks fill the GPU from about 128 of them on; else one per segment
+      return rows >= 128 * 128 || !workspace || K <= kSegK ? kWgmma64 : kWgmma64Split;
+    return rows >= 64 * 1024 ? k64x64 : workspace && K > kSegK ? k64x64Split : k64x32;
+  }
+  return wgmma ? kWgmma : k128x128;
 }
 
 }  // namespace
@@ -491,7 +510,7 @@ const char* gemm_k16_tiling_name(int tiling) {
 
 bool gemm_k16_tiling_available(int tiling) {
   if (tiling < 0 || tiling >= kTilingCount) return false;
-  return kTilings[tiling].f16 != launch_wgmma || gemm_k16_wgmma_available();
+  return !kTilings[tiling].wgmma || gemm_k16_wgmma_available();
 }
 
 size_t gemm_k16_workspace_floats(const DeviceMatrix& W, int n, int tiling) {

@@ -6,7 +6,7 @@
 // over a segment's k16 blocks is gemm_k16's chain: this tiling gives the others' bits at the
 // tensor cores' full rate.
 //
-// Block: two warpgroups, 128 tokens x 128 features; warpgroup w multiplies tokens
+// Block: one or two warpgroups, 64 or 128 tokens x 128 features; warpgroup w multiplies tokens
 // [64 w, 64 w + 64) by all 128 features, its accumulators in registers (64 floats per thread)
 // beside the total of the finished segments. The MMAs of one k tile run while the next
 // tile's are issued (the hardware keeps a warpgroup's steps on one accumulator in order).
@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_k16.h"
@@ -29,14 +30,16 @@
 namespace fdl::cuda {
 namespace {
 
-constexpr int kTM = 128, kTN = 128, kBK = 64, kStages = 5, kThreads = 256;
-// Tiles loaded ahead: a stage is refilled two tiles after its MMAs were issued, once they are
-// known complete (one group of MMAs stays in flight while the next is issued).
-constexpr int kAhead = kStages - 2;
+constexpr int kTN = 128, kBK = 64;
+// Stages: 5 for 128-token blocks (one per SM), 4 for 64-token ones (two per SM). Tiles are
+// loaded stages - 2 ahead: a stage is refilled two tiles after its MMAs were issued, once they
+// are known complete (one group of MMAs stays in flight while the next is issued).
+constexpr int stages(int wgm) { return wgm == 1 ? 4 : 5; }
 constexpr int kLineBytes = kBK * 2;                 // one row of a stage: 128 bytes
 constexpr int kAtomBytes = 8 * kLineBytes;          // 8 rows: the swizzle's period
-constexpr int kStageBytes = (kTM + kTN) * kLineBytes;
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kAtomBytes;  // + alignment to an atom
+// WGM warpgroups of 64 tokens per block; + an atom of alignment.
+constexpr int stage_bytes(int wgm) { return (64 * wgm + kTN) * kLineBytes; }
+constexpr size_t smem_bytes(int wgm) { return size_t(stages(wgm)) * stage_bytes(wgm) + kAtomBytes; }
 static_assert(kLineBytes == 128, "the 128-byte swizzle takes rows of 64 16-bit elements");
 constexpr int kSegK = kGemmK16Segment;
 static_assert(kSegK % kBK == 0 && kBK % 16 == 0);
@@ -73,19 +76,26 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
 }
 #endif
 
-template <bool BF16>
-__global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint16_t* __restrict__ W,
-                                                                     const uint16_t* __restrict__ X,
-                                                                     float* __restrict__ Y, int n, int rows, int K) {
+// SPLIT (gridDim.z = the K segments): block z computes segment z alone and writes its chain
+// to Y + z * n * rows (the caller's workspace; gemm_k16 then adds the segments in order).
+template <bool BF16, int WGM, bool SPLIT>
+__global__ void __launch_bounds__(128 * WGM) gemm_k16_wgmma_kernel(const uint16_t* __restrict__ W,
+                                                                      const uint16_t* __restrict__ X,
+                                                                      float* __restrict__ Y, int n, int rows, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kTM = 64 * WGM, kThreads = 128 * WGM, kStageBytes = stage_bytes(WGM);
+  constexpr int kStages = stages(WGM), kAhead = kStages - 2;
   extern __shared__ __align__(16) unsigned char sm[];
   const int tid = int(threadIdx.x), wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int t_block = int(blockIdx.y) * kTM, f_block = int(blockIdx.x) * kTN;
-  const int n_kt = (K + kBK - 1) / kBK;
+  // The k tiles [kt0, n_kt) of this block: all of K, or segment blockIdx.z.
+  const int kt0 = SPLIT ? int(blockIdx.z) * (kSegK / kBK) : 0;
+  const int n_kt = SPLIT ? min((K + kBK - 1) / kBK, kt0 + kSegK / kBK) : (K + kBK - 1) / kBK;
+  if (SPLIT) Y += int64_t(blockIdx.z) * n * rows;
   const uint32_t base = (smem_addr(sm) + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
 
-  // Stage s <- k tile kt: the token rows [t_block, +128), then the feature rows. Chunk i is row
+  // Stage s <- k tile kt: the token rows [t_block, +kTM), then the feature rows. Chunk i is row
   // i / 8, 16-byte chunk i % 8 of it.
   auto load = [&](int s, int kt, bool weights, bool tokens) {
     const uint32_t st = base + uint32_t(s * kStageBytes);
@@ -108,11 +118,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint1
   launch_dependents();
 #pragma unroll
   for (int s = 0; s < kAhead; ++s)
-    if (s < n_kt) load(s, s, true, false);
+    if (kt0 + s < n_kt) load(s, kt0 + s, true, false);
   grid_dependency_wait();
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < n_kt) load(s, s, false, true);
+    if (kt0 + s < n_kt) load(s, kt0 + s, false, true);
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
@@ -121,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint1
   for (int i = 0; i < 64; ++i) acc[i] = 0.f, total[i] = 0.f;
   // Segment by segment: inside one, the accumulators are written by the MMAs only (no copy
   // of them can wait on an MMA in flight); between two, the chain is complete and folds.
-  for (int kt = 0; kt < n_kt;) {
+  for (int kt = kt0; kt < n_kt;) {
     const int seg_first = kt, seg_end = min(n_kt, kt + kSegK / kBK);
     for (; kt < seg_end; ++kt) {
       asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
@@ -130,10 +140,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint1
       // complete (each waited for them last iteration), so its stage is refilled now.
       __syncthreads();
       const int next = kt + kAhead;
-      if (next < n_kt) load(next % kStages, next, true, true);
+      if (next < n_kt) load((next - kt0) % kStages, next, true, true);
       asm volatile("cp.async.commit_group;\n" ::);
 
-      const uint32_t st = base + uint32_t((kt % kStages) * kStageBytes);
+      const uint32_t st = base + uint32_t(((kt - kt0) % kStages) * kStageBytes);
       // Step j reads bytes [32 j, 32 j + 32) of every row: the start moves along the line and
       // the hardware's swizzle (on the address bits) finds the chunks.
       const uint32_t a0 = st + uint32_t(wg * 64 * kLineBytes), b0 = st + uint32_t(kTM * kLineBytes);
@@ -154,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_k16_wgmma_kernel(const uint1
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(acc);
-    const bool first = seg_first == 0;
+    const bool first = seg_first == kt0;
 #pragma unroll
     for (int i = 0; i < 64; ++i) total[i] = first ? acc[i] : total[i] + acc[i], acc[i] = 0.f;
   }
@@ -194,20 +204,29 @@ bool gemm_k16_wgmma_available() {
 #endif
 }
 
-void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
-  if (!gemm_k16_wgmma_available())
-    throw CudaError("gemm_k16: the wgmma tiling needs sm_90a code (CMAKE_CUDA_ARCHITECTURES 90a) on an sm_90 GPU");
-  const bool bf16 = W.type == WType::BF16;
-  auto kernel = bf16 ? gemm_k16_wgmma_kernel<true> : gemm_k16_wgmma_kernel<false>;
+template <int WGM, bool SPLIT>
+void launch(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
+  auto kernel = W.type == WType::BF16 ? gemm_k16_wgmma_kernel<true, WGM, SPLIT> : gemm_k16_wgmma_kernel<false, WGM, SPLIT>;
   static const bool configured = [] {
-    for (auto k : {gemm_k16_wgmma_kernel<true>, gemm_k16_wgmma_kernel<false>})
-      FDL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    for (auto k : {gemm_k16_wgmma_kernel<true, WGM, SPLIT>, gemm_k16_wgmma_kernel<false, WGM, SPLIT>})
+      FDL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(WGM))));
     return true;
   }();
   (void)configured;
-  const dim3 grid(unsigned((W.rows + kTN - 1) / kTN), unsigned((n + kTM - 1) / kTM));
-  launch_pdl(kernel, grid, dim3(kThreads), kSmemBytes, stream, static_cast<const uint16_t*>(W.data), X, Y, n,
+  const int segs = SPLIT ? int((W.cols + kSegK - 1) / kSegK) : 1;
+  const dim3 grid(unsigned((W.rows + kTN - 1) / kTN), unsigned((n + 64 * WGM - 1) / (64 * WGM)), unsigned(segs));
+  launch_pdl(kernel, grid, dim3(128 * WGM), smem_bytes(WGM), stream, static_cast<const uint16_t*>(W.data), X, Y, n,
              int(W.rows), int(W.cols));
+}
+
+void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream, int token_rows,
+                    bool split) {
+  if (!gemm_k16_wgmma_available())
+    throw CudaError("gemm_k16: the wgmma tilings need sm_90a code (CMAKE_CUDA_ARCHITECTURES 90a) on an sm_90 GPU");
+  if (token_rows == 128 && !split) return launch<2, false>(W, X, n, Y, stream);
+  if (token_rows == 64 && !split) return launch<1, false>(W, X, n, Y, stream);
+  if (token_rows == 64 && split) return launch<1, true>(W, X, n, Y, stream);
+  throw CudaError("gemm_k16: no wgmma tiling of " + std::to_string(token_rows) + " tokens" + (split ? " split" : ""));
 }
 
 }  // namespace fdl::cuda

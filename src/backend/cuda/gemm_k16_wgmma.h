@@ -1,6 +1,6 @@
-// gemm_k16_wgmma.h — the batch-invariant GEMM (gemm_k16.h) for prompts on Hopper's
-// warpgroup MMA: 128 x 128 tiles of wgmma m64n128k16 steps, the same chains and fold as
-// every other gemm_k16 kernel, so the same bits (gemm_k16_wgmma.cu says why).
+// gemm_k16_wgmma.h — the batch-invariant GEMM (gemm_k16.h) on Hopper's warpgroup MMA: 64- or
+// 128-token x 128-feature tiles of wgmma m64n128k16 steps, the same chains and fold as every
+// other gemm_k16 kernel, so the same bits (gemm_k16_wgmma.cu says why).
 //
 // Shapes and types as gemm_k16: W F16 or BF16 [rows][cols] with cols % 8 == 0, X n rows of
 // cols elements of W's type, Y fp32 [n][rows]; W and X 16-byte aligned.
@@ -20,6 +20,10 @@ namespace fdl::cuda {
 /// current device is compute capability 9.0.
 bool gemm_k16_wgmma_available();
 
-void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream);
+/// Tiles of `token_rows` tokens (64 or 128) x 128 features. With `split` (64 only), one block
+/// per K segment writes its chain to Y + s * n * W.rows instead (Y: the caller's workspace of
+/// segments x n x W.rows floats; the caller adds the segments in order).
+void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream, int token_rows,
+                    bool split);
 
 }  // namespace fdl::cuda
