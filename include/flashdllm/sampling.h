@@ -15,10 +15,11 @@
 //   6. draw one token with the sampler's own RNG (std::mt19937_64 seeded with `seed`): the
 //      survivor whose interval of the cumulative weights, walked in token-id order, holds
 //      u · total.
-// Probabilities in stages 3-6 are exact integers (weight · 2^44, truncated; a token below
-// 2^-44 of the best one's weight is never drawn) of one exp approximation (relative error
-// ~2e-7), so no sum depends on its order: the GPU's parallel sampler (Model::forward_sample)
-// computes the same bits and draws the same token for the same u, wherever a step is sampled.
+// Top-p's and the draw's probabilities are exact integers (weight · 2^44, truncated; a token
+// below 2^-44 of the best one's weight is never drawn) of one exp approximation (relative
+// error ~2e-7), and min-p compares that exp of (logit - max) with min_p, so no result depends
+// on the order of a sum: the GPU's parallel sampler (Model::forward_sample) computes the same
+// bits and draws the same token for the same u, wherever a step is sampled.
 // temperature == 0 is greedy decoding: the argmax of the penalized logits, lowest id on ties
 // (stages 2-4 always keep the argmax, so they cannot change it and are skipped).
 //
@@ -123,7 +124,8 @@ struct TokenProb {
 /// Per-sequence sampler: holds the parameters, the penalty history and the RNG.
 class Sampler {
  public:
-  /// Validates `params` (std::invalid_argument) and `n_vocab` > 0.
+  /// Validates `params` (std::invalid_argument) and 0 < `n_vocab` < 2^20 (the integer
+  /// probabilities of a row must fit 64 bits).
   Sampler(const SamplingParams& params, int32_t n_vocab);
 
   const SamplingParams& params() const { return params_; }

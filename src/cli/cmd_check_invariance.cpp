@@ -28,6 +28,7 @@
 #include "cli/model_flags.h"
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
+#include "cli/stdout_io.h"
 #include "flashdllm/engine.h"
 #include "flashdllm/speculative.h"
 
@@ -234,6 +235,7 @@ void run_check(CheckOptions o) {
     std::printf("check-invariance: %d prompts of %d..%d tokens, %d new tokens each, %s; device %s, batch-invariant %s\n",
                 o.prompts, o.min_len, o.max_len, o.n_predict, o.sampling ? "seeded sampling" : "greedy",
                 detail::device_flag().c_str(), loaded.model->batch_invariant() ? "on" : "off");
+  flush_stdout();
   int differing_total = 0;
   for (const Schedule& s : schedules) {
     const auto t0 = Clock::now();
@@ -270,7 +272,7 @@ void run_check(CheckOptions o) {
       }
     }
     report["schedules"].push_back(row);
-    std::fflush(stdout);
+    flush_stdout();  // a failed write stops the run here, not after the remaining schedules
   }
   report["differing"] = differing_total;
   if (o.json) print_json_line(report);

@@ -51,7 +51,7 @@ void keep_top_p(std::vector<TokenLogit>& candidates, double p, bool sorted,
 void keep_min_p(std::vector<TokenLogit>& candidates, float min_p);
 
 /// weights[i] = exp((logit_i - max) / temperature) (draw::tempered); returns their mass
-/// (draw::sum_mass; >= 2^44, since the maximum weighs exactly 1). Subtracting the max first
+/// (sum_mass; >= 2^44, since the maximum weighs exactly 1). Subtracting the max first
 /// keeps tiny temperatures finite: every non-maximal weight underflows to 0 instead of
 /// overflowing to Inf/NaN.
 draw::Mass tempered_weights(const std::vector<TokenLogit>& candidates, float temperature,

@@ -6,13 +6,15 @@
 //
 // What makes the two sides agree:
 // - the exponential is this file's polynomial with every operation rounded on its own (the
-//   device's intrinsics forbid fused multiply-adds; host files that use it compile with
-//   -ffp-contract=off), not the platform's exp;
+//   device's intrinsics forbid fused multiply-adds; the decode library and whatever links it
+//   compile with -ffp-contract=off), not the platform's exp;
 // - weights become exact integers, Mass (w * 2^44, truncated), so sums and running sums do
 //   not depend on the order or grouping of the additions (the GPU sums in parallel, the host
 //   in id order). Weights below 2^-44 of the top one count as 0: such a token is never drawn
-//   and adds nothing to top-p's mass. A row of up to 2^19 tokens fits 64 bits.
-// - the cuts compare integers (top-p) or the same float expressions (min-p).
+//   and adds nothing to top-p's mass. Rows of fewer than 2^20 tokens fit 64 bits (Sampler
+//   refuses larger vocabularies).
+// - the cuts compare integers (top-p) or the same float expression (min-p: exp(v - top)
+//   against min_p).
 // Thread-safety: pure functions.
 #pragma once
 

@@ -26,8 +26,8 @@ constexpr ById by_id{};
 Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
     : params_(params), n_vocab_(n_vocab), rng_(params.seed) {
   params_.validate();
-  if (n_vocab <= 0)
-    throw std::invalid_argument("Sampler: n_vocab must be > 0, got " + std::to_string(n_vocab));
+  if (n_vocab <= 0 || n_vocab >= (1 << 20))
+    throw std::invalid_argument("Sampler: n_vocab must be in [1, 1048575], got " + std::to_string(n_vocab));
 }
 
 size_t Sampler::scan(std::span<const float> logits) const {

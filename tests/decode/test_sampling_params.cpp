@@ -59,6 +59,9 @@ TEST(SamplingParams, SamplerConstructorValidates) {
   p.top_p = 2.0f;
   EXPECT_THROW(Sampler(p, 10), std::invalid_argument);
   EXPECT_THROW(Sampler(SamplingParams{}, 0), std::invalid_argument);
+  // A row's integer probabilities (2^44 per unit of weight) must fit 64 bits.
+  EXPECT_THROW(Sampler(SamplingParams{}, 1 << 20), std::invalid_argument);
+  EXPECT_NO_THROW(Sampler(SamplingParams{}, (1 << 20) - 1));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <map>
 #include <vector>
 
+#include "decode/draw_arithmetic.h"
 #include "engine/engine_test_support.h"
 #include "flashdllm/sampling.h"
 #include "gpu/gpu_test_util.h"
@@ -149,10 +150,30 @@ TEST(GpuSampling, DrawsFromTheHostSamplersDistribution) {
   }
 }
 
-// The same arithmetic on both sides (decode/draw_arithmetic.h): for any u the kernel returns
-// the host's token, at interval edges too — what makes a seeded request's text independent
-// of where its steps are sampled (host for speculative verification, device otherwise).
-TEST(GpuSampling, DrawsTheHostSamplersTokenForEveryUniform) {
+// The uniforms at the exact edges of the draw's integer intervals (decode/draw_arithmetic.h):
+// C_i / total for the running mass C_i of the survivors in id order, and its neighbours.
+std::vector<double> edge_uniforms(const std::vector<float>& row, const SamplingParams& p, size_t most) {
+  Sampler s(p, int32_t(row.size()));
+  auto dist = s.distribution(row);
+  std::sort(dist.begin(), dist.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
+  const float top = *std::max_element(row.begin(), row.end());
+  std::vector<draw::Mass> running;
+  draw::Mass c = 0;
+  for (const TokenProb& t : dist) running.push_back(c += draw::to_mass(draw::tempered(row[size_t(t.id)], top, p.temperature)));
+  std::vector<double> us;
+  for (size_t i = 0; i < running.size() && us.size() < most; ++i) {
+    const double u = double(running[i]) / double(c);
+    for (const double v : {u, std::nextafter(u, 0.0), std::nextafter(u, 2.0)})
+      if (v < 1.0) us.push_back(v);
+  }
+  return us;
+}
+
+// The same arithmetic on both sides (decode/draw_arithmetic.h): the kernel returns the host's
+// token for random uniforms and at the exact edges of the intervals — what makes a seeded
+// request's text independent of where its steps are sampled (host for speculative
+// verification, device otherwise).
+TEST(GpuSampling, DrawsTheHostSamplersToken) {
   FDL_SKIP_WITHOUT_GPU();
   std::normal_distribution<float> normal(0.0f, 3.0f), narrow(0.0f, 0.2f);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
@@ -163,16 +184,11 @@ TEST(GpuSampling, DrawsTheHostSamplersTokenForEveryUniform) {
       if (n > 100)
         for (int i = 0; i < n / 50; ++i) row[size_t(rng()() % uint64_t(n))] = kNegInf;
       for (const SamplingParams& p : parameter_sets()) {
-        // Random uniforms, and the exact edges of the host's intervals (where rounding of a
-        // running sum would tip the draw to a neighbour).
+        // Random uniforms, and the exact edges of the intervals (where a rounded running sum
+        // would tip the draw to a neighbour).
         std::vector<double> us = {0.0, std::nextafter(1.0, 0.0)};
         for (int i = 0; i < 150; ++i) us.push_back(u01(rng()));
-        for (const Interval& iv : host_intervals(row, p)) {
-          if (us.size() >= 400) break;
-          us.push_back(iv.hi);
-          us.push_back(std::nextafter(iv.hi, 0.0));
-        }
-        for (double& u : us) u = std::min(u, std::nextafter(1.0, 0.0));
+        for (const double u : edge_uniforms(row, p, 300)) us.push_back(u);
         const auto got = gpu_draws(row, p, us);
         Sampler host(p, n);
         for (size_t i = 0; i < us.size(); ++i)

@@ -76,6 +76,7 @@ TEST(CliStdoutErrors, FullDeviceFailsEveryCommand) {
       {"info", "-m", m, "--json"},
       {"info", "-m", m},
       {"bench", "-m", m, "-p", "4", "-n", "2", "-r", "1"},
+      {"tools", "check-invariance", "-m", m, "--prompts", "2", "--min-len", "3", "--max-len", "20", "-n", "2"},
   };
   int i = 0;
   for (const auto& args : commands) {

@@ -35,7 +35,7 @@ bool gemm_k16_supported(const DeviceMatrix& W);
 /// The kernels that compute it: entry 0 is the reference (any K and alignment, slow), entry 1
 /// the register-streaming kernel for few tokens (16 per launch), the others tilings of the
 /// tensor-core GEMM (entries >= 1 need W.cols % 8 == 0 and 16-byte-aligned W and X), the last
-/// on warpgroup MMA (only where gemm_k16_tiling_available). They exist side by side for
+/// three on warpgroup MMA (only where gemm_k16_tiling_available). They exist side by side for
 /// gemm_k16_bench and the invariance tests, which compare their bits.
 int gemm_k16_tilings();
 /// A tiling's name ("" outside [0, gemm_k16_tilings())).

@@ -2,9 +2,9 @@
 //
 // A wgmma m64nNk16 step gives each element the bits of mma.sync m16n8k16 on the same sixteen
 // products and accumulator (measured on the H200: every element of 64 x 16 tiles over a
-// 4096-long chain, A from registers or shared memory, N of 8 or 16), so a chain of wgmma steps
-// over a segment's k16 blocks is gemm_k16's chain: this tiling gives the others' bits at the
-// tensor cores' full rate.
+// 4096-long chain, A from registers or shared memory, N of 8 or 16; for these tiles' N = 128,
+// tests/gpu/gemm_k16_test.cpp compares every element with the reference kernel's), so a
+// chain of wgmma steps over a segment's k16 blocks is gemm_k16's chain.
 //
 // Block: one or two warpgroups, 64 or 128 tokens x 128 features; warpgroup w multiplies tokens
 // [64 w, 64 w + 64) by all 128 features, its accumulators in registers (64 floats per thread)
@@ -204,6 +204,8 @@ bool gemm_k16_wgmma_available() {
 #endif
 }
 
+namespace {
+
 template <int WGM, bool SPLIT>
 void launch(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
   auto kernel = W.type == WType::BF16 ? gemm_k16_wgmma_kernel<true, WGM, SPLIT> : gemm_k16_wgmma_kernel<false, WGM, SPLIT>;
@@ -218,6 +220,8 @@ void launch(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStrea
   launch_pdl(kernel, grid, dim3(128 * WGM), smem_bytes(WGM), stream, static_cast<const uint16_t*>(W.data), X, Y, n,
              int(W.rows), int(W.cols));
 }
+
+}  // namespace
 
 void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream, int token_rows,
                     bool split) {

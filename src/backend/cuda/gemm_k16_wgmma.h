@@ -2,8 +2,8 @@
 // 128-token x 128-feature tiles of wgmma m64n128k16 steps, the same chains and fold as every
 // other gemm_k16 kernel, so the same bits (gemm_k16_wgmma.cu says why).
 //
-// Shapes and types as gemm_k16: W F16 or BF16 [rows][cols] with cols % 8 == 0, X n rows of
-// cols elements of W's type, Y fp32 [n][rows]; W and X 16-byte aligned.
+// Shapes and types as gemm_k16: W F16 or BF16 [rows][cols] with cols % 8 == 0, X n >= 1 rows
+// of cols elements of W's type, Y fp32 [n][rows]; W and X 16-byte aligned (gemm_k16 checks).
 // Errors: CudaError where gemm_k16_wgmma_available() is false, or for a failed launch.
 // Thread-safety: enqueues on `stream`; allocates nothing (graph-capturable).
 #pragma once
@@ -17,7 +17,7 @@
 namespace fdl::cuda {
 
 /// Whether this build holds the sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a) and the
-/// current device is compute capability 9.0.
+/// device current at the first call is compute capability 9.0 (decided once per process).
 bool gemm_k16_wgmma_available();
 
 /// Tiles of `token_rows` tokens (64 or 128) x 128 features. With `split` (64 only), one block

@@ -59,8 +59,8 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 using draw::Mass;
 using draw::tempered;
 // Probability mass (untempered, top-p's): exp(v - top) as an exact integer. Sums of up to
-// 2^19 of them fit 64 bits and do not depend on the order of the atomics or the grouping of a
-// pass, so every pass of a selection sees the same masses.
+// 2^20 - 1 of them (Sampler's vocabulary limit) fit 64 bits and do not depend on the order
+// of the atomics or the grouping of a pass, so every pass of a selection sees the same masses.
 __device__ __forceinline__ Mass fixed_mass(float v, float top) { return draw::to_mass(tempered(v, top, 1.0f)); }
 
 __device__ __forceinline__ int dist_bin(float v, float top) {
@@ -138,8 +138,9 @@ __device__ __forceinline__ Range warp_share(int lo, int hi, int w) {
 // host's draw). Two levels narrow it down: the warps sum their shares of the positions, the
 // share holding the target is split among the warps again, and one warp walks the share
 // found last (<= 128 positions of a 150k row) 32 at a time. Every thread picks the same
-// share from the same sums; where rounding puts the target past every sum, the last share
-// (and position) with an amount wins. -1 when nothing has any amount.
+// share from the same sums (exact integers); should the target lie past every sum (it does
+// not for the callers' targets), the last share and position with an amount win. -1 when
+// nothing has any amount.
 template <typename T, bool kStrict, typename NeedOf, typename Amount>
 __device__ int find_running(const View& view, NeedOf need_of, Amount amount, Shared& s) {
   T* sums;
@@ -240,8 +241,9 @@ __device__ void find_digit(Shared& s, Mass need) {
 
 // Radix select over the entries `earlier` keeps: the key of the entry where the running
 // amount (count, or mass exp(v - top)) in rank order (key descending) reaches `need`.
-// `above` gets the amount ranked strictly above that key. False when no key reaches it
-// (mass lost to rounding: the caller cuts nothing).
+// `above` gets the amount ranked strictly above that key. False when no key reaches it (the
+// view holds less than `need`: min-p bounded a candidate list above the cut, which then
+// keeps every candidate).
 template <bool kMass>
 __device__ bool radix_select(const View& view, Cut earlier, float top, Mass need, Shared& s, uint32_t& key_out,
                              Mass& above) {
@@ -290,7 +292,8 @@ __device__ bool radix_select(const View& view, Cut earlier, float top, Mass need
 }
 
 // The position of the `nth` (1-based) entry, in position order, tied at `key` and kept by
-// `earlier`; past the last one (rounding) the cut keeps every tie.
+// `earlier`; past the last one (not reached: nth comes from exact counts and masses) the
+// cut keeps every tie.
 __device__ int nth_tied(const View& view, Cut earlier, uint32_t key, int nth, Shared& s) {
   const int pos = find_running<int, false>(
       view, [nth](int) { return nth; },
