@@ -261,6 +261,27 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
 // exponentials rounded to the operand type; the mma chain over the chunk's four k16 position
 // steps). The share's folded state is its partial (attn_combine_kernel merges the shares).
 
+// P = 2^(S - base) of a chunk's two rows, packed as 16-bit A fragments (k-step kk covers
+// positions 16kk.., accumulator tiles 2kk and 2kk+1), and its row sums added to ps0 / ps1 in
+// one order: the folded and the online paths share it, so their bits agree.
+template <typename Op>
+__device__ __forceinline__ void exp_pack_chunk(const float (&s)[kChunk / 8][4], float base0, float base1,
+                                               uint32_t (&pa)[kChunk / 16][4], float& ps0, float& ps1) {
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 16; ++kk) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float* sn = s[2 * kk + h];
+      const float p00 = exp2f(sn[0] - base0), p01 = exp2f(sn[1] - base0);
+      const float p10 = exp2f(sn[2] - base1), p11 = exp2f(sn[3] - base1);
+      ps0 += p00 + p01;
+      ps1 += p10 + p11;
+      pa[kk][2 * h] = Op::pack(p00, p01);
+      pa[kk][2 * h + 1] = Op::pack(p10, p11);
+    }
+  }
+}
+
 // A chunk's scores, maximum, P fragments and l for a lane's rows r0, r1 (the FOLD arithmetic
 // above): S from the staged K at ks, masked and scaled as the online-softmax path does.
 template <int HD, typename Op, bool KV16, bool MASKED>
@@ -289,19 +310,7 @@ __device__ __forceinline__ void chunk_softmax(const uint32_t (&qa)[HD / 16][4], 
   mc0 = mx0, mc1 = mx1;
   const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
   float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < kChunk / 16; ++kk) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float* sn = s[2 * kk + h];
-      const float p00 = exp2f(sn[0] - base0), p01 = exp2f(sn[1] - base0);
-      const float p10 = exp2f(sn[2] - base1), p11 = exp2f(sn[3] - base1);
-      ps0 += p00 + p01;
-      ps1 += p10 + p11;
-      pa[kk][2 * h] = Op::pack(p00, p01);
-      pa[kk][2 * h + 1] = Op::pack(p10, p11);
-    }
-  }
+  exp_pack_chunk<Op>(s, base0, base1, pa, ps0, ps1);
   lc0 = quad_sum(ps0);
   lc1 = quad_sum(ps1);
 }
@@ -414,19 +423,7 @@ __global__ void __launch_bounds__(256, 1) attn_tile_mma_kernel(ArgsOf<MASKED> a)
       // P (16-bit) as A fragments: k-step kk covers positions 16kk.. = accumulator tiles 2kk, 2kk+1.
       uint32_t pa[kChunk / 16][4];
       float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kChunk / 16; ++kk) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float* sn = s[2 * kk + h];
-          const float p00 = exp2f(sn[0] - base0), p01 = exp2f(sn[1] - base0);
-          const float p10 = exp2f(sn[2] - base1), p11 = exp2f(sn[3] - base1);
-          ps0 += p00 + p01;
-          ps1 += p10 + p11;
-          pa[kk][2 * h] = Op::pack(p00, p01);
-          pa[kk][2 * h + 1] = Op::pack(p10, p11);
-        }
-      }
+      exp_pack_chunk<Op>(s, base0, base1, pa, ps0, ps1);
       l0 = l0 * corr0 + ps0;
       l1 = l1 * corr1 + ps1;
       // O = O * corr + P·V: B fragment b0 = V[16kk + 2c, +1][n0 + g], b1 = rows + 8.

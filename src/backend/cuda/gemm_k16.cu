@@ -391,6 +391,16 @@ __global__ void gemm_k16_fold_kernel(const float* __restrict__ P, float* __restr
 
 int segments(int64_t K) { return int((K + kSegK - 1) / kSegK); }
 
+// The split tilings' second half: Y = the `segs` chains in `ws` added in order.
+void fold_segments(const float* ws, float* Y, int n, int64_t rows, int segs, cudaStream_t stream) {
+  const int64_t count = int64_t(n) * rows;
+  launch_pdl(gemm_k16_fold_kernel, dim3(unsigned(std::min<int64_t>((count + 255) / 256, 4096))), dim3(256), 0, stream,
+             ws, Y, count, segs);
+}
+void require_workspace(const float* ws) {
+  if (ws == nullptr) throw CudaError("gemm_k16: the split tilings need a workspace");
+}
+
 // SPLIT: one block per K segment into `ws` (n x W.rows floats per segment), then the fold.
 template <typename S, bool BF16, bool SPLIT>
 void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float* ws, cudaStream_t stream) {
@@ -401,15 +411,11 @@ void launch_shape(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, flo
   }();
   (void)configured;
   const int segs = SPLIT ? segments(W.cols) : 1;
-  if (SPLIT && segs > 1 && ws == nullptr) throw CudaError("gemm_k16: the split tilings need a workspace");
+  if (segs > 1) require_workspace(ws);
   const dim3 grid(unsigned((W.rows + S::TN - 1) / S::TN), unsigned((n + S::TM - 1) / S::TM), unsigned(segs));
   launch_pdl(gemm_k16_kernel<S, BF16>, grid, dim3(S::kThreads), S::smem_bytes, stream,
              static_cast<const uint16_t*>(W.data), X, segs > 1 ? ws : Y, n, int(W.rows), int(W.cols));
-  if (segs > 1) {
-    const int64_t count = int64_t(n) * W.rows;
-    launch_pdl(gemm_k16_fold_kernel, dim3(unsigned(std::min<int64_t>((count + 255) / 256, 4096))), dim3(256), 0,
-               stream, static_cast<const float*>(ws), Y, count, segs);
-  }
+  if (segs > 1) fold_segments(ws, Y, n, W.rows, segs, stream);
 }
 
 template <bool BF16>
@@ -432,11 +438,9 @@ template <int TOKENS, bool SPLIT>
 void launch_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float* ws, cudaStream_t stream) {
   const int segs = SPLIT ? segments(W.cols) : 1;
   if (segs <= 1) return gemm_k16_wgmma(W, X, n, Y, stream, TOKENS, false);
-  if (ws == nullptr) throw CudaError("gemm_k16: the split tilings need a workspace");
+  require_workspace(ws);
   gemm_k16_wgmma(W, X, n, ws, stream, TOKENS, true);
-  const int64_t count = int64_t(n) * W.rows;
-  launch_pdl(gemm_k16_fold_kernel, dim3(unsigned(std::min<int64_t>((count + 255) / 256, 4096))), dim3(256), 0, stream,
-             static_cast<const float*>(ws), Y, count, segs);
+  fold_segments(ws, Y, n, W.rows, segs, stream);
 }
 
 template <bool BF16>
