@@ -6,6 +6,10 @@
 //    multiprocessor count; smaller counts are forced by passing fewer SMs);
 //  - decode_ffn_block vs gemv_norm_swiglu, gemv(down): Llama-3-8B's shape, odd sizes, more
 //    blocks than gate/up pairs, and y written over its own residual input (as the model does).
+//  - decode_attention_block_k16 vs the batch-invariant path's kernels (add_rms_norm, gemm_k16,
+//    rope_qkv_store, the chunk attention and its fold, the cast, gemm_k16), bit for bit;
+//  - decode_ffn_block_k16 vs the batch-invariant path's kernels (add_rms_norm, gemm_k16,
+//    silu_mul, gemm_k16), bit for bit.
 //  - decode_output_block vs add_rms_norm, gemv (the output head).
 // Each kernel runs four times, every output and hand-off buffer reset to garbage (or the
 // initial cache) before each run; the fourth run is the traced kernel (bench_gpu --trace),
@@ -14,6 +18,7 @@
 #include <numeric>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/gemm_k16.h"
 #include "backend/cuda/kernels.h"
 #include "flashdllm/dtype.h"
 #include "gpu/gpu_test_util.h"
@@ -368,6 +373,243 @@ TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {
   EXPECT_EQ(cuda::ffn_block_blocks(gu, down_wide, device_sms()), 0);  // down's columns != n_ff
 }
 
+// decode_attention_block_k16 against the invariant path's separate kernels for one token
+// (add_rms_norm, gemm_k16, rope_qkv_store, the chunk attention and its fold, the cast,
+// gemm_k16): the same bits for the residual, q, the whole cache, the attention output and y,
+// three times over garbage outputs and counters.
+class AttentionBlockK16 : public ::testing::TestWithParam<WType> {};
+
+void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm) {
+  const int q_dim = s.n_head * s.hd, kv_dim = s.n_kv * s.hd, rows = q_dim + 2 * kv_dim;
+  const float eps = 1e-5f;
+  const KvDtype kv_t = type == WType::BF16 ? KvDtype::BF16 : KvDtype::F16;
+  auto dWqkv = to_device(random_weights(type, size_t(rows) * s.cols));
+  auto dWo = to_device(random_weights(type, size_t(s.wo_rows) * q_dim));
+  const cuda::DeviceMatrix Wqkv{type, dWqkv.get(), rows, s.cols}, Wo{type, dWo.get(), s.wo_rows, q_dim};
+  const int n_layer = 2, layer = 1, n_blocks_seq = (ctx + s.block_size - 1) / s.block_size;
+  const int arena_blocks = n_blocks_seq + 5;
+  std::vector<int32_t> ids(static_cast<size_t>(arena_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());
+  const std::vector<int32_t> table(ids.begin(), ids.begin() + n_blocks_seq);
+  const int pos = ctx - 1;
+  const std::vector<int32_t> positions = {pos}, dst = {table[size_t(pos / s.block_size)]}, off = {0}, tiles = {0, 1};
+  const int64_t stride = int64_t(n_layer) * 2 * s.block_size * kv_dim;
+  // Cache values of the size the model's K/V have (the random weights make q and k ~40).
+  const std::vector<uint8_t> arena_init = kv_bytes(kv_t, random_floats(size_t(stride) * arena_blocks, -40.f, 40.f));
+  cpu::RopeParams rp{.head_dim = s.hd, .rope_dim = s.rope_dim, .freq_base = 10000.f, .freq_scale = 1.f, .freq_factors = {}};
+  std::vector<float> cs(size_t(s.rope_dim));
+  cpu::rope_cos_sin(rp, pos, cs.data());
+  const auto x = random_floats(size_t(s.cols), -3.f, 3.f), add = random_floats(size_t(s.cols));
+  const auto w = random_floats(size_t(s.cols), 0.5f, 1.5f);
+  auto dadd = to_device(add), dw = to_device(w), dcs = to_device(cs);
+  auto dpos = to_device(positions), ddst = to_device(dst), doff = to_device(off), dtab = to_device(table);
+  auto dtiles = to_device(tiles);
+  const int splits = cuda::attention_invariant_splits(ctx);
+  const size_t partial_floats = cuda::attention_partial_floats(1, s.n_head, s.hd, splits * (cuda::kInvariantShareChunks + 1));
+
+  auto arena_ref = to_device(arena_init);
+  const cuda::KvLayerView kv_ref{arena_ref.get(), int64_t(layer) * 2 * s.block_size * kv_dim, stride, s.block_size,
+                                 s.n_kv, s.hd, kv_t};
+  cuda::AttentionArgs att;
+  att.positions = dpos.get();
+  att.table_off = doff.get();
+  att.tables = dtab.get();
+  att.n_tokens = 1;
+  att.n_head = s.n_head;
+  att.scale = 1.0f / std::sqrt(float(s.hd));
+  att.n_splits = splits;
+  att.tile_starts = dtiles.get();
+  att.n_tiles = 1;
+  att.tensor_cores = true;
+  att.tc_bf16 = type == WType::BF16;
+  att.max_tile_rows = s.n_head / s.n_kv;
+  att.share_chunks = cuda::kInvariantShareChunks;
+
+  // The separate kernels.
+  auto x_ref = to_device(x);
+  DeviceBuffer<uint16_t> xn{size_t(s.cols)}, attn16_ref{size_t(q_dim)};
+  DeviceBuffer<float> qkv{size_t(rows)}, q_ref{size_t(q_dim)}, attn_ref{size_t(q_dim)}, y_ref{size_t(s.wo_rows)};
+  DeviceBuffer<float> partial_ref{partial_floats};
+  cuda::add_rms_norm(x_ref.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, s.cols, eps, true, nullptr, type);
+  cuda::gemm_k16(Wqkv, xn.get(), 1, qkv.get(), nullptr);
+  cuda::rope_qkv_store(qkv.get(), dcs.get(), dpos.get(), ddst.get(), 1, s.n_head, s.rope_dim, kv_ref, q_ref.get(),
+                       nullptr);
+  cuda::AttentionArgs att_ref = att;
+  att_ref.kv = kv_ref;
+  att_ref.q = q_ref.get();
+  att_ref.out = attn_ref.get();
+  att_ref.partial = partial_ref.get();
+  ASSERT_TRUE(cuda::attention_invariant_chunk_partials(att_ref));
+  cuda::paged_attention(att_ref, nullptr);
+  cuda::cast_f32(attn_ref.get(), size_t(q_dim), type, attn16_ref.get(), nullptr);
+  cuda::gemm_k16(Wo, attn16_ref.get(), 1, y_ref.get(), nullptr);
+
+  auto arena = to_device(arena_init);
+  cuda::KvLayerView kv = kv_ref;
+  kv.base = arena.get();
+  const int blocks = cuda::attention_block_k16_blocks(Wqkv, Wo, s.n_head, kv, n_sm);
+  ASSERT_GT(blocks, 0) << "shape not supported";
+  auto dx = to_device(x);
+  DeviceBuffer<float> q{size_t(q_dim)}, x_out{size_t(s.cols)}, partial{partial_floats};
+  DeviceBuffer<uint16_t> attn16{size_t(q_dim)};
+  DeviceBuffer<unsigned> sync{3};
+  for (int run = 0; run < 3; ++run) {
+    // y overwrites the residual input it adds, as in the model (the previous FFN's output).
+    std::vector<float> io(size_t(std::max(s.cols, s.wo_rows)), 0.f);
+    std::copy(add.begin(), add.end(), io.begin());
+    auto io_buf = to_device(io);
+    FDL_CUDA_CHECK(cudaMemcpy(arena.get(), arena_init.data(), arena_init.size(), cudaMemcpyHostToDevice));
+    poison(q);
+    poison(x_out);
+    poison(partial);
+    poison(attn16);
+    FDL_CUDA_CHECK(cudaMemset(sync.get(), 0, sync.bytes()));
+    cuda::AttentionBlockK16Args b;
+    b.type = type;
+    b.wqkv = Wqkv.data;
+    b.wo = Wo.data;
+    b.wo_rows = s.wo_rows;
+    b.cols = s.cols;
+    b.in = cuda::NormIn{dx.get(), io_buf.get(), dw.get(), x_out.get(), eps, nullptr};
+    b.att = att;
+    b.att.kv = kv;
+    b.att.q = q.get();
+    b.att.partial = partial.get();
+    b.cos_sin = dcs.get();
+    b.dst_block = ddst.get();
+    b.rope_dim = s.rope_dim;
+    b.q_out = q.get();
+    b.attn16 = attn16.get();
+    b.y = io_buf.get();
+    b.sync = sync.get();
+    b.blocks = blocks;
+    cuda::decode_attention_block_k16(b, nullptr);
+    FDL_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::string(cuda::wtype_name(type)) + " heads " + std::to_string(s.n_head) + "/" +
+                              std::to_string(s.n_kv) + " hd " + std::to_string(s.hd) + " ctx " + std::to_string(ctx) +
+                              " blocks " + std::to_string(blocks) + " run " + std::to_string(run);
+    EXPECT_EQ(to_host(x_out, size_t(s.cols)), to_host(x_ref, size_t(s.cols))) << where;
+    EXPECT_EQ(to_host(q, size_t(q_dim)), to_host(q_ref, size_t(q_dim))) << where;
+    EXPECT_TRUE(to_host(arena, arena_init.size()) == to_host(arena_ref, arena_init.size())) << where << ": the caches differ";
+    EXPECT_EQ(to_host(attn16, size_t(q_dim)), to_host(attn16_ref, size_t(q_dim))) << where;
+    EXPECT_EQ(to_host(io_buf, size_t(s.wo_rows)), to_host(y_ref, size_t(s.wo_rows))) << where;
+  }
+}
+
+TEST_P(AttentionBlockK16, GivesTheInvariantKernelsBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = GetParam();
+  const int sms = device_sms();
+  const Shape llama3{32, 8, 128, 128, 4096, 4096, 16};
+  for (int ctx : {1, 63, 64, 65, 300, 1500}) check_attention_k16(type, llama3, ctx, sms);
+  check_attention_k16(type, llama3, 1500, 7);  // several chunks per warp, several heads per block
+  check_attention_k16(type, llama3, 300, 1);   // one block: every hand-off to itself
+  check_attention_k16(type, Shape{16, 4, 64, 64, 1024, 1024, 16}, 700, sms);  // head_dim 64
+  check_attention_k16(type, Shape{8, 8, 128, 64, 1024, 2048, 32}, 200, sms);  // no GQA, partial RoPE
+}
+
+TEST(AttentionBlockK16Shapes, UnsupportedShapesAreRefused) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto d = to_device(random_weights(WType::F16, size_t(2048) * 1024));
+  const cuda::DeviceMatrix qkv{WType::F16, d.get(), 1536, 1024}, wo{WType::F16, d.get(), 1024, 1024};
+  const cuda::KvLayerView kv{nullptr, 0, 0, 16, 2, 128, KvDtype::F16};
+  EXPECT_GT(cuda::attention_block_k16_blocks(qkv, wo, 8, kv, device_sms()), 0);
+  cuda::KvLayerView kv32 = kv;
+  kv32.dtype = KvDtype::F32;
+  EXPECT_EQ(cuda::attention_block_k16_blocks(qkv, wo, 8, kv32, device_sms()), 0);  // cache not the weights' type
+  const cuda::DeviceMatrix qkv_bad{WType::F16, d.get(), 1544, 1024};
+  EXPECT_EQ(cuda::attention_block_k16_blocks(qkv_bad, wo, 8, kv, device_sms()), 0);  // rows != the heads'
+  cuda::KvLayerView kv96 = kv;
+  kv96.head_dim = 96;
+  EXPECT_EQ(cuda::attention_block_k16_blocks(qkv, wo, 8, kv96, device_sms()), 0);  // head_dim
+}
+
+// decode_ffn_block_k16 against the invariant path's separate kernels for one token: the same
+// bits for the residual, h and y, three times over garbage outputs and hand-off counters.
+class FfnBlockK16 : public ::testing::TestWithParam<WType> {};
+
+void check_ffn_k16(WType type, int cols, int n_ff, int down_rows, int n_sm, bool gelu = false) {
+  const float eps = 1e-5f;
+  auto dWgu = to_device(random_weights(type, size_t(2 * n_ff) * cols));
+  auto dWd = to_device(random_weights(type, size_t(down_rows) * n_ff));
+  const cuda::DeviceMatrix Wgu{type, dWgu.get(), 2 * n_ff, cols}, Wd{type, dWd.get(), down_rows, n_ff};
+  const auto x = random_floats(size_t(cols), -3.f, 3.f), add = random_floats(size_t(cols));
+  const auto w = random_floats(size_t(cols), 0.5f, 1.5f);
+  auto dw = to_device(w), dadd = to_device(add);
+  // The invariant path: the norm in place on x, 16-bit activations between the kernels.
+  auto x_ref = to_device(x);
+  DeviceBuffer<uint16_t> xn{size_t(cols)}, h_ref{size_t(n_ff)};
+  DeviceBuffer<float> gu{size_t(2 * n_ff)}, y_ref{size_t(down_rows)};
+  cuda::add_rms_norm(x_ref.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, cols, eps, true, nullptr, type);
+  cuda::gemm_k16(Wgu, xn.get(), 1, gu.get(), nullptr);
+  cuda::silu_mul(gu.get(), h_ref.get(), 1, n_ff, nullptr, type, gelu);
+  cuda::gemm_k16(Wd, h_ref.get(), 1, y_ref.get(), nullptr);
+
+  const int blocks = cuda::ffn_block_k16_blocks(Wgu, Wd, n_sm);
+  ASSERT_GT(blocks, 0) << "shape not supported";
+  auto dx = to_device(x);
+  DeviceBuffer<float> x_out{size_t(cols)};
+  DeviceBuffer<float> h{size_t(n_ff)};  // n_ff floats of scratch, as for decode_ffn_block
+  DeviceBuffer<unsigned> sync{1};
+  for (int run = 0; run < 3; ++run) {
+    // y overwrites the residual input it adds, as in the model (the wo output buffer).
+    std::vector<float> io(size_t(std::max(cols, down_rows)), 0.f);
+    std::copy(add.begin(), add.end(), io.begin());
+    auto io_buf = to_device(io);
+    poison(x_out);
+    poison(h);
+    FDL_CUDA_CHECK(cudaMemset(sync.get(), 0, sync.bytes()));
+    cuda::FfnBlockArgs f;
+    f.type = type;
+    f.w_gate_up = Wgu.data;
+    f.w_down = Wd.data;
+    f.down_rows = down_rows;
+    f.cols = cols;
+    f.n_ff = n_ff;
+    f.gelu = gelu;
+    f.in = cuda::NormIn{dx.get(), io_buf.get(), dw.get(), x_out.get(), eps, nullptr};
+    f.h = h.get();
+    f.y = io_buf.get();
+    f.sync = sync.get();
+    f.blocks = blocks;
+    cuda::decode_ffn_block_k16(f, nullptr);
+    FDL_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::string(cuda::wtype_name(type)) + " cols " + std::to_string(cols) + " n_ff " +
+                              std::to_string(n_ff) + " down " + std::to_string(down_rows) + " blocks " +
+                              std::to_string(blocks) + (gelu ? " gelu" : "") + " run " + std::to_string(run);
+    EXPECT_EQ(to_host(x_out, size_t(cols)), to_host(x_ref, size_t(cols))) << where;
+    std::vector<uint16_t> h16(static_cast<size_t>(n_ff));
+    FDL_CUDA_CHECK(cudaMemcpy(h16.data(), h.get(), h16.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(h16, to_host(h_ref, size_t(n_ff))) << where;
+    EXPECT_EQ(to_host(io_buf, size_t(down_rows)), to_host(y_ref, size_t(down_rows))) << where;
+  }
+}
+
+TEST_P(FfnBlockK16, GivesTheInvariantKernelsBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = GetParam();
+  const int sms = device_sms();
+  check_ffn_k16(type, 4096, 14336, 4096, sms);  // Llama-3-8B
+  check_ffn_k16(type, 1280, 2304, 136, 7);      // short last segments, uneven shares
+  check_ffn_k16(type, 256, 768, 200, sms);      // more blocks than row groups
+  check_ffn_k16(type, 1280, 2304, 136, 1);      // one block: the hand-off to itself
+  check_ffn_k16(type, 2304, 9216, 2304, sms, true);  // Gemma 2 2B's shape, GeGLU
+}
+
+TEST(FfnBlockK16Shapes, UnsupportedShapesAreRefused) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto d = to_device(random_weights(WType::F16, size_t(1024) * 512));
+  const cuda::DeviceMatrix gu{WType::F16, d.get(), 512, 256}, down{WType::F16, d.get(), 64, 256};
+  EXPECT_GT(cuda::ffn_block_k16_blocks(gu, down, device_sms()), 0);
+  const cuda::DeviceMatrix gu_f32{WType::F32, d.get(), 512, 256}, gu_odd{WType::F16, d.get(), 512, 264};
+  const cuda::DeviceMatrix down_odd_rows{WType::F16, d.get(), 60, 256}, down_wide{WType::F16, d.get(), 64, 512};
+  EXPECT_EQ(cuda::ffn_block_k16_blocks(gu_f32, down, device_sms()), 0);         // F32 weights
+  EXPECT_EQ(cuda::ffn_block_k16_blocks(gu_odd, down, device_sms()), 0);         // K not whole batches
+  EXPECT_EQ(cuda::ffn_block_k16_blocks(gu, down_odd_rows, device_sms()), 0);    // rows not groups of 8
+  EXPECT_EQ(cuda::ffn_block_k16_blocks(gu, down_wide, device_sms()), 0);        // down's columns != n_ff
+}
+
 // decode_output_block against add_rms_norm + gemv (what it replaces): the residual written
 // by block 0 when asked, the logits to fp32 rounding; twice per shape, over garbage outputs.
 class OutputBlock : public ::testing::TestWithParam<WType> {};
@@ -459,6 +701,12 @@ INSTANTIATE_TEST_SUITE_P(Types, OutputBlock, ::testing::Values(WType::F32, WType
                          [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, FfnBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),
+                         [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Types, AttentionBlockK16, ::testing::Values(WType::F16, WType::BF16),
+                         [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Types, FfnBlockK16, ::testing::Values(WType::F16, WType::BF16),
                          [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, AttentionBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),

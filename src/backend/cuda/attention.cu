@@ -169,43 +169,6 @@ __global__ void __launch_bounds__(kThreads) attn_partial_kernel(ArgsOf<MASKED> a
   }
 }
 
-__device__ float block_reduce(float v, bool is_max, float* red) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, ov) : v + ov;
-  }
-  const int n_warps = (blockDim.x + 31) / 32;
-  __syncthreads();  // red may still be read by a previous reduction
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < n_warps; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
-  return r;
-}
-
-// One row (token, head) of the merge: split weights exp(m_s - M) computed once into shared
-// memory `weight` (in parallel over splits), then each thread sums its dims over the splits.
-__device__ void combine_row(const float* p, float* out, int n_splits, int hd, float* weight, float* red) {
-  const int rec = hd + 2;
-  float mx = -INFINITY;
-  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) mx = fmaxf(mx, p[int64_t(s) * rec + hd]);
-  mx = block_reduce(mx, true, red);
-  float l = 0.f;
-  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-    const float m_s = p[int64_t(s) * rec + hd];
-    const float w = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: a split past the context
-    weight[s] = w;
-    l += p[int64_t(s) * rec + hd + 1] * w;
-  }
-  l = block_reduce(l, false, red);  // its barriers also publish `weight`
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < n_splits; ++s) o += p[int64_t(s) * rec + d] * weight[s];
-    out[d] = o / l;
-  }
-}
-
 // One block per (token, head).
 __global__ void attn_combine_kernel(const float* partial, float* out, int n_splits, int hd) {
   launch_dependents();
@@ -213,38 +176,22 @@ __global__ void attn_combine_kernel(const float* partial, float* out, int n_spli
   extern __shared__ float weight[];  // n_splits
   __shared__ float red[32];
   const int64_t th = blockIdx.x;  // token * n_head + head
-  combine_row(partial + th * n_splits * (hd + 2), out + th * hd, n_splits, hd, weight, red);
+  float* row = out + th * hd;
+  combine_row(partial + th * n_splits * (hd + 2), [&](int d, float v) { row[d] = v; }, n_splits, hd, weight, red,
+              blockDim.x);
 }
 
 // Batch-invariant steps whose chunks ran side by side (attention_invariant_chunk_partials):
-// one block per (token, head) folds each share's share_chunks chunk partials in order into the
-// share's partial (after the chunks' ones in the buffer), then merges the shares as
-// attn_combine_kernel does: the same operations on the same values as for a row whose shares
-// the tile kernel folded.
+// one block per (token, head), fold_combine_row (attention_fold.cuh).
 __global__ void attn_fold_combine_kernel(float* partial, float* out, int n_splits, int share_chunks, int hd) {
   launch_dependents();
   grid_dependency_wait();
   extern __shared__ float weight[];  // n_splits
   __shared__ float red[32];
-  const int64_t th = blockIdx.x, n_th = gridDim.x;
-  const int rec = hd + 2, chunks = n_splits * share_chunks;
-  const float* cp = partial + th * chunks * rec;
-  float* sp = partial + n_th * chunks * rec + th * n_splits * rec;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x)
-    for (int s = 0; s < n_splits; ++s) {
-      float m = -INFINITY, l = 0.f, o = 0.f;
-      for (int i = s * share_chunks; i < (s + 1) * share_chunks; ++i) {
-        const float* r = cp + int64_t(i) * rec;
-        float keep, take;
-        if (!fold_weights(r[hd], m, keep, take)) continue;  // nothing unmasked (its O_c may not be written)
-        l = fold(l, keep, r[hd + 1], take);
-        o = fold(o, keep, r[d], take);
-      }
-      sp[int64_t(s) * rec + d] = o;
-      if (d == 0) sp[int64_t(s) * rec + hd] = share_max(m), sp[int64_t(s) * rec + hd + 1] = l;
-    }
-  __syncthreads();  // the block's share partials are visible to all its threads
-  combine_row(sp, out + th * hd, n_splits, hd, weight, red);
+  const int64_t th = blockIdx.x;
+  float* row = out + th * hd;
+  fold_combine_row(partial, th, gridDim.x, n_splits, share_chunks, hd, [&](int d, float v) { row[d] = v; }, weight,
+                   red, blockDim.x);
 }
 
 // Tiled causal attention for runs of consecutive positions of one sequence (prefill chunks):

@@ -38,4 +38,80 @@ __device__ __forceinline__ float fold(float run, float keep, float chunk, float 
 /// A share's maximum as its partial stores it.
 __device__ __forceinline__ float share_max(float m) { return m == -INFINITY ? -INFINITY : m * kFoldLn2; }
 
+/// The maximum (is_max) or sum of v over the first n_threads threads of the block (a whole
+/// number of warps; the others' v is ignored): a butterfly in each warp, then the warps'
+/// results in order. Every thread of the block must call it and gets the result; `red` holds
+/// one float per warp.
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float* red, int n_threads) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, ov) : v + ov;
+  }
+  const int n_warps = (n_threads + 31) / 32;
+  __syncthreads();  // red may still be read by a previous reduction
+  if ((threadIdx.x & 31) == 0 && int(threadIdx.x) < n_threads) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < n_warps; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+  return r;
+}
+
+/// The merge of one row's n_splits share partials p[s] = (O_s, m_s, l_s) (records of hd + 2
+/// floats; m in natural-log units, -inf for a share past the context): split weights
+/// exp(m_s - M) computed once into shared memory `weight` (n_splits floats; in parallel over
+/// splits), then out(d, sum_s O_s[d] w_s / sum_s l_s w_s) for each dim d. Done by the first
+/// n_threads threads of the block (every thread must call it: block barriers); p is read
+/// through L2 (other blocks of the grid may have written it).
+template <typename Out>
+__device__ __forceinline__ void combine_row(const float* p, Out out, int n_splits, int hd, float* weight, float* red,
+                                            int n_threads) {
+  const int rec = hd + 2, tid = threadIdx.x;
+  float mx = -INFINITY;
+  for (int s = tid; s < n_splits; s += n_threads) mx = fmaxf(mx, __ldcg(p + int64_t(s) * rec + hd));
+  mx = block_reduce(mx, true, red, n_threads);
+  float l = 0.f;
+  for (int s = tid; s < n_splits; s += n_threads) {
+    const float m_s = __ldcg(p + int64_t(s) * rec + hd);
+    const float w = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: a split past the context
+    weight[s] = w;
+    l += __ldcg(p + int64_t(s) * rec + hd + 1) * w;
+  }
+  l = block_reduce(l, false, red, n_threads);  // its barriers also publish `weight`
+  for (int d = tid; d < hd; d += n_threads) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < n_splits; ++s) o += __ldcg(p + int64_t(s) * rec + d) * weight[s];
+    out(d, o / l);
+  }
+}
+
+/// Batch-invariant steps whose chunks ran side by side: row th (of n_th rows, token * n_head +
+/// head) folds each share's share_chunks chunk partials (partial[th][chunk], records of hd + 2)
+/// in order into the share's partial (after all rows' chunk records in the buffer), then
+/// merges the shares (combine_row): the same operations on the same values as for a row whose
+/// shares the tile kernel folded. By the first n_threads threads of the block (all must call).
+template <typename Out>
+__device__ __forceinline__ void fold_combine_row(float* partial, int64_t th, int64_t n_th, int n_splits,
+                                                 int share_chunks, int hd, Out out, float* weight, float* red,
+                                                 int n_threads) {
+  const int rec = hd + 2, chunks = n_splits * share_chunks;
+  const float* cp = partial + th * chunks * rec;
+  float* sp = partial + n_th * chunks * rec + th * n_splits * rec;
+  for (int d = threadIdx.x; d < hd && int(threadIdx.x) < n_threads; d += n_threads)
+    for (int s = 0; s < n_splits; ++s) {
+      float m = -INFINITY, l = 0.f, o = 0.f;
+      for (int i = s * share_chunks; i < (s + 1) * share_chunks; ++i) {
+        const float* r = cp + int64_t(i) * rec;
+        float keep, take;
+        if (!fold_weights(__ldcg(r + hd), m, keep, take)) continue;  // nothing unmasked (its O_c may not be written)
+        l = fold(l, keep, __ldcg(r + hd + 1), take);
+        o = fold(o, keep, __ldcg(r + d), take);
+      }
+      sp[int64_t(s) * rec + d] = o;
+      if (d == 0) sp[int64_t(s) * rec + hd] = share_max(m), sp[int64_t(s) * rec + hd + 1] = l;
+    }
+  __syncthreads();  // the block's share partials are visible to all its threads
+  combine_row(sp, out, n_splits, hd, weight, red, n_threads);
+}
+
 }  // namespace fdl::cuda

@@ -13,6 +13,8 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_elem.cuh"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/rms_norm_row.cuh"
+#include "backend/cuda/rope_qkv_item.cuh"
 #include "backend/cuda/row_loads.cuh"
 
 namespace fdl::cuda {
@@ -38,36 +40,6 @@ __global__ void embed_kernel(WType type, const void* E, int64_t rows, int64_t co
   }
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     out[t * cols + c] = scale == 1.f ? load_as_float(E, row * cols + c, type) : load_as_float(E, row * cols + c, type) * scale;
-}
-
-// One block per row, up to 1024 threads, each holding up to kNormPer elements in registers:
-// all loads of a thread are issued before the first use (a single-row decode step is pure
-// latency otherwise).
-constexpr int kNormMaxThreads = 1024, kNormPer = 16;
-
-__device__ __forceinline__ void store_as(void* p, int64_t i, float v, WType t) {
-  switch (t) {
-    case WType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case WType::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v;
-  }
-}
-
-// Sum over the block of each thread's `sum`, in `partial`; every thread gets the total.
-__device__ __forceinline__ double block_sum(double sum, double* partial) {
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  const int n_warps = (blockDim.x + 31) / 32;
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    double s = threadIdx.x < n_warps ? partial[threadIdx.x] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) partial[0] = s;
-  }
-  __syncthreads();
-  const double total = partial[0];
-  __syncthreads();  // partial is read by every thread before a next use writes it
-  return total;
 }
 
 // kAddW: add's own RMSNorm with weight add_w first (a post-norm of the addend, Gemma). Its
@@ -98,7 +70,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
       const float a = i < width ? ar[i] : 0.f;
       sa += double(__fmul_rn(a, a));
     }
-    const float scale_a = 1.0f / sqrtf(float(block_sum(sa, partial) / double(width)) + eps);
+    const float scale_a = rms_scale(sa, width, eps, partial);
 #pragma unroll
     for (int k = 0; k < kNormPer; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
@@ -122,8 +94,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* w, 
       sum += double(__fmul_rn(v[k], v[k]));
     }
   }
-  const float mean = float(block_sum(sum, partial) / double(width));
-  const float scale = 1.0f / sqrtf(mean + eps);  // IEEE div and sqrt (no fast-math)
+  const float scale = rms_scale(sum, width, eps, partial);
 #pragma unroll
   for (int k = 0; k < kNormPer; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
@@ -139,44 +110,12 @@ __global__ void rope_qkv_kernel(const float* qkv, const float* cos_sin, const in
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.x;
-  const int hd = kv.head_dim;
-  const int q_dim = n_head * hd, kv_dim = kv.n_head_kv * hd;
-  const int half_hd = hd / 2;
-  const int n_pairs = (n_head + kv.n_head_kv) * half_hd;
   const int item = blockIdx.y * blockDim.x + threadIdx.x;
-  if (item >= n_pairs + kv_dim) return;
+  if (item >= rope_qkv_items(n_head, kv)) return;
+  const int q_dim = n_head * kv.head_dim, kv_dim = kv.n_head_kv * kv.head_dim;
   const float* row = qkv + int64_t(t) * (q_dim + 2 * kv_dim);
-  const int pos = positions[t];
-  const int32_t block = dst_block[t];
-  const int slot = pos % kv.block_size;
-  if (item >= n_pairs) {  // v copy
-    const int i = item - n_pairs;
-    const float b = bias ? bias[q_dim + kv_dim + i] : 0.f;
-    kv_store1(kv, kv_index(kv, block, kv.block_size + slot, i), __fadd_rn(row[q_dim + kv_dim + i], b));
-    return;
-  }
-  const int head = item / half_hd, i = item % half_hd;  // pair i of a q head (head < n_head) or k head
-  const float* src = row + int64_t(head) * hd + 2 * i;  // k heads follow q heads in the row
-  float x0 = src[0], x1 = src[1];
-  if (bias) {
-    x0 = __fadd_rn(x0, bias[int64_t(head) * hd + 2 * i]);
-    x1 = __fadd_rn(x1, bias[int64_t(head) * hd + 2 * i + 1]);
-  }
-  float y0 = x0, y1 = x1;
-  if (2 * i < rope_dim) {
-    const float* cs = cos_sin + int64_t(t) * rope_dim;
-    const float c = cs[2 * i], s = cs[2 * i + 1];
-    // Same operation order as the CPU (x0*c - x1*s), without FMA contraction.
-    y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-  }
-  if (head < n_head) {
-    float* dst = q_out + int64_t(t) * q_dim + int64_t(head) * hd + 2 * i;
-    dst[0] = y0;
-    dst[1] = y1;
-  } else {
-    kv_store2(kv, kv_index(kv, block, slot, int64_t(head - n_head) * hd + 2 * i), y0, y1);
-  }
+  rope_qkv_item([&](int i) { return row[i]; }, cos_sin + int64_t(t) * rope_dim, positions[t], dst_block[t], n_head,
+                rope_dim, kv, q_out + int64_t(t) * q_dim, bias, item);
 }
 
 // Grid (token, head): one warp per q, k or v head of the row. Bias, then (q and k heads) the
@@ -377,7 +316,7 @@ void add_rms_norm(float* x, const float* add, const float* w, void* y, const int
   if (n_rows <= 0) return;
   if (width > kNormMaxThreads * kNormPer)
     throw CudaError("add_rms_norm: rows wider than " + std::to_string(kNormMaxThreads * kNormPer) + " are not supported");
-  const int threads = std::min(kNormMaxThreads, std::max(32, ((width + kNormPer - 1) / kNormPer + 31) / 32 * 32));
+  const int threads = rms_norm_threads(width);
   // The kernel's registers cap its block below 1024 threads (115 registers: 512), so the
   // widest row it can take is that times kNormPer; wider rows would fail at launch with
   // "too many resources requested".
@@ -412,7 +351,7 @@ void rope_qkv_store(const float* qkv, const float* cos_sin, const int32_t* posit
                cos_sin, positions, dst_block, n_head, rope_dim, kv, q_out, extras);
     return;
   }
-  const int items = (n_head + kv.n_head_kv) * (kv.head_dim / 2) + kv.n_head_kv * kv.head_dim;
+  const int items = rope_qkv_items(n_head, kv);
   launch_pdl(rope_qkv_kernel, dim3(unsigned(n), unsigned((items + 127) / 128)), dim3(128), 0, stream, qkv, cos_sin,
              positions, dst_block, n_head, rope_dim, kv, q_out, extras.bias);
 }

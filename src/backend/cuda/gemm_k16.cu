@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_k16.h"
 #include "backend/cuda/gemm_k16_wgmma.h"
+#include "backend/cuda/k16_chain.cuh"
 #include "backend/cuda/launch.h"
 
 namespace fdl::cuda {
@@ -45,23 +46,7 @@ constexpr int kSegK = kGemmK16Segment;
 // to kStreamMaxSegs segments (longer ones take a tiling).
 constexpr int kStreamWarps = 8, kStreamMaxSegs = kGemmK16StreamMaxSegments;
 
-// Not volatile: a register-only instruction the compiler may schedule between the fragment
-// loads (the accumulator operands keep each chain's steps in order).
-template <bool BF16>
-__device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (BF16)
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using k16::mma_k16;
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));

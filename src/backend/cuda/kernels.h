@@ -376,6 +376,64 @@ enum FfnTraceEvent : int {
 int ffn_block_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm);
 void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
 
+/// The attention half of a batch-1 decode layer in one kernel with the batch-invariant
+/// arithmetic (decode_attention_block_k16.cu): the same bits as the invariant path's separate
+/// kernels for one token, which are those of any step size —
+///   add_rms_norm(in.x, in.add, in.w -> xn in the weights' type), gemm_k16(wqkv, xn) -> qkv,
+///   rope_qkv_store(qkv, cos_sin, att.positions, dst_block, ..., q_out, bias) (q into q_out,
+///   K/V into the cache), paged_attention(att) (its chunk partials and their fold),
+///   the attention output rounded to the weights' type (attn16), gemm_k16(wo, attn16) -> y.
+/// `att` is what paged_attention gets for the step (one token, one tile, tensor cores,
+/// share_chunks > 0: attention_invariant_chunk_partials holds; no masks); att.out is not used.
+/// Block 0 writes v = in.x + in.add to in.x_out (which must not alias in.x or in.add). One block
+/// per SM (`blocks` from attention_block_k16_blocks), all resident; three grid-wide hand-offs
+/// (q/k/v stored, chunk partials written, attention output written) through sync[0..2], zero
+/// at launch. y may alias in.add. in.add_w must be null.
+struct AttentionBlockK16Args {
+  WType type = WType::F16;    ///< F16 or BF16, both matrices; the KV cache holds the same type
+  const void* wqkv = nullptr; ///< [(n_head + 2 n_head_kv) hd][cols]: [q | k | v] rows
+  const void* wo = nullptr;   ///< [wo_rows][n_head hd]
+  int wo_rows = 0;
+  int cols = 0;               ///< n_embd (wqkv's columns)
+  NormIn in;
+  AttentionArgs att;
+  const float* cos_sin = nullptr;    ///< the token's RoPE table (rope_dim floats)
+  const int32_t* dst_block = nullptr;
+  int rope_dim = 0;
+  const float* bias = nullptr;       ///< QkvExtras::bias, or null
+  float* q_out = nullptr;            ///< [n_head hd]: receives q; must be att.q
+  void* attn16 = nullptr;            ///< [n_head hd] of `type`: scratch
+  float* y = nullptr;                ///< [wo_rows]
+  unsigned* sync = nullptr;          ///< 3 counters, zero at launch
+  int blocks = 0;
+};
+/// Blocks for decode_attention_block_k16 on `n_sm` multiprocessors (one per SM), or 0 when the
+/// shape is not supported: matching F16 or BF16 matrices and a KV cache of their type,
+/// head_dim 64 or 128, at most 16 query heads per KV head, cols and n_head x head_dim
+/// multiples of 256, cols <= 8192, wo_rows a multiple of 8.
+int attention_block_k16_blocks(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, const KvLayerView& kv,
+                               int n_sm);
+/// The most context splits (AttentionArgs::n_splits) decode_attention_block_k16 takes.
+constexpr int kAttentionBlockK16MaxSplits = 2048;
+void decode_attention_block_k16(const AttentionBlockK16Args& a, cudaStream_t stream);
+
+/// The FFN half of a batch-1 decode layer in one kernel with the batch-invariant arithmetic
+/// (decode_ffn_block_k16.cu): the same bits as the invariant path's separate kernels for one
+/// token, which are those of any step size —
+///   add_rms_norm(in.x, in.add, in.w -> xn in the weights' type),
+///   gemm_k16(w_gate_up, xn) -> gate | up,  h = silu_mul(gate, up) in the weights' type,
+///   gemm_k16(w_down, h) -> y.
+/// FfnBlockArgs as decode_ffn_block takes them, with these differences: `type` F16 or BF16;
+/// `h` holds n_ff values of `type` (the n_ff floats of scratch are more than enough); in.x_out
+/// must not alias in.x or in.add; in.add_w and `trace` must be null (no post-norm, no stamps).
+/// `blocks` from ffn_block_k16_blocks.
+/// Blocks for decode_ffn_block_k16 on `n_sm` multiprocessors (one per SM), or 0 when the
+/// matrices are not supported: matching F16 or BF16 types, cols and n_ff multiples of 256
+/// (whole batches of the chains' streaming), cols <= 8192 (a norm block of at most 512
+/// threads), down_rows and n_ff multiples of 8, the operands in shared memory.
+int ffn_block_k16_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm);
+void decode_ffn_block_k16(const FfnBlockArgs& a, cudaStream_t stream);
+
 /// One decode token's output head in one kernel (decode_output_block.cu): v = in.x + in.add
 /// (block 0 writes v to in.x_out when set), RMSNorm with in.w, then y[r] = W[r] · norm(v) for
 /// every row r of W ([rows][cols] of `type`), fp32 accumulation. `blocks` blocks of 512

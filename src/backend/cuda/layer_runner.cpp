@@ -49,6 +49,31 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
   // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
   // keep the kernels they replace.
+  // Invariant one-token steps: the FFN half as one kernel of the invariant arithmetic
+  // (decode_ffn_block_k16) where every layer's matrices allow it (no experts, no post-norms);
+  // FLASHDLLM_FFN_BLOCK=0 keeps the separate kernels.
+  if (invariant_ && knobs.ffn_block && !weights_.layers.empty() && c.n_expert == 0) {
+    int blocks = -1;
+    for (const CudaLayer& L : weights_.layers) {
+      const int b = L.post_attn_norm.get() ? 0 : ffn_block_k16_blocks(L.gate_up.view, L.down.view, n_sm);
+      blocks = blocks < 0 || b == blocks ? b : 0;
+    }
+    ffn_k16_blocks_ = std::max(blocks, 0);
+  }
+  // ... and the attention half (decode_attention_block_k16) for models without the family
+  // additions it leaves out: per-head Q/K norms, soft-capped scores, sliding windows, post-norms.
+  if (invariant_ && knobs.attn_block && !weights_.layers.empty() && !c.post_norms && c.attn_softcap == 0.f) {
+    const KvLayerView shape{nullptr, 0, 0, 1, c.n_head_kv, c.head_dim, kv_dtype};
+    int blocks = -1;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const CudaLayer& L = weights_.layers[size_t(l)];
+      const bool plain = L.q_norm.get() == nullptr && c.attention_window(l) == 0;
+      const int b = plain ? attention_block_k16_blocks(L.qkv.view, L.wo.view, c.n_head, shape, n_sm) : 0;
+      blocks = blocks < 0 || b == blocks ? b : 0;
+    }
+    attn_k16_blocks_ = std::max(blocks, 0);
+  }
+  if (ffn_k16_blocks_ > 0 || attn_k16_blocks_ > 0) block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
   if (fuse_enabled_ && !weights_.layers.empty()) {
     // Every layer must pass (the weight types may differ from layer to layer: a tensor kept
     // at higher precision turns its fused matrix F32), with one block count for all; 0 = off.
@@ -205,8 +230,19 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   const AttentionMasks sliding{in.tree_base, in.tree_mask, in.first, c.attn_softcap};  // a sliding layer's
   // One decode token: norm fused into the projections, RoPE/SwiGLU into their epilogues.
   const bool fused = n == 1 && fuse_enabled_;
-  if (fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0))  // every layer's hand-off counters start at zero
+  // Invariant one-token steps: each half of a layer as one kernel where planned at load (the
+  // attention block only for the chunk attention's plan, which the step's inputs decide).
+  const bool ffn_k16 = n == 1 && ffn_k16_blocks_ > 0;
+  att.kv = kv;
+  const bool attn_k16 = n == 1 && attn_k16_blocks_ > 0 && attention_invariant_chunk_partials(att) && att.n_tiles == 1 &&
+                        att.n_splits <= kAttentionBlockK16MaxSplits;
+  if ((fused && (attn_block_groups_ > 0 || ffn_blocks_ > 0)) || ffn_k16 || attn_k16)  // hand-off counters start at zero
     FDL_CUDA_CHECK(cudaMemsetAsync(block_sync_.get(), 0, block_sync_.bytes(), stream_));
+  // The residual stream of the unfused layers. The invariant block kernels read it from one
+  // buffer and write it to the other (no block may overwrite what another still reads), so
+  // there it alternates between x_ and x2_.
+  float* resid = x_.get();
+  float* resid_other = x2_.get();
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaLayer& L = weights_.layers[size_t(l)];
     kv.layer_offset = int64_t(l) * 2 * block_size * kv_dim;
@@ -214,37 +250,30 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
       run_fused_layer(l, in, kv, att);
       continue;
     }
-    // x += (previous layer's FFN output); xn = norm(x). Layer 0 has nothing to add.
-    const WType qkv_in = gemm_input_type(L.qkv.view, n);
-    void* xn_in = qkv_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
-    add_rms_norm(x_.get(), l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), xn_in, nullptr, n, d, c.rms_eps,
-                 true, stream_, qkv_in, post_ffn_norm(l - 1));
-    prof_.mark(kNorm);
-    matmul(L.qkv.view, xn_in, n, qkv_.get());
-    prof_.mark(kQkv);
-    rope_qkv_store(qkv_.get(), cos_sin(l, in), in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(),
-                   stream_, extras(L));
-    prof_.mark(kRope);
-    att.kv = kv;
-    paged_attention(att, stream_, c.attention_window(l) > 0 ? sliding : tree);
-    prof_.mark(kAttention);
-    if (gemm_input_type(L.wo.view, n) != WType::F32) {
-      cast_f32(attn_.get(), size_t(n) * size_t(c.n_head) * c.head_dim, L.wo.view.type, xh_.get(), stream_);
-      matmul(L.wo.view, xh_.get(), n, proj_.get());
+    if (attn_k16) {  // the attention half as one kernel; the residual moves to the other buffer
+      att.kv = kv;
+      run_attention_block_k16(l, in, att,
+                              NormIn{resid, l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), resid_other, c.rms_eps,
+                                     nullptr});
+      std::swap(resid, resid_other);
     } else {
-      matmul(L.wo.view, attn_.get(), n, proj_.get());
+      run_attention_half(l, n, in, kv, att, resid, tree, sliding);
     }
-    prof_.mark(kWo);
     if (c.n_expert > 0) {  // fp32 rows: the routed GEMVs and the gather read them (run_moe_ffn casts for GEMMs)
-      add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn_.get(), nullptr, n, d, c.rms_eps, true, stream_,
+      add_rms_norm(resid, proj_.get(), L.ffn_norm.get(), xn_.get(), nullptr, n, d, c.rms_eps, true, stream_,
                    WType::F32, L.post_attn_norm.get());
       prof_.mark(kNorm);
       run_moe_ffn(l, n);
       continue;
     }
+    if (ffn_k16) {
+      run_ffn_block(l, NormIn{resid, proj_.get(), L.ffn_norm.get(), resid_other, c.rms_eps, nullptr});
+      std::swap(resid, resid_other);
+      continue;
+    }
     const WType gu_in = gemm_input_type(L.gate_up.view, n);
     void* xn2 = gu_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
-    add_rms_norm(x_.get(), proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in,
+    add_rms_norm(resid, proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in,
                  L.post_attn_norm.get());
     prof_.mark(kNorm);
     matmul(L.gate_up.view, xn2, n, gu_.get());
@@ -274,7 +303,7 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
   // Only the rows that want logits: x + last FFN output, final norm, output projection.
   const WType out_in = gemm_input_type(weights_.output.view, m);
   void* rows_in = out_in == WType::F32 ? static_cast<void*>(out_rows_.get()) : static_cast<void*>(xh_.get());
-  add_rms_norm(x_.get(), proj_.get(), weights_.output_norm.get(), rows_in, in.row_idx, m, d, c.rms_eps, false, stream_,
+  add_rms_norm(resid, proj_.get(), weights_.output_norm.get(), rows_in, in.row_idx, m, d, c.rms_eps, false, stream_,
                out_in, post_ffn_norm(c.n_layer - 1));
   matmul(weights_.output.view, rows_in, m, logits_.get());
   if (c.final_softcap > 0) softcap(logits_.get(), size_t(m) * size_t(c.n_vocab), c.final_softcap, stream_);
@@ -386,8 +415,66 @@ void LayerRunner::run_moe_ffn(int l, int n) {
   prof_.mark(kDown);
 }
 
+// The attention half of layer l on n tokens as separate kernels: norm, QKV, RoPE + K/V store,
+// attention, wo; the residual in `resid` (updated in place), the output in proj_.
+void LayerRunner::run_attention_half(int l, int n, const StepInputs& in, const KvLayerView& kv, AttentionArgs& att,
+                                     float* resid, const AttentionMasks& tree, const AttentionMasks& sliding) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  const int d = c.n_embd;
+  // x += (previous layer's FFN output); xn = norm(x). Layer 0 has nothing to add.
+  const WType qkv_in = gemm_input_type(L.qkv.view, n);
+  void* xn_in = qkv_in == WType::F32 ? static_cast<void*>(xn_.get()) : static_cast<void*>(xh_.get());
+  add_rms_norm(resid, l == 0 ? nullptr : proj_.get(), L.attn_norm.get(), xn_in, nullptr, n, d, c.rms_eps, true,
+               stream_, qkv_in, post_ffn_norm(l - 1));
+  prof_.mark(kNorm);
+  matmul(L.qkv.view, xn_in, n, qkv_.get());
+  prof_.mark(kQkv);
+  rope_qkv_store(qkv_.get(), cos_sin(l, in), in.positions, in.dst_block, n, c.n_head, c.rope_dim, kv, q_.get(),
+                 stream_, extras(L));
+  prof_.mark(kRope);
+  att.kv = kv;
+  paged_attention(att, stream_, c.attention_window(l) > 0 ? sliding : tree);
+  prof_.mark(kAttention);
+  if (gemm_input_type(L.wo.view, n) != WType::F32) {
+    cast_f32(attn_.get(), size_t(n) * size_t(c.n_head) * c.head_dim, L.wo.view.type, xh_.get(), stream_);
+    matmul(L.wo.view, xh_.get(), n, proj_.get());
+  } else {
+    matmul(L.wo.view, attn_.get(), n, proj_.get());
+  }
+  prof_.mark(kWo);
+}
+
+// The attention half of an invariant one-token layer as one kernel (kernels.h:
+// decode_attention_block_k16): q into q_, the attention output rounded into xh_, wo's output
+// in proj_.
+void LayerRunner::run_attention_block_k16(int l, const StepInputs& in, const AttentionArgs& att, const NormIn& attn_in) {
+  const ModelConfig& c = config_;
+  const CudaLayer& L = weights_.layers[size_t(l)];
+  AttentionBlockK16Args b;
+  b.type = L.qkv.view.type;
+  b.wqkv = L.qkv.view.data;
+  b.wo = L.wo.view.data;
+  b.wo_rows = int(L.wo.view.rows);
+  b.cols = int(L.qkv.view.cols);
+  b.in = attn_in;
+  b.att = att;
+  b.cos_sin = cos_sin(l, in);
+  b.dst_block = in.dst_block;
+  b.rope_dim = c.rope_dim;
+  b.bias = L.qkv_bias.get();
+  b.q_out = q_.get();
+  b.attn16 = xh_.get();
+  b.y = proj_.get();
+  b.sync = block_sync_.get() + size_t(l) * sync_per_layer();
+  b.blocks = attn_k16_blocks_;
+  decode_attention_block_k16(b, stream_);
+  prof_.mark(kAttnBlock);
+}
+
 // The FFN half of a batch-1 layer as one kernel: norm, gate/up + SwiGLU, down (kernels.h:
-// decode_ffn_block), its output in proj_ as down's would be.
+// decode_ffn_block, or decode_ffn_block_k16 in invariant steps: h_ then holds 16-bit h), its
+// output in proj_ as down's would be.
 void LayerRunner::run_ffn_block(int l, const NormIn& ffn_in) {
   const ModelConfig& c = config_;
   const CudaLayer& L = weights_.layers[size_t(l)];
@@ -402,7 +489,13 @@ void LayerRunner::run_ffn_block(int l, const NormIn& ffn_in) {
   f.in = ffn_in;
   f.h = h_.get();
   f.y = proj_.get();
-  f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + size_t(c.n_head_kv) + 1;
+  f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + ffn_sync_offset();
+  if (invariant_) {
+    f.blocks = ffn_k16_blocks_;
+    decode_ffn_block_k16(f, stream_);
+    prof_.mark(kFfnBlock);
+    return;
+  }
   f.blocks = ffn_blocks_;
   if (trace_.get())
     f.trace = trace_.get() + size_t(l) * trace_per_layer() + size_t(kAttnTraceEvents) * attn_trace_blocks();

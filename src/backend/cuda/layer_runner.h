@@ -34,6 +34,7 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -131,6 +132,11 @@ class LayerRunner {
   void run_fused_layer(int l, const StepInputs& in, const KvLayerView& kv, AttentionArgs& att);
   void run_attention_block(int l, const StepInputs& in, const KvLayerView& kv, const NormIn& attn_in, float scale);
   void run_ffn_block(int l, const NormIn& ffn_in);
+  /// The attention half of layer l on n tokens as separate kernels (the residual in `resid`).
+  void run_attention_half(int l, int n, const StepInputs& in, const KvLayerView& kv, AttentionArgs& att, float* resid,
+                          const AttentionMasks& tree, const AttentionMasks& sliding);
+  /// The attention half of an invariant one-token layer l as decode_attention_block_k16.
+  void run_attention_block_k16(int l, const StepInputs& in, const AttentionArgs& att, const NormIn& attn_in);
   /// The mixture-of-experts FFN of layer l on n tokens' normed rows in xn_ (fp32), into proj_.
   void run_moe_ffn(int l, int n);
   /// Y = X·Wᵀ; X is fp32, or already in W's type when gemm_input_type(W, n) says so (the
@@ -151,7 +157,10 @@ class LayerRunner {
   size_t attn_trace_blocks() const {
     return size_t(attn_block_groups_) * size_t(config_.n_head_kv) * size_t(attention_subgroups(config_.n_head, config_.n_head_kv));
   }
-  size_t sync_per_layer() const { return size_t(config_.n_head_kv) + 2; }  // attention's n_kv + 1, the FFN's 1
+  // The attention kernels' counters (decode_attention_block: n_kv + 1; the invariant one: 3),
+  // then the FFN's one.
+  size_t sync_per_layer() const { return std::max<size_t>(size_t(config_.n_head_kv) + 1, 3) + 1; }
+  size_t ffn_sync_offset() const { return sync_per_layer() - 1; }
 
   const ModelConfig& config_;
   const CudaWeights& weights_;
@@ -168,6 +177,8 @@ class LayerRunner {
   bool invariant_ = false;    // batch-invariant kernels for every step (ModelOptions::batch_invariant)
   int attn_block_groups_ = 0;  // > 0: batch-1 layers run decode_attention_block (blocks per KV head)
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
+  int ffn_k16_blocks_ = 0;     // > 0: invariant batch-1 layers run decode_ffn_block_k16 on this many
+  int attn_k16_blocks_ = 0;    // > 0: ... and decode_attention_block_k16
   int output_blocks_ = 0;  // decode_output_block's grid for one-token steps; 0 = add_rms_norm + gemv
   bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   DeviceBuffer<float> block_partial_;  // decode_attention_block's split partials
