@@ -10,7 +10,8 @@
 //    rope_qkv_store, the chunk attention and its fold, the cast, gemm_k16), bit for bit;
 //  - decode_ffn_block_k16 vs the batch-invariant path's kernels (add_rms_norm, gemm_k16,
 //    silu_mul, gemm_k16), bit for bit.
-//  - decode_output_block vs add_rms_norm, gemv (the output head).
+//  - decode_output_block vs add_rms_norm, gemv (the output head); decode_output_block_k16 vs
+//    add_rms_norm, gemm_k16, bit for bit.
 // Each kernel runs four times, every output and hand-off buffer reset to garbage (or the
 // initial cache) before each run; the fourth run is the traced kernel (bench_gpu --trace),
 // which must give the same bits and stamp every phase edge of every block in order.
@@ -610,6 +611,49 @@ TEST(FfnBlockK16Shapes, UnsupportedShapesAreRefused) {
   EXPECT_EQ(cuda::ffn_block_k16_blocks(gu, down_wide, device_sms()), 0);        // down's columns != n_ff
 }
 
+// decode_output_block_k16 against the invariant path's add_rms_norm + gemm_k16 for one row:
+// the same logits, bit for bit, twice over garbage.
+class OutputBlockK16 : public ::testing::TestWithParam<WType> {};
+
+void check_output_k16(WType type, int64_t rows, int cols, int blocks) {
+  const float eps = 1e-5f;
+  auto dW = to_device(random_weights(type, size_t(rows) * size_t(cols)));
+  const cuda::DeviceMatrix W{type, dW.get(), rows, cols};
+  ASSERT_TRUE(cuda::output_block_k16_supported(W));
+  const auto x = random_floats(size_t(cols), -3.f, 3.f), add = random_floats(size_t(cols));
+  auto dadd = to_device(add), dw = to_device(random_floats(size_t(cols), 0.5f, 1.5f));
+  auto x_ref = to_device(x);
+  DeviceBuffer<uint16_t> xn{size_t(cols)};
+  DeviceBuffer<float> y_ref{size_t(rows)};
+  cuda::add_rms_norm(x_ref.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, cols, eps, false, nullptr, type);
+  cuda::gemm_k16(W, xn.get(), 1, y_ref.get(), nullptr);
+  auto dx = to_device(x);
+  DeviceBuffer<float> y{size_t(rows)};
+  for (int run = 0; run < 2; ++run) {
+    poison(y);
+    cuda::OutputBlockArgs o;
+    o.type = type;
+    o.w = W.data;
+    o.rows = rows;
+    o.cols = cols;
+    o.in = cuda::NormIn{dx.get(), dadd.get(), dw.get(), nullptr, eps, nullptr};
+    o.y = y.get();
+    o.blocks = blocks;
+    cuda::decode_output_block_k16(o, nullptr);
+    FDL_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(to_host(y, size_t(rows)), to_host(y_ref, size_t(rows)))
+        << cuda::wtype_name(type) << " rows " << rows << " cols " << cols << " blocks " << blocks << " run " << run;
+  }
+}
+
+TEST_P(OutputBlockK16, GivesTheInvariantKernelsBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = GetParam();
+  check_output_k16(type, 128256, 4096, device_sms());  // Llama 3: one round per block
+  check_output_k16(type, 32000, 1280, 7);              // several rounds, a short last segment
+  check_output_k16(type, 48, 256, device_sms());       // blocks without rows
+}
+
 // decode_output_block against add_rms_norm + gemv (what it replaces): the residual written
 // by block 0 when asked, the logits to fp32 rounding; twice per shape, over garbage outputs.
 class OutputBlock : public ::testing::TestWithParam<WType> {};
@@ -701,6 +745,9 @@ INSTANTIATE_TEST_SUITE_P(Types, OutputBlock, ::testing::Values(WType::F32, WType
                          [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, FfnBlock, ::testing::Values(WType::F32, WType::F16, WType::BF16),
+                         [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Types, OutputBlockK16, ::testing::Values(WType::F16, WType::BF16),
                          [](const auto& info) { return std::string(cuda::wtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, AttentionBlockK16, ::testing::Values(WType::F16, WType::BF16),

@@ -110,7 +110,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
     }
   }
   block::arrive(a.sync);
-
+  // wo's units; their first batch goes into registers after the chunk partials (during them
+  // the registers would spill the chunk's).
+  const int s2 = segments(q_dim);
+  const int wg0 = share_begin(a.wo_rows / 8, blockIdx.x), wg1 = share_begin(a.wo_rows / 8, blockIdx.x + 1);
+  const int w_units = (wg1 - wg0) * s2;
+  const int wu0 = w_units * warp / kWarps, wu1 = w_units * (warp + 1) / kWarps;
+  auto wo_unit = [&](int u) { return k16::Unit{Wo + int64_t(wg0 + u / s2) * 8 * q_dim, u % s2}; };
   block::wait_for(a.sync, gridDim.x);
 
   // 2. The chunk partials: item i = (KV head i / n_z, chunk i % n_z) on block i % grid, by
@@ -123,13 +129,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
       attn::chunk_partial<HD, Op, true, false>(att, 0, i / n_z, i % n_z, n_z, lane, stages + warp * kStage);
     }
   block::arrive(a.sync + 1);
-  // wo's units; their first weights go out now (during the attention phase their registers
-  // would spill the chunk's).
-  const int s2 = segments(q_dim);
-  const int wg0 = share_begin(a.wo_rows / 8, blockIdx.x), wg1 = share_begin(a.wo_rows / 8, blockIdx.x + 1);
-  const int w_units = (wg1 - wg0) * s2;
-  const int wu0 = w_units * warp / kWarps, wu1 = w_units * (warp + 1) / kWarps;
-  auto wo_unit = [&](int u) { return k16::Unit{Wo + int64_t(wg0 + u / s2) * 8 * q_dim, u % s2}; };
   if (wu0 < wu1) k16::load_unit_batch(wo_unit(wu0), 0, q_dim, lane, buf[0]);
   block::wait_for(a.sync + 1, gridDim.x);
 

@@ -455,6 +455,13 @@ struct OutputBlockArgs {
 /// 16-byte-aligned data.
 bool output_block_supported(const DeviceMatrix& W);
 void decode_output_block(const OutputBlockArgs& a, cudaStream_t stream);
+/// The same head with the batch-invariant arithmetic (decode_output_block_k16.cu): the bits of
+/// add_rms_norm (to the weights' type) + gemm_k16 for one row. OutputBlockArgs with `type` F16
+/// or BF16, W passing output_block_k16_supported, in.add_w null, no softcap; `blocks` any
+/// count (none waits for another; one per SM is the intent); shared memory as
+/// (cols + 8) x 2 + 128 x 8 x segments x 4 bytes per block.
+bool output_block_k16_supported(const DeviceMatrix& W);
+void decode_output_block_k16(const OutputBlockArgs& a, cudaStream_t stream);
 
 /// dst[i] = X[i] rounded to `type` (F16 or BF16, round to nearest even) for i < count.
 void cast_f32(const float* X, size_t count, WType type, void* dst, cudaStream_t stream);

@@ -74,6 +74,10 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
     attn_k16_blocks_ = std::max(blocks, 0);
   }
   if (ffn_k16_blocks_ > 0 || attn_k16_blocks_ > 0) block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
+  // ... and the output head (decode_output_block_k16).
+  if (invariant_ && knobs.output_block && output_block_k16_supported(weights_.output.view) && c.final_softcap == 0.f &&
+      post_ffn_norm(c.n_layer - 1) == nullptr)
+    output_k16_blocks_ = n_sm;
   if (fuse_enabled_ && !weights_.layers.empty()) {
     // Every layer must pass (the weight types may differ from layer to layer: a tensor kept
     // at higher precision turns its fused matrix F32), with one block count for all; 0 = off.
@@ -286,6 +290,19 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     prof_.mark(kDown);
   }
   if (m == 0) return;
+  if (n == 1 && m == 1 && output_k16_blocks_ > 0) {  // invariant: the final norm and the head in one kernel
+    OutputBlockArgs o;
+    o.type = weights_.output.view.type;
+    o.w = weights_.output.view.data;
+    o.rows = weights_.output.view.rows;
+    o.cols = int(weights_.output.view.cols);
+    o.in = NormIn{resid, proj_.get(), weights_.output_norm.get(), nullptr, c.rms_eps, nullptr};
+    o.y = logits_.get();
+    o.blocks = output_k16_blocks_;
+    decode_output_block_k16(o, stream_);
+    prof_.mark(kOutput);
+    return;
+  }
   if (fused && output_blocks_ > 0) {  // one token (m == 1): norm and projection in one kernel
     OutputBlockArgs o;
     o.type = weights_.output.view.type;

@@ -179,6 +179,7 @@ class LayerRunner {
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
   int ffn_k16_blocks_ = 0;     // > 0: invariant batch-1 layers run decode_ffn_block_k16 on this many
   int attn_k16_blocks_ = 0;    // > 0: ... and decode_attention_block_k16
+  int output_k16_blocks_ = 0;  // > 0: ... and decode_output_block_k16
   int output_blocks_ = 0;  // decode_output_block's grid for one-token steps; 0 = add_rms_norm + gemv
   bool attn_tc_ = false;  // attention tiles on tensor cores (16-bit mma; default for F16/BF16 weights)
   DeviceBuffer<float> block_partial_;  // decode_attention_block's split partials
