@@ -380,7 +380,8 @@ TEST(FfnBlockShapes, UnsupportedShapesAreRefused) {
 // three times over garbage outputs and counters.
 class AttentionBlockK16 : public ::testing::TestWithParam<WType> {};
 
-void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm) {
+/// `bias`: the family's QKV bias (Qwen2), added before RoPE by both paths.
+void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm, bool bias = false) {
   const int q_dim = s.n_head * s.hd, kv_dim = s.n_kv * s.hd, rows = q_dim + 2 * kv_dim;
   const float eps = 1e-5f;
   const KvDtype kv_t = type == WType::BF16 ? KvDtype::BF16 : KvDtype::F16;
@@ -406,6 +407,8 @@ void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm) {
   auto dadd = to_device(add), dw = to_device(w), dcs = to_device(cs);
   auto dpos = to_device(positions), ddst = to_device(dst), doff = to_device(off), dtab = to_device(table);
   auto dtiles = to_device(tiles);
+  auto dbias = to_device(random_floats(size_t(rows), -2.f, 2.f));
+  const float* qkv_bias = bias ? dbias.get() : nullptr;
   const int splits = cuda::attention_invariant_splits(ctx);
   const size_t partial_floats = cuda::attention_partial_floats(1, s.n_head, s.hd, splits * (cuda::kInvariantShareChunks + 1));
 
@@ -435,7 +438,7 @@ void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm) {
   cuda::add_rms_norm(x_ref.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, s.cols, eps, true, nullptr, type);
   cuda::gemm_k16(Wqkv, xn.get(), 1, qkv.get(), nullptr);
   cuda::rope_qkv_store(qkv.get(), dcs.get(), dpos.get(), ddst.get(), 1, s.n_head, s.rope_dim, kv_ref, q_ref.get(),
-                       nullptr);
+                       nullptr, cuda::QkvExtras{qkv_bias, nullptr, nullptr, 0.f});
   cuda::AttentionArgs att_ref = att;
   att_ref.kv = kv_ref;
   att_ref.q = q_ref.get();
@@ -480,6 +483,7 @@ void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm) {
     b.cos_sin = dcs.get();
     b.dst_block = ddst.get();
     b.rope_dim = s.rope_dim;
+    b.bias = qkv_bias;
     b.q_out = q.get();
     b.attn16 = attn16.get();
     b.y = io_buf.get();
@@ -489,7 +493,8 @@ void check_attention_k16(WType type, const Shape& s, int ctx, int n_sm) {
     FDL_CUDA_CHECK(cudaDeviceSynchronize());
     const std::string where = std::string(cuda::wtype_name(type)) + " heads " + std::to_string(s.n_head) + "/" +
                               std::to_string(s.n_kv) + " hd " + std::to_string(s.hd) + " ctx " + std::to_string(ctx) +
-                              " blocks " + std::to_string(blocks) + " run " + std::to_string(run);
+                              " blocks " + std::to_string(blocks) + (bias ? " bias" : "") + " run " +
+                              std::to_string(run);
     EXPECT_EQ(to_host(x_out, size_t(s.cols)), to_host(x_ref, size_t(s.cols))) << where;
     EXPECT_EQ(to_host(q, size_t(q_dim)), to_host(q_ref, size_t(q_dim))) << where;
     EXPECT_TRUE(to_host(arena, arena_init.size()) == to_host(arena_ref, arena_init.size())) << where << ": the caches differ";
@@ -508,6 +513,8 @@ TEST_P(AttentionBlockK16, GivesTheInvariantKernelsBits) {
   check_attention_k16(type, llama3, 300, 1);   // one block: every hand-off to itself
   check_attention_k16(type, Shape{16, 4, 64, 64, 1024, 1024, 16}, 700, sms);  // head_dim 64
   check_attention_k16(type, Shape{8, 8, 128, 64, 1024, 2048, 32}, 200, sms);  // no GQA, partial RoPE
+  check_attention_k16(type, Shape{16, 1, 128, 128, 2048, 2048, 16}, 9000, sms);  // 16 query heads per KV head; 36 splits
+  check_attention_k16(type, Shape{28, 4, 128, 128, 3584, 3584, 16}, 300, sms, true);  // Qwen2-7B: QKV bias, groups of 7
 }
 
 TEST(AttentionBlockK16Shapes, UnsupportedShapesAreRefused) {

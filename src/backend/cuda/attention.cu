@@ -475,10 +475,10 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
       masks.any() ? launch_tiles<128, true>(with_masks(a, masks), stream) : launch_tiles<128, false>(a, stream);
     if (attention_invariant_chunk_partials(a))
       launch_pdl(attn_fold_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)),
-                 dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128), size_t(a.n_splits) * sizeof(float), stream, a.partial,
+                 dim3(combine_threads(hd)), size_t(a.n_splits) * sizeof(float), stream, a.partial,
                  a.out, a.n_splits, a.share_chunks, hd);
     else if (a.n_splits > 1 || a.share_chunks > 0)
-      launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
+      launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(combine_threads(hd)),
                  size_t(a.n_splits) * sizeof(float), stream, static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
     return;
   }
@@ -523,7 +523,7 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
         launch_partial<1, 8, 2>(a, masks, grid, smem, lanes, stream);
       break;
   }
-  launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(hd < 128 ? (hd + 31) / 32 * 32 : 128),
+  launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(combine_threads(hd)),
              size_t(a.n_splits) * sizeof(float), stream,
              static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
 }

@@ -38,6 +38,11 @@ __device__ __forceinline__ float fold(float run, float keep, float chunk, float 
 /// A share's maximum as its partial stores it.
 __device__ __forceinline__ float share_max(float m) { return m == -INFINITY ? -INFINITY : m * kFoldLn2; }
 
+/// Threads of the merge of a row's split partials (attn_combine_kernel, attn_fold_combine_kernel
+/// and the invariant decode block): part of the arithmetic, since block_reduce's order follows
+/// it.
+__host__ __device__ constexpr int combine_threads(int hd) { return hd < 128 ? (hd + 31) / 32 * 32 : 128; }
+
 /// The maximum (is_max) or sum of v over the first n_threads threads of the block (a whole
 /// number of warps; the others' v is ignored): a butterfly in each warp, then the warps'
 /// results in order. Every thread of the block must call it and gets the result; `red` holds
@@ -67,17 +72,18 @@ __device__ __forceinline__ void combine_row(const float* p, Out out, int n_split
                                             int n_threads) {
   const int rec = hd + 2, tid = threadIdx.x;
   float mx = -INFINITY;
-  for (int s = tid; s < n_splits; s += n_threads) mx = fmaxf(mx, __ldcg(p + int64_t(s) * rec + hd));
+  const int first = tid < n_threads ? tid : n_splits;  // threads past n_threads take no splits
+  for (int s = first; s < n_splits; s += n_threads) mx = fmaxf(mx, __ldcg(p + int64_t(s) * rec + hd));
   mx = block_reduce(mx, true, red, n_threads);
   float l = 0.f;
-  for (int s = tid; s < n_splits; s += n_threads) {
+  for (int s = first; s < n_splits; s += n_threads) {
     const float m_s = __ldcg(p + int64_t(s) * rec + hd);
     const float w = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: a split past the context
     weight[s] = w;
     l += __ldcg(p + int64_t(s) * rec + hd + 1) * w;
   }
   l = block_reduce(l, false, red, n_threads);  // its barriers also publish `weight`
-  for (int d = tid; d < hd; d += n_threads) {
+  for (int d = tid < n_threads ? tid : hd; d < hd; d += n_threads) {
     float o = 0.f;
 #pragma unroll 8
     for (int s = 0; s < n_splits; ++s) o += __ldcg(p + int64_t(s) * rec + d) * weight[s];

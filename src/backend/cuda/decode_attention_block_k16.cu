@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   block::wait_for(a.sync + 1, gridDim.x);
 
   // 3. Each query head's fold and merge, on the fold kernel's thread count (paged_attention).
-  constexpr int kFoldThreads = HD < 128 ? (HD + 31) / 32 * 32 : 128;
+  constexpr int kFoldThreads = combine_threads(HD);
   for (int h = blockIdx.x; h < n_head; h += gridDim.x)
     fold_combine_row(
         att.partial, h, n_head, att.n_splits, att.share_chunks, HD,
@@ -157,20 +157,30 @@ KernelFn kernel_for(int hd) {
   return hd == 64 ? attention_block_k16_kernel<BF16, 64> : attention_block_k16_kernel<BF16, 128>;
 }
 
+
+// The shapes the kernel takes (attention_block_k16_blocks' list), checked again at launch.
+bool shape_ok(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, const KvLayerView& kv) {
+  if (wqkv.type != wo.type || (wqkv.type != WType::F16 && wqkv.type != WType::BF16)) return false;
+  const bool bf16 = wqkv.type == WType::BF16;
+  const int hd = kv.head_dim, n_kv = kv.n_head_kv;
+  if (kv.dtype != (bf16 ? KvDtype::BF16 : KvDtype::F16) || (hd != 64 && hd != 128)) return false;
+  if (n_kv < 1 || n_head % n_kv != 0 || n_head / n_kv > 16) return false;
+  const int64_t q_dim = int64_t(n_head) * hd;
+  if (wqkv.rows != q_dim + 2 * int64_t(n_kv) * hd || wqkv.cols % k16::kBatchK != 0 || wqkv.cols <= 0 ||
+      wqkv.cols > 8192 || wo.cols != q_dim || q_dim % k16::kBatchK != 0 || wo.rows % 8 != 0 || wo.rows <= 0 ||
+      wo.rows > (1 << 24))
+    return false;
+  return reinterpret_cast<uintptr_t>(wqkv.data) % 16 == 0 && reinterpret_cast<uintptr_t>(wo.data) % 16 == 0;
+}
+
 }  // namespace
 
 int attention_block_k16_blocks(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, const KvLayerView& kv,
                                int n_sm) {
-  if (n_sm < 1 || wqkv.type != wo.type || (wqkv.type != WType::F16 && wqkv.type != WType::BF16)) return 0;
+  if (n_sm < 1 || !shape_ok(wqkv, wo, n_head, kv)) return 0;
   const bool bf16 = wqkv.type == WType::BF16;
-  const int hd = kv.head_dim, n_kv = kv.n_head_kv;
-  if (kv.dtype != (bf16 ? KvDtype::BF16 : KvDtype::F16) || (hd != 64 && hd != 128)) return 0;
-  if (n_kv < 1 || n_head % n_kv != 0 || n_head / n_kv > 16) return 0;
+  const int hd = kv.head_dim;
   const int64_t q_dim = int64_t(n_head) * hd;
-  if (wqkv.rows != q_dim + 2 * int64_t(n_kv) * hd || wqkv.cols % k16::kBatchK != 0 || wqkv.cols > 8192 ||
-      wo.cols != q_dim || q_dim % k16::kBatchK != 0 || wo.rows % 8 != 0 || wo.rows <= 0 || wo.rows > (1 << 24))
-    return 0;
-  if (reinterpret_cast<uintptr_t>(wqkv.data) % 16 != 0 || reinterpret_cast<uintptr_t>(wo.data) % 16 != 0) return 0;
   const Layout lay(int(wqkv.cols), int(q_dim), int(wqkv.rows), int(wo.rows), hd, n_sm);
   const KernelFn kernel = bf16 ? kernel_for<true>(hd) : kernel_for<false>(hd);
   const int64_t fit = block::resident_blocks(reinterpret_cast<const void*>(kernel), lay.bytes);
@@ -181,8 +191,11 @@ void decode_attention_block_k16(const AttentionBlockK16Args& a, cudaStream_t str
   const AttentionArgs& att = a.att;
   if (a.blocks < 1) throw CudaError("decode_attention_block_k16: no blocks (use attention_block_k16_blocks)");
   if (a.in.add_w != nullptr) throw CudaError("decode_attention_block_k16: a post-norm of the addend is not supported");
-  if (a.type != WType::F16 && a.type != WType::BF16)
-    throw CudaError("decode_attention_block_k16: weights must be F16 or BF16");
+  const int hd = att.kv.head_dim, q_dim = att.n_head * hd;
+  const DeviceMatrix wqkv{a.type, a.wqkv, q_dim + 2 * int64_t(att.kv.n_head_kv) * hd, a.cols};
+  const DeviceMatrix wo{a.type, a.wo, a.wo_rows, q_dim};
+  if (!shape_ok(wqkv, wo, att.n_head, att.kv))
+    throw CudaError("decode_attention_block_k16: shape or types not supported (see attention_block_k16_blocks)");
   if (a.q_out == nullptr || att.q != a.q_out)
     throw CudaError("decode_attention_block_k16: q_out must be the attention's q (att.q)");
   if (att.n_tokens != 1 || att.n_tiles != 1 || !attention_invariant_chunk_partials(att))
@@ -190,7 +203,6 @@ void decode_attention_block_k16(const AttentionBlockK16Args& a, cudaStream_t str
   if (att.n_splits < 1 || att.n_splits > kAttentionBlockK16MaxSplits)
     throw CudaError("decode_attention_block_k16: " + std::to_string(att.n_splits) + " context splits (at most " +
                     std::to_string(kAttentionBlockK16MaxSplits) + ")");
-  const int hd = att.kv.head_dim, q_dim = att.n_head * hd;
   const Layout lay(a.cols, q_dim, q_dim + 2 * att.kv.n_head_kv * hd, a.wo_rows, hd, a.blocks);
   const KernelFn typed = a.type == WType::BF16 ? kernel_for<true>(hd) : kernel_for<false>(hd);
   const int64_t fit = block::resident_blocks(reinterpret_cast<const void*>(typed), lay.bytes);

@@ -1,5 +1,6 @@
 // decode_block.cuh — device helpers shared by the persistent batch-1 decode kernels
-// (decode_attention_block.cu, decode_ffn_block.cu): one block of kBlockThreads per SM stays
+// (decode_attention_block.cu, decode_ffn_block.cu, decode_output_block.cu, and the hand-offs
+// and residency checks of the invariant decode_*_block_k16.cu): one block of kThreads per SM stays
 // resident for a whole phase chain, and the phases hand over through counters in global
 // memory instead of kernel boundaries. Device code only; include from .cu files.
 #pragma once

@@ -110,17 +110,23 @@ const void* kernel_ptr() {
   return reinterpret_cast<const void*>(ffn_block_k16_kernel<BF16, kGelu>);
 }
 
+
+// The shapes the kernel takes (ffn_block_k16_blocks' list), checked again at launch.
+bool shape_ok(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down) {
+  if (w_gate_up.type != w_down.type || (w_gate_up.type != WType::F16 && w_gate_up.type != WType::BF16)) return false;
+  const int64_t cols = w_gate_up.cols, n_ff = w_down.cols, down_rows = w_down.rows;
+  if (w_gate_up.rows != 2 * n_ff || cols % k16::kBatchK != 0 || cols <= 0 || n_ff % k16::kBatchK != 0 || n_ff <= 0 ||
+      cols > 8192 || down_rows % 8 != 0 || down_rows <= 0 || down_rows > (int64_t(1) << 24) ||
+      n_ff > (int64_t(1) << 20))
+    return false;
+  return reinterpret_cast<uintptr_t>(w_gate_up.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w_down.data) % 16 == 0;
+}
+
 }  // namespace
 
 int ffn_block_k16_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm) {
-  if (n_sm < 1 || w_gate_up.type != w_down.type || (w_gate_up.type != WType::F16 && w_gate_up.type != WType::BF16))
-    return 0;
+  if (n_sm < 1 || !shape_ok(w_gate_up, w_down)) return 0;
   const int64_t cols = w_gate_up.cols, n_ff = w_down.cols, down_rows = w_down.rows;
-  if (w_gate_up.rows != 2 * n_ff || cols % k16::kBatchK != 0 || n_ff % k16::kBatchK != 0 || cols > 8192 ||
-      down_rows % 8 != 0 || down_rows <= 0 || down_rows > (int64_t(1) << 24) || n_ff > (int64_t(1) << 20))
-    return 0;
-  if (reinterpret_cast<uintptr_t>(w_gate_up.data) % 16 != 0 || reinterpret_cast<uintptr_t>(w_down.data) % 16 != 0)
-    return 0;
   const size_t smem = smem_bytes(int(cols), int(n_ff), max_units(int(cols), int(n_ff), int(down_rows), n_sm));
   const bool bf16 = w_gate_up.type == WType::BF16;
   // The GeGLU instantiation has the same resources; plan with the SwiGLU one.
@@ -132,8 +138,10 @@ void decode_ffn_block_k16(const FfnBlockArgs& a, cudaStream_t stream) {
   if (a.blocks < 1) throw CudaError("decode_ffn_block_k16: no blocks (use ffn_block_k16_blocks)");
   if (a.in.add_w != nullptr || a.trace != nullptr)
     throw CudaError("decode_ffn_block_k16: a post-norm of the addend or a trace is not supported");
-  if (a.type != WType::F16 && a.type != WType::BF16)
-    throw CudaError("decode_ffn_block_k16: weights must be F16 or BF16");
+  const DeviceMatrix w_gate_up{a.type, a.w_gate_up, 2 * int64_t(a.n_ff), a.cols}, w_down{a.type, a.w_down, a.down_rows,
+                                                                                       a.n_ff};
+  if (!shape_ok(w_gate_up, w_down))
+    throw CudaError("decode_ffn_block_k16: shape or types not supported (see ffn_block_k16_blocks)");
   const size_t smem = smem_bytes(a.cols, a.n_ff, max_units(a.cols, a.n_ff, int(a.down_rows), a.blocks));
   const bool bf16 = a.type == WType::BF16;
   auto* typed = bf16 ? (a.gelu ? ffn_block_k16_kernel<true, true> : ffn_block_k16_kernel<true, false>)

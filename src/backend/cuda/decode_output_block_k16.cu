@@ -83,8 +83,8 @@ void decode_output_block_k16(const OutputBlockArgs& a, cudaStream_t stream) {
   const DeviceMatrix W{a.type, a.w, a.rows, a.cols};
   if (!output_block_k16_supported(W)) throw CudaError("decode_output_block_k16: matrix not supported");
   if (a.blocks < 1) throw CudaError("decode_output_block_k16: no blocks");
-  if (a.in.add_w != nullptr || a.softcap > 0.f)
-    throw CudaError("decode_output_block_k16: a post-norm of the addend or a softcap is not supported");
+  if (a.in.add_w != nullptr || a.in.x_out != nullptr || a.softcap > 0.f)
+    throw CudaError("decode_output_block_k16: a post-norm of the addend, a residual out or a softcap is not supported");
   const size_t smem = smem_bytes(a.cols);
   auto* typed = a.type == WType::BF16 ? output_block_k16_kernel<true> : output_block_k16_kernel<false>;
   if (block::resident_blocks(reinterpret_cast<const void*>(typed), smem) < 1)

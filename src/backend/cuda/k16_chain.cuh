@@ -1,7 +1,7 @@
 // k16_chain.cuh — the step of the batch-invariant projection (gemm_k16.h: the chain of
 // mma.sync m16n8k16 steps over each 1024-element K segment) and a warp's streaming of one
 // token's chains, for the kernels that compute it inside a larger kernel (the persistent
-// batch-1 decode block of decode_ffn_block_k16.cu). Device code only; include from .cu files.
+// batch-1 decode kernels decode_*_block_k16.cu). Device code only; include from .cu files.
 #pragma once
 
 #include <cuda_runtime.h>

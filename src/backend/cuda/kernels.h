@@ -388,7 +388,8 @@ void decode_ffn_block(const FfnBlockArgs& a, cudaStream_t stream);
 /// Block 0 writes v = in.x + in.add to in.x_out (which must not alias in.x or in.add). One block
 /// per SM (`blocks` from attention_block_k16_blocks), all resident; three grid-wide hand-offs
 /// (q/k/v stored, chunk partials written, attention output written) through sync[0..2], zero
-/// at launch. y may alias in.add. in.add_w must be null.
+/// at launch. y may alias in.add. in.add_w must be null. CudaError for a shape
+/// attention_block_k16_blocks refuses or other inputs outside this contract.
 struct AttentionBlockK16Args {
   WType type = WType::F16;    ///< F16 or BF16, both matrices; the KV cache holds the same type
   const void* wqkv = nullptr; ///< [(n_head + 2 n_head_kv) hd][cols]: [q | k | v] rows
@@ -426,7 +427,8 @@ void decode_attention_block_k16(const AttentionBlockK16Args& a, cudaStream_t str
 /// FfnBlockArgs as decode_ffn_block takes them, with these differences: `type` F16 or BF16;
 /// `h` holds n_ff values of `type` (the n_ff floats of scratch are more than enough); in.x_out
 /// must not alias in.x or in.add; in.add_w and `trace` must be null (no post-norm, no stamps).
-/// `blocks` from ffn_block_k16_blocks.
+/// `blocks` from ffn_block_k16_blocks. CudaError for a shape it refuses or other inputs outside
+/// this contract.
 /// Blocks for decode_ffn_block_k16 on `n_sm` multiprocessors (one per SM), or 0 when the
 /// matrices are not supported: matching F16 or BF16 types, cols and n_ff multiples of 256
 /// (whole batches of the chains' streaming), cols <= 8192 (a norm block of at most 512
@@ -457,9 +459,10 @@ bool output_block_supported(const DeviceMatrix& W);
 void decode_output_block(const OutputBlockArgs& a, cudaStream_t stream);
 /// The same head with the batch-invariant arithmetic (decode_output_block_k16.cu): the bits of
 /// add_rms_norm (to the weights' type) + gemm_k16 for one row. OutputBlockArgs with `type` F16
-/// or BF16, W passing output_block_k16_supported, in.add_w null, no softcap; `blocks` any
-/// count (none waits for another; one per SM is the intent); shared memory as
-/// (cols + 8) x 2 + 128 x 8 x segments x 4 bytes per block.
+/// or BF16, W passing output_block_k16_supported, in.add_w and in.x_out null (the residual is
+/// not written), no softcap; `blocks` any count (none waits for another; one per SM is the
+/// intent); shared memory: cols rounded up to 8 times 2 bytes, plus 128 x 8 x segments floats.
+/// CudaError for anything else.
 bool output_block_k16_supported(const DeviceMatrix& W);
 void decode_output_block_k16(const OutputBlockArgs& a, cudaStream_t stream);
 

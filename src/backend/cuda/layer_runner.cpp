@@ -46,12 +46,10 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   attn_tc_ = !weights_.layers.empty() && weights_.layers[0].qkv.view.type != WType::F32;
   if (knobs.attn_tc) attn_tc_ = *knobs.attn_tc;
   if (kv_dtype != KvDtype::F32 || invariant_) attn_tc_ = true;  // the fp32 tiles read an fp32 cache only
-  // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
-  // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
-  // keep the kernels they replace.
   // Invariant one-token steps: the FFN half as one kernel of the invariant arithmetic
   // (decode_ffn_block_k16) where every layer's matrices allow it (no experts, no post-norms);
-  // FLASHDLLM_FFN_BLOCK=0 keeps the separate kernels.
+  // FLASHDLLM_FFN_BLOCK=0 keeps the separate kernels (FLASHDLLM_ATTN_BLOCK=0 and
+  // FLASHDLLM_OUTPUT_BLOCK=0 likewise for the other two below).
   if (invariant_ && knobs.ffn_block && !weights_.layers.empty() && c.n_expert == 0) {
     int blocks = -1;
     for (const CudaLayer& L : weights_.layers) {
@@ -78,6 +76,9 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   if (invariant_ && knobs.output_block && output_block_k16_supported(weights_.output.view) && c.final_softcap == 0.f &&
       post_ffn_norm(c.n_layer - 1) == nullptr)
     output_k16_blocks_ = n_sm;
+  // Batch-1 decode: each half of a layer as one kernel (decode_attention_block,
+  // decode_ffn_block) where the shapes allow; FLASHDLLM_ATTN_BLOCK=0 / FLASHDLLM_FFN_BLOCK=0
+  // keep the kernels they replace.
   if (fuse_enabled_ && !weights_.layers.empty()) {
     // Every layer must pass (the weight types may differ from layer to layer: a tensor kept
     // at higher precision turns its fused matrix F32), with one block count for all; 0 = off.
