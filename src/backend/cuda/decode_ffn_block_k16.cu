@@ -1,8 +1,8 @@
 // The FFN half of a batch-1 decode layer in one kernel, in the batch-invariant arithmetic
-// (contract in kernels.h: decode_ffn_block_k16). The invariant path otherwise runs it as five
-// kernels for one token (norm, gate/up, SwiGLU, down, and down's short tail of blocks); here
-// one block per SM stays resident, as in decode_ffn_block, and the down projection starts
-// behind one grid-wide counter with its first weight loads in flight.
+// (contract in kernels.h: decode_ffn_block_k16). The invariant path otherwise runs it as four
+// kernels for one token (norm, gate/up, SwiGLU, down); here one block per SM stays resident,
+// as in decode_ffn_block, and the down projection starts behind one grid-wide counter with its
+// first weight loads in flight.
 //
 // Arithmetic (bit for bit that of the separate kernels, tests/gpu/decode_block_test.cpp):
 //   - the norm: add_rms_norm's element-to-thread map, fp64 sums and scale (rms_norm_row.cuh),
