@@ -460,6 +460,7 @@ constexpr Tiling kTilings[] = {
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
     tiling<Shape<1, 4, 4, 2, 64, 4>, true>("64x64 k64 s4 split"),
     Tiling{"128x128 k64 wgmma", false, true, launch_wgmma<128, false>, launch_wgmma<128, false>},
+    Tiling{"128x128 k64 wgmma split", true, true, launch_wgmma<128, true>, launch_wgmma<128, true>},
     Tiling{"64x128 k64 wgmma", false, true, launch_wgmma<64, false>, launch_wgmma<64, false>},
     Tiling{"64x128 k64 wgmma split", true, true, launch_wgmma<64, true>, launch_wgmma<64, true>},
 };
@@ -470,21 +471,24 @@ constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 // workspace.
 int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
   constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7, kWgmma = 8,
-                kWgmma64 = 9, kWgmma64Split = 10;
+                kWgmmaSplit = 9, kWgmma64 = 10, kWgmma64Split = 11;
   static_assert(kTilings[kStream].f16 == launch_stream<false> && kTilings[k64x64Split].split &&
                 !kTilings[k128x128].split && kTilings[kWgmma].wgmma && !kTilings[kWgmma].split &&
-                kTilings[kWgmma64].wgmma && !kTilings[kWgmma64].split && kTilings[kWgmma64Split].split &&
-                kTilingCount == 11);
-  const bool wgmma = gemm_k16_wgmma_available();
+                kTilings[kWgmmaSplit].split && kTilings[kWgmma64].wgmma && !kTilings[kWgmma64].split &&
+                kTilings[kWgmma64Split].split && kTilingCount == 12);
   if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? kStream : k16x32;
-  // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
-  // a few times over (measured: docs/GPU.md, tuning log).
-  if (n <= 64) {
-    if (wgmma)  // 128-feature blocks fill the GPU from about 128 of them on; else one per segment
-      return rows >= 128 * 128 || !workspace || K <= kSegK ? kWgmma64 : kWgmma64Split;
-    return rows >= 64 * 1024 ? k64x64 : workspace && K > kSegK ? k64x64Split : k64x32;
+  const bool can_split = workspace && K > kSegK;
+  if (gemm_k16_wgmma_available()) {
+    // A work item per K segment where the tiles alone would leave half the SMs idle
+    // (measured: docs/GPU.md, tuning log).
+    const int64_t tiles = (n + 127) / 128 * ((rows + 127) / 128);
+    if (n <= 64) return can_split && rows < 128 * 128 ? kWgmma64Split : kWgmma64;
+    return can_split && tiles < 64 ? kWgmmaSplit : kWgmma;
   }
-  return wgmma ? kWgmma : k128x128;
+  // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
+  // a few times over.
+  if (n <= 64) return rows >= 64 * 1024 ? k64x64 : can_split ? k64x64Split : k64x32;
+  return k128x128;
 }
 
 }  // namespace
