@@ -418,13 +418,13 @@ void launch_stream(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, fl
   }
 }
 
-// Warpgroup-MMA tiles of TOKENS tokens; SPLIT as launch_shape's.
-template <int TOKENS, bool SPLIT>
+// Warpgroup-MMA tiles of TOKENS x FEATURES; SPLIT as launch_shape's.
+template <int TOKENS, int FEATURES, bool SPLIT>
 void launch_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, float* ws, cudaStream_t stream) {
   const int segs = SPLIT ? segments(W.cols) : 1;
-  if (segs <= 1) return gemm_k16_wgmma(W, X, n, Y, stream, TOKENS, false);
+  if (segs <= 1) return gemm_k16_wgmma(W, X, n, Y, stream, TOKENS, FEATURES, false);
   require_workspace(ws);
-  gemm_k16_wgmma(W, X, n, ws, stream, TOKENS, true);
+  gemm_k16_wgmma(W, X, n, ws, stream, TOKENS, FEATURES, true);
   fold_segments(ws, Y, n, W.rows, segs, stream);
 }
 
@@ -459,10 +459,11 @@ constexpr Tiling kTilings[] = {
     tiling<Shape<2, 4, 4, 4, 32, 4>>("128x128 k32 s4"),
     tiling<Shape<2, 4, 4, 4, 64, 3>>("128x128 k64 s3"),
     tiling<Shape<1, 4, 4, 2, 64, 4>, true>("64x64 k64 s4 split"),
-    Tiling{"128x128 k64 wgmma", false, true, launch_wgmma<128, false>, launch_wgmma<128, false>},
-    Tiling{"128x128 k64 wgmma split", true, true, launch_wgmma<128, true>, launch_wgmma<128, true>},
-    Tiling{"64x128 k64 wgmma", false, true, launch_wgmma<64, false>, launch_wgmma<64, false>},
-    Tiling{"64x128 k64 wgmma split", true, true, launch_wgmma<64, true>, launch_wgmma<64, true>},
+    Tiling{"128x128 k64 wgmma", false, true, launch_wgmma<128, 128, false>, launch_wgmma<128, 128, false>},
+    Tiling{"128x128 k64 wgmma split", true, true, launch_wgmma<128, 128, true>, launch_wgmma<128, 128, true>},
+    Tiling{"64x128 k64 wgmma", false, true, launch_wgmma<64, 128, false>, launch_wgmma<64, 128, false>},
+    Tiling{"64x128 k64 wgmma split", true, true, launch_wgmma<64, 128, true>, launch_wgmma<64, 128, true>},
+    Tiling{"128x192 k64 wgmma", false, true, launch_wgmma<128, 192, false>, launch_wgmma<128, 192, false>},
 };
 constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 
@@ -471,11 +472,12 @@ constexpr int kTilingCount = int(sizeof(kTilings) / sizeof(kTilings[0]));
 // workspace.
 int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
   constexpr int kStream = 1, k16x32 = 2, k64x32 = 3, k64x64 = 4, k128x128 = 6, k64x64Split = 7, kWgmma = 8,
-                kWgmmaSplit = 9, kWgmma64 = 10, kWgmma64Split = 11;
+                kWgmmaSplit = 9, kWgmma64 = 10, kWgmma64Split = 11, kWgmmaWide = 12;
   static_assert(kTilings[kStream].f16 == launch_stream<false> && kTilings[k64x64Split].split &&
                 !kTilings[k128x128].split && kTilings[kWgmma].wgmma && !kTilings[kWgmma].split &&
                 kTilings[kWgmmaSplit].split && kTilings[kWgmma64].wgmma && !kTilings[kWgmma64].split &&
-                kTilings[kWgmma64Split].split && kTilingCount == 12);
+                kTilings[kWgmma64Split].split && kTilings[kWgmmaWide].wgmma && !kTilings[kWgmmaWide].split &&
+                kTilingCount == 13);
   if (n <= 16) return K <= kStreamMaxSegs * int64_t(kSegK) ? kStream : k16x32;
   const bool can_split = workspace && K > kSegK;
   if (gemm_k16_wgmma_available()) {
@@ -483,7 +485,8 @@ int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
     // (measured: docs/GPU.md, tuning log).
     const int64_t tiles = (n + 127) / 128 * ((rows + 127) / 128);
     if (n <= 64) return can_split && rows < 128 * 128 ? kWgmma64Split : kWgmma64;
-    return can_split && tiles < 64 ? kWgmmaSplit : kWgmma;
+    if (can_split && tiles < 64) return kWgmmaSplit;
+    return gemm_k16_wgmma_prefers_wide(rows, n) ? kWgmmaWide : kWgmma;
   }
   // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU
   // a few times over.

@@ -8,8 +8,8 @@
 // chains added in order in registers (or, split, one work item per segment and gemm_k16's
 // fold), is gemm_k16's arithmetic.
 //
-// Operands: one producer warp issues the copies: per k tile of
-// kBK = 64, one TMA box of the tile's token rows and one of its 128 feature rows, each row's 64
+// Operands: one thread of a producer warpgroup issues the copies: per k tile of
+// kBK = 64, one TMA box of the tile's token rows and one of its 128 or 192 feature rows, each row's 64
 // elements one 128-byte line in the 128-byte swizzle that the wgmma descriptors read (the copy
 // engine swizzles; elements past the matrices' edges arrive as zeros). A full barrier per stage
 // counts the bytes in; an empty barrier per stage counts the consumer warps out. The one or two
@@ -18,7 +18,8 @@
 // addresses for a copy and no block barrier sits in the main loop (docs/GPU.md, tuning log: a
 // kernel whose threads all copied by cp.async ran at half this speed).
 //
-// Blocks are persistent (one per SM): work item i (a 64- or 128-token tile of 128 features, or
+// Blocks are persistent (one per SM): work item i (a 64- or 128-token tile of 128 or 192
+// features, or
 // with SPLIT one K segment of it) goes to block i % grid, tokens fastest, so the blocks that read
 // the same weight rows run together and share them through L2. While the consumers store a
 // finished item, the producer is already filling the stages with the next item's tiles.
@@ -38,17 +39,24 @@
 namespace fdl::cuda {
 namespace {
 
-constexpr int kTN = 128, kBK = 64, kLine = kBK * 2;
+constexpr int kBK = 64, kLine = kBK * 2;
 constexpr int kSegTiles = kGemmK16Segment / kBK;  // k tiles per K segment
 static_assert(kGemmK16Segment % kBK == 0 && kLine == 128);
-// Stages of (64 CONS + 128) rows x 128 bytes: 6 of 32 KiB for two consumers, 8 of 24 KiB for one.
-constexpr int stages(int cons) { return cons == 1 ? 8 : 6; }
-constexpr int stage_bytes(int cons) { return (64 * cons + kTN) * kLine; }
-constexpr size_t smem_bytes(int cons) {
-  return 1024 /* alignment of the swizzle */ + size_t(stages(cons)) * stage_bytes(cons) +
-         2 * size_t(stages(cons)) * sizeof(uint64_t);
+// Stages of (64 CONS + TN) rows x 128 bytes: 6 of 32 KiB for two consumers and 128 features, 5 of
+// 40 KiB for 192, 8 of 24 KiB for one consumer.
+constexpr int stage_bytes(int cons, int tn) { return (64 * cons + tn) * kLine; }
+constexpr int stages(int cons, int tn) { return tn == 192 ? 5 : cons == 1 ? 8 : 6; }
+constexpr size_t smem_bytes(int cons, int tn) {
+  return 1024 /* alignment of the swizzle */ + size_t(stages(cons, tn)) * stage_bytes(cons, tn) +
+         2 * size_t(stages(cons, tn)) * sizeof(uint64_t);
 }
-constexpr int threads(int cons) { return 128 * cons + 32; }
+static_assert(smem_bytes(2, 192) <= 227 * 1024 && smem_bytes(2, 128) <= 227 * 1024 && smem_bytes(1, 128) <= 227 * 1024);
+// The consumer warpgroups, then the producer's: registers are handed out per warpgroup, and
+// setmaxnreg (which moves them from the producer to the consumers) takes whole warpgroups.
+constexpr int threads(int cons) { return 128 * (cons + 1); }
+// Registers per thread after the hand-over: 128 x 40 + 2 x 128 x 232 <= 65536. A consumer of
+// 192 features holds 2 x 96 accumulators (the running chain and the segments' total).
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
 // An item's place: (feature tile, segment, token tile), tokens fastest.
 struct Item {
@@ -58,13 +66,14 @@ __device__ __forceinline__ Item decode_item(int i, int t_tiles, int segs) {
   return Item{i % t_tiles, i / t_tiles / segs, i / t_tiles % segs};
 }
 
-template <bool BF16, int CONS, bool SPLIT>
+template <bool BF16, int CONS, int TN, bool SPLIT>
 __global__ void __launch_bounds__(threads(CONS), 1)
     gemm_k16_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                         float* __restrict__ Y, int n, int rows, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int kTM = 64 * CONS, kStages = stages(CONS), kStageBytes = stage_bytes(CONS);
+  constexpr int kTM = 64 * CONS, kTN = TN, kStages = stages(CONS, TN), kStageBytes = stage_bytes(CONS, TN);
+  constexpr int kAcc = TN / 2;  // accumulators per thread
   constexpr int kConsumerWarps = 4 * CONS;
   extern __shared__ __align__(1024) unsigned char sm[];
   const uint32_t raw = smem_addr(sm), base = (raw + 1023u) & ~1023u;
@@ -89,8 +98,9 @@ __global__ void __launch_bounds__(threads(CONS), 1)
   __syncthreads();
   launch_dependents();
 
-  if (warp == kConsumerWarps) {  // the producer
-    if (lane != 0) return;
+  if (warp >= kConsumerWarps) {  // the producer: one thread of its warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (warp != kConsumerWarps || lane != 0) return;
     auto w_copy = [&](int s, const Item& it, int kt) {
       barrier_arrive_expect(&full[s], kStageBytes);
       tma_load_2d(base + uint32_t(s * kStageBytes + kTM * kLine), &w_map, kt * kBK, it.f_tile * kTN, &full[s]);
@@ -127,11 +137,12 @@ __global__ void __launch_bounds__(threads(CONS), 1)
 
   // The consumers: warpgroup wg multiplies tokens [64 wg, 64 wg + 64) of the tile by its 128
   // features.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   grid_dependency_wait();  // Y may still be read by the previous kernel
   const int wg = warp / 4, g = lane / 4, c = lane % 4;
-  float acc[64], total[64];
+  float acc[kAcc], total[kAcc];
 #pragma unroll
-  for (int e = 0; e < 64; ++e) acc[e] = 0.f, total[e] = 0.f;
+  for (int e = 0; e < kAcc; ++e) acc[e] = 0.f, total[e] = 0.f;
   auto release = [&](int s) {
     __syncwarp();
     if (lane == 0) barrier_arrive(&empty[s]);
@@ -159,10 +170,10 @@ __global__ void __launch_bounds__(threads(CONS), 1)
         if (kt * kBK + kBK <= K) {
 #pragma unroll
           for (int j = 0; j < kBK / 16; ++j)
-            mma_m64n128k16<BF16>(acc, descriptor(a0 + uint32_t(32 * j)), descriptor(b0 + uint32_t(32 * j)));
+            mma_m64nNk16<BF16, TN>(acc, descriptor(a0 + uint32_t(32 * j)), descriptor(b0 + uint32_t(32 * j)));
         } else {
           for (int j = 0; kt * kBK + 16 * j < K; ++j)
-            mma_m64n128k16<BF16>(acc, descriptor(a0 + uint32_t(32 * j)), descriptor(b0 + uint32_t(32 * j)));
+            mma_m64nNk16<BF16, TN>(acc, descriptor(a0 + uint32_t(32 * j)), descriptor(b0 + uint32_t(32 * j)));
         }
         mma_commit();
         mma_wait<1>();  // the previous tile's MMAs are complete: its stage is free
@@ -174,7 +185,7 @@ __global__ void __launch_bounds__(threads(CONS), 1)
       fence_operands(acc);
       release(pending);
 #pragma unroll
-      for (int e = 0; e < 64; ++e) total[e] = first_seg ? acc[e] : total[e] + acc[e], acc[e] = 0.f;
+      for (int e = 0; e < kAcc; ++e) total[e] = first_seg ? acc[e] : total[e] + acc[e], acc[e] = 0.f;
     }
     // Element 4 j + e: token 16 warp + g (+ 8 for e >= 2) of the warpgroup's 64, feature
     // 8 j + 2 c (+ 1).
@@ -241,23 +252,24 @@ int multiprocessors() {
   return count;
 }
 
-template <int CONS, bool SPLIT>
+template <int CONS, int TN, bool SPLIT>
 void launch(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
   const bool bf16 = W.type == WType::BF16;
-  auto kernel = bf16 ? gemm_k16_wgmma_kernel<true, CONS, SPLIT> : gemm_k16_wgmma_kernel<false, CONS, SPLIT>;
+  auto kernel = bf16 ? gemm_k16_wgmma_kernel<true, CONS, TN, SPLIT> : gemm_k16_wgmma_kernel<false, CONS, TN, SPLIT>;
   static const bool configured = [] {
-    for (auto k : {gemm_k16_wgmma_kernel<true, CONS, SPLIT>, gemm_k16_wgmma_kernel<false, CONS, SPLIT>})
-      FDL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(CONS))));
+    for (auto k : {gemm_k16_wgmma_kernel<true, CONS, TN, SPLIT>, gemm_k16_wgmma_kernel<false, CONS, TN, SPLIT>})
+      FDL_CUDA_CHECK(
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(CONS, TN))));
     return true;
   }();
   (void)configured;
   const int64_t k_tiles = (W.cols + kBK - 1) / kBK;
   const int64_t segs = SPLIT ? (k_tiles + kSegTiles - 1) / kSegTiles : 1;
-  const int64_t items = (n + 64 * CONS - 1) / (64 * CONS) * ((W.rows + kTN - 1) / kTN) * segs;
+  const int64_t items = (n + 64 * CONS - 1) / (64 * CONS) * ((W.rows + TN - 1) / TN) * segs;
   const CUtensorMap x_map = tile_map(X, bf16, n, W.cols, 64 * CONS);
-  const CUtensorMap w_map = tile_map(W.data, bf16, W.rows, W.cols, kTN);
+  const CUtensorMap w_map = tile_map(W.data, bf16, W.rows, W.cols, TN);
   launch_pdl(kernel, dim3(unsigned(std::min<int64_t>(items, multiprocessors()))), dim3(threads(CONS)),
-             smem_bytes(CONS), stream, x_map, w_map, Y, n, int(W.rows), int(W.cols));
+             smem_bytes(CONS, TN), stream, x_map, w_map, Y, n, int(W.rows), int(W.cols));
 }
 
 }  // namespace
@@ -277,15 +289,27 @@ bool gemm_k16_wgmma_available() {
 #endif
 }
 
+bool gemm_k16_wgmma_prefers_wide(int64_t rows, int n) {
+  // A round (one tile per SM) of 192-feature tiles takes about 1.5 times one of 128-feature
+  // tiles (measured: the wider tile is no faster per feature), so it pays only where it needs
+  // fewer feature-rounds: where 128-feature tiles leave a last round mostly empty.
+  const int64_t t_tiles = (n + 127) / 128, sms = multiprocessors();
+  const int64_t rounds128 = (t_tiles * ((rows + 127) / 128) + sms - 1) / sms;
+  const int64_t rounds192 = (t_tiles * ((rows + 191) / 192) + sms - 1) / sms;
+  return rounds192 * 192 < rounds128 * 128;
+}
+
 void gemm_k16_wgmma(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream, int token_rows,
-                    bool split) {
+                    int features, bool split) {
   if (!gemm_k16_wgmma_available())
     throw CudaError("gemm_k16: the wgmma tilings need sm_90a code (CMAKE_CUDA_ARCHITECTURES 90a) on an sm_90 GPU");
-  if (token_rows == 128 && !split) return launch<2, false>(W, X, n, Y, stream);
-  if (token_rows == 128 && split) return launch<2, true>(W, X, n, Y, stream);
-  if (token_rows == 64 && !split) return launch<1, false>(W, X, n, Y, stream);
-  if (token_rows == 64 && split) return launch<1, true>(W, X, n, Y, stream);
-  throw CudaError("gemm_k16: no wgmma tiling of " + std::to_string(token_rows) + " tokens" + (split ? " split" : ""));
+  if (token_rows == 128 && features == 128) return split ? launch<2, 128, true>(W, X, n, Y, stream)
+                                                         : launch<2, 128, false>(W, X, n, Y, stream);
+  if (token_rows == 128 && features == 192 && !split) return launch<2, 192, false>(W, X, n, Y, stream);
+  if (token_rows == 64 && features == 128) return split ? launch<1, 128, true>(W, X, n, Y, stream)
+                                                        : launch<1, 128, false>(W, X, n, Y, stream);
+  throw CudaError("gemm_k16: no wgmma tiling of " + std::to_string(token_rows) + " tokens x " +
+                  std::to_string(features) + " features" + (split ? " split" : ""));
 }
 
 }  // namespace fdl::cuda
