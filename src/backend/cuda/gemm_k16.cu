@@ -483,9 +483,8 @@ int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
   if (gemm_k16_wgmma_available()) {
     // A work item per K segment where the tiles alone would leave half the SMs idle
     // (measured: docs/GPU.md, tuning log).
-    const int64_t tiles = (n + 127) / 128 * ((rows + 127) / 128);
     if (n <= 64) return can_split && rows < 128 * 128 ? kWgmma64Split : kWgmma64;
-    if (can_split && tiles < 64) return kWgmmaSplit;
+    if (can_split && (n + 127) / 128 * ((rows + 127) / 128) < 64) return kWgmmaSplit;
     return gemm_k16_wgmma_prefers_wide(rows, n) ? kWgmmaWide : kWgmma;
   }
   // Up to 64 tokens: a block per segment while 64-feature blocks alone would not fill the GPU

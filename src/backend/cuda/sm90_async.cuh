@@ -1,5 +1,5 @@
 // sm90_async.cuh — Hopper's asynchronous primitives as the batch-invariant GEMM's Hopper
-// kernels use them (gemm_k16_wgmma.cu, gemm_k16_tma.cu): warpgroup MMA (wgmma) on operands in
+// kernels use them (gemm_k16_wgmma.cu): warpgroup MMA (wgmma) on operands in
 // the 128-byte-swizzled K-major shared-memory layout, mbarriers, and TMA tile loads. PTX ISA
 // 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" and "Tensor Copy"; sm_90a
 // device code only (callers compile it under __CUDA_ARCH_FEAT_SM90_ALL). Include from .cu files.
