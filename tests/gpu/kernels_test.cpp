@@ -176,6 +176,28 @@ TEST(GpuKernels, SiluMulOfFusedGateUp) {
   EXPECT_LT(rel_error(got, ref), 1e-6);
 }
 
+// Rows whose width is a multiple of 4 run four columns per thread; an output one element past
+// an aligned address takes the one-column kernel. Both give the same bits, in every output type.
+TEST(GpuKernels, SiluMulFourColumnsPerThreadGivesTheOneColumnBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int n = 5, ff = 1024;
+  const auto gu = random_floats(size_t(n) * 2 * ff, -12.f, 12.f);
+  auto dgu = to_device(gu);
+  for (const WType type : {WType::F32, WType::F16, WType::BF16}) {
+    for (const bool gelu : {false, true}) {
+      const size_t elem = cuda::wtype_size(type), bytes = size_t(n) * ff * elem;
+      DeviceBuffer<uint8_t> wide(bytes + 16), narrow(bytes + 16);
+      poison(wide);
+      poison(narrow);
+      cuda::silu_mul(dgu.get(), wide.get(), n, ff, nullptr, type, gelu);
+      cuda::silu_mul(dgu.get(), narrow.get() + elem, n, ff, nullptr, type, gelu);
+      const auto a = to_host(wide, bytes + 16), b = to_host(narrow, bytes + 16);
+      EXPECT_TRUE(std::equal(a.begin(), a.begin() + long(bytes), b.begin() + long(elem)))
+          << cuda::wtype_name(type) << (gelu ? " gelu" : " silu");
+    }
+  }
+}
+
 TEST(GpuKernels, EmbeddingGatherWidensEveryType) {
   FDL_SKIP_WITHOUT_GPU();
   const int rows = 301, cols = 77;
