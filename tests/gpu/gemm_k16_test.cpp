@@ -94,6 +94,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmK16,
                                   std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols);
                          });
 
+// The warpgroup tilings' blocks are persistent: with more work items than SMs a block runs
+// several, each over several K segments (an odd count here, so consecutive items start their
+// chains in either bank of accumulators), and stores one item while the next one's MMAs run.
+TEST(GemmK16Persistent, BlocksWithManyItemsGiveTheReferenceBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const WType type = WType::BF16;
+  const int rows = 4096, cols = 5000, n = 2000;  // 16 x 32 tiles of 128 x 128, 5 segments each
+  const auto w = as_u16(random_weights(type, size_t(rows) * cols));
+  const auto x = as_u16(random_weights(type, size_t(n) * cols));
+  auto dw = to_device(w);
+  auto dx = to_device(x);
+  const cuda::DeviceMatrix W{type, dw.get(), rows, cols};
+  cuda::DeviceBuffer<float> dref(size_t(n) * rows), dy(size_t(n) * rows);
+  poison(dref);
+  cuda::gemm_k16(W, dx.get(), n, dref.get(), nullptr, 0);
+  const auto ref = to_host(dref, size_t(n) * rows);
+  for (int t = -1; t < cuda::gemm_k16_tilings(); ++t) {
+    if (t >= 0 && (!cuda::gemm_k16_tiling_available(t) ||
+                   std::string(cuda::gemm_k16_tiling_name(t)).find("wgmma") == std::string::npos))
+      continue;
+    poison(dy);
+    const size_t ws_floats = cuda::gemm_k16_workspace_floats(W, n, t);
+    cuda::DeviceBuffer<float> ws(std::max<size_t>(ws_floats, 1));
+    cuda::gemm_k16(W, dx.get(), n, dy.get(), nullptr, t, ws_floats > 0 ? ws.get() : nullptr);
+    const auto y = to_host(dy, size_t(n) * rows);
+    size_t differ = 0;
+    for (size_t i = 0; i < y.size(); ++i) differ += std::memcmp(&y[i], &ref[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "tiling " << t << " (" << (t < 0 ? "picked" : cuda::gemm_k16_tiling_name(t)) << ")";
+  }
+}
+
 TEST(GemmK16Errors, RefusesOtherTypesAndUnalignedTiles) {
   FDL_SKIP_WITHOUT_GPU();
   cuda::DeviceBuffer<float> y(64), x(64);
