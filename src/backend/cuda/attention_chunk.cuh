@@ -93,6 +93,26 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// ldmatrix (x4): lane l gives the shared-memory address of row l % 8 of 8x8 matrix l / 8 (16
+// bytes each, 16-byte aligned) and receives, for matrix i, element (l / 4, 2 (l % 4) .. + 1)
+// in r[i] — or, with TRANS, of the transposed matrix: elements (2 (l % 4) .. + 1, l / 4).
+// These are exactly the B fragments of m16n8k16 that 32-bit and paired 16-bit loads would
+// gather (the same operands, in one instruction per four fragments).
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 // Q rows r0 = 16m + g and r1 = r0 + 8 of a tile as m16n8k16 A fragments: a0 (row r0, cols
@@ -261,7 +281,9 @@ __device__ __forceinline__ void exp_pack_chunk(const float (&s)[kChunk / 8][4], 
 
 // S = Q·Kᵀ of a chunk for a lane's rows r0, r1 from the staged K at ks, masked and scaled (log2
 // units), and the lane's maximum of each row's scores (not yet over the quad).
-template <int HD, typename Op, bool KV16, bool MASKED>
+// LDMATRIX (16-bit caches): K's fragments by ldmatrix, one instruction per two steps (as
+// chunk_pv's; the same operands).
+template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_scores(const uint32_t (&qa)[HD / 16][4], const typename KvStage<Op, KV16>::E* ks,
                                              int c0, int pos_r0, int pos_r1, const RowMask& tree0,
                                              const RowMask& tree1, float sl2, int g, int c, float (&s)[kChunk / 8][4],
@@ -270,7 +292,20 @@ __device__ __forceinline__ void chunk_scores(const uint32_t (&qa)[HD / 16][4], c
   mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
   for (int n = 0; n < kChunk / 8; ++n) {
-    score_tile<HD, Op, KV16>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
+    if constexpr (KV16 && LDMATRIX) {
+      // K[8n + l % 8][16k + 8 (l / 8) ..]: matrices 0-3 are b0, b1 of step k and of step k + 1.
+      const auto* row = ks + (n * 8 + (4 * g + c) % 8) * T::kStride + 8 * ((4 * g + c) / 8);
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int k = 0; k < HD / 16; k += 2) {
+        uint32_t b[4];
+        ldmatrix_x4<false>(b, row + 16 * k);
+        mma_16816<Op>(s[n], qa[k], b[0], b[1]);
+        mma_16816<Op>(s[n], qa[k + 1], b[2], b[3]);
+      }
+    } else {
+      score_tile<HD, Op, KV16>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
+    }
     if constexpr (MASKED)
       mask_scale_rows(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
     else
@@ -282,7 +317,7 @@ __device__ __forceinline__ void chunk_scores(const uint32_t (&qa)[HD / 16][4], c
 
 // A chunk's scores, maximum, P fragments and l for a lane's rows r0, r1 (the FOLD arithmetic
 // above): S from the staged K at ks, masked and scaled as the online-softmax path does.
-template <int HD, typename Op, bool KV16, bool MASKED>
+template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_softmax(const uint32_t (&qa)[HD / 16][4], const typename KvStage<Op, KV16>::E* ks,
                                               int c0, int pos_r0, int pos_r1, const RowMask& tree0,
                                               const RowMask& tree1, float sl2, int g, int c,
@@ -290,7 +325,7 @@ __device__ __forceinline__ void chunk_softmax(const uint32_t (&qa)[HD / 16][4], 
                                               float& lc1) {
   float s[kChunk / 8][4];
   float mx0, mx1;
-  chunk_scores<HD, Op, KV16, MASKED>(qa, ks, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, s, mx0, mx1);
+  chunk_scores<HD, Op, KV16, MASKED, LDMATRIX>(qa, ks, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, s, mx0, mx1);
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -304,17 +339,33 @@ __device__ __forceinline__ void chunk_softmax(const uint32_t (&qa)[HD / 16][4], 
 }
 
 // O_c's accumulator tile dn (dims 8dn .. 8dn + 7) of a chunk: P·V from zero over the staged V.
-template <int HD, typename Op, bool KV16>
+// LDMATRIX (16-bit caches): V's fragments by ldmatrix.trans, one instruction per two steps,
+// instead of paired 16-bit loads: the same operands, fewer instructions, 4 more registers (the
+// 8-warp tile kernel, at its register cap, keeps the paired loads; so does the persistent
+// decode block).
+template <int HD, typename Op, bool KV16, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_pv(const uint32_t (&pa)[kChunk / 16][4], const typename KvStage<Op, KV16>::E* vs,
                                          int dn, int g, int c, float (&oc)[4]) {
   using T = MmaTile<HD, KV16>;
   using S = KvStage<Op, KV16>;
   oc[0] = oc[1] = oc[2] = oc[3] = 0.f;
-  const auto* vcol = vs + (2 * c) * T::vStride + dn * 8 + g;
+  if constexpr (KV16 && LDMATRIX) {
+    // V[16 kk + l][8 dn ..], transposed: matrices 0-3 are b0, b1 of step kk and of kk + 1.
+    const auto* row = vs + (4 * g + c) * T::vStride + dn * 8;
 #pragma unroll
-  for (int kk = 0; kk < kChunk / 16; ++kk) {
-    const auto* v0 = vcol + 16 * kk * T::vStride;
-    mma_16816<Op>(oc, pa[kk], S::rows2(v0, T::vStride), S::rows2(v0 + 8 * T::vStride, T::vStride));
+    for (int kk = 0; kk < kChunk / 16; kk += 2) {
+      uint32_t b[4];
+      ldmatrix_x4<true>(b, row + 16 * kk * T::vStride);
+      mma_16816<Op>(oc, pa[kk], b[0], b[1]);
+      mma_16816<Op>(oc, pa[kk + 1], b[2], b[3]);
+    }
+  } else {
+    const auto* vcol = vs + (2 * c) * T::vStride + dn * 8 + g;
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 16; ++kk) {
+      const auto* v0 = vcol + 16 * kk * T::vStride;
+      mma_16816<Op>(oc, pa[kk], S::rows2(v0, T::vStride), S::rows2(v0 + 8 * T::vStride, T::vStride));
+    }
   }
 }
 
@@ -324,7 +375,9 @@ __device__ __forceinline__ void chunk_pv(const uint32_t (&pa)[kChunk / 16][4], c
 // attention_fold.cuh) of each of the tile's rows into a.partial, record (row, z) of n_z, or
 // mc = -inf where the chunk lies before the window or after every row. chunk_softmax and
 // chunk_pv are the tile kernel's code, so the folded partials give the tile kernel's bits.
-template <int HD, typename Op, bool KV16, bool MASKED>
+// LDMATRIX as chunk_scores' and chunk_pv's (the persistent decode block, short of registers,
+// keeps it off).
+template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_partial(const ArgsOf<MASKED>& a,
                                               int tile, int kvh, int z, int n_z, int lane,
                                               typename KvStage<Op, KV16>::E* st) {
@@ -365,13 +418,14 @@ __device__ __forceinline__ void chunk_partial(const ArgsOf<MASKED>& a,
   const E* vs = st + kChunk * T::kStride;
   uint32_t pa[kChunk / 16][4];
   float mc0, mc1, lc0, lc1;
-  chunk_softmax<HD, Op, KV16, MASKED>(qa, ks, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, pa, mc0, mc1, lc0, lc1);
+  chunk_softmax<HD, Op, KV16, MASKED, LDMATRIX>(qa, ks, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, pa, mc0, mc1, lc0,
+                                                lc1);
   float* rec0 = r0 < rows ? record(r0) : nullptr;
   float* rec1 = r1 < rows ? record(r1) : nullptr;
 #pragma unroll
   for (int dn = 0; dn < HD / 8; ++dn) {
     float oc[4];
-    chunk_pv<HD, Op, KV16>(pa, vs, dn, g, c, oc);
+    chunk_pv<HD, Op, KV16, LDMATRIX>(pa, vs, dn, g, c, oc);
     if (rec0) *reinterpret_cast<float2*>(rec0 + dn * 8 + 2 * c) = make_float2(oc[0], oc[1]);
     if (rec1) *reinterpret_cast<float2*>(rec1 + dn * 8 + 2 * c) = make_float2(oc[2], oc[3]);
   }

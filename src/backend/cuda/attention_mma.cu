@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(32) attn_chunk_decode_kernel(ArgsOf<MASKED> a)
   launch_dependents();
   grid_dependency_wait();
   extern __shared__ __align__(16) float smf[];
-  chunk_partial<HD, Op, KV16, MASKED>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, threadIdx.x,
+  chunk_partial<HD, Op, KV16, MASKED, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, threadIdx.x,
                                       reinterpret_cast<typename KvStage<Op, KV16>::E*>(smf));
 }
 
