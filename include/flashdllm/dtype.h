@@ -38,7 +38,16 @@ std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type_id);
 /// Name of a type for messages ("F16", or "type#42" when unknown).
 std::string ggml_type_name(uint32_t type_id);
 
-/// Types the compute backends can run (F32, F16, BF16, Q8_0).
+/// Turns one block of a quantized type (ggml_type_traits(t)->type_size bytes) into its
+/// block_size fp32 values, exactly as the format defines them (src/core/quant_blocks.cpp).
+/// Pure; thread-safe.
+using DequantizeBlockFn = void (*)(const void* block, float* out);
+
+/// The block dequantizer of a quantized type this build computes with (Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K); nullptr for any other type.
+DequantizeBlockFn block_dequantizer(GgmlType t);
+
+/// Types the compute backends can run: F32, F16, BF16 and the block_dequantizer() types.
 bool is_supported_weight_type(GgmlType t);
 /// Comma-separated list of supported weight types, for error messages.
 std::string_view supported_weight_types();
@@ -65,7 +74,8 @@ inline float bf16_to_fp32(uint16_t h) {
 uint16_t fp32_to_bf16(float f);
 
 /// Dequantize `n` elements (n a multiple of the type's block size) of a row of type `t` into
-/// fp32. Supported: F32, F16, BF16, Q8_0. Throws std::invalid_argument for other types.
+/// fp32. Supported: every is_supported_weight_type() type. Throws std::invalid_argument for
+/// other types, or an n that is not a whole number of blocks.
 void dequantize_row(GgmlType t, const void* src, float* dst, size_t n);
 
 /// Quantize `n` fp32 values (multiple of 32) to Q8_0 the way ggml's reference

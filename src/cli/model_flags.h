@@ -41,7 +41,7 @@ inline void add_mmap_flag(CLI::App* cmd, bool& mmap) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", detail::kv_dtype_flag(),
-                  "KV cache element type: auto (cpu: f32; cuda: the weights' 16-bit type, f16 for F16 and Q8_0 "
+                  "KV cache element type: auto (cpu: f32; cuda: the weights' 16-bit type, f16 for F16 and block-quantized "
                   "models, bf16 for BF16 ones, where head_dim is a multiple of 8, else f32), f32, f16 or bf16 (cuda only, "
                   "and only the weights' own 16-bit type); aliases fp32, float32, fp16, float16, half, bfloat16")
       ->check(CLI::IsMember({"auto", "f32", "fp32", "float32", "f16", "fp16", "float16", "half", "bf16", "bfloat16"}))

@@ -44,10 +44,12 @@ std::string ggml_type_name(uint32_t type_id) {
 }
 
 bool is_supported_weight_type(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || block_dequantizer(t) != nullptr;
 }
 
-std::string_view supported_weight_types() { return "F32, F16, BF16, Q8_0"; }
+std::string_view supported_weight_types() {
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+}
 
 float fp16_to_fp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -122,19 +124,19 @@ void dequantize_row(GgmlType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
       return;
     }
-    case GgmlType::Q8_0: {
-      if (n % 32 != 0) throw std::invalid_argument("dequantize_row: Q8_0 row length must be a multiple of 32");
-      const auto* b = static_cast<const BlockQ8_0*>(src);
-      for (size_t i = 0; i < n / 32; ++i) {
-        const float d = fp16_to_fp32(b[i].d);
-        for (int j = 0; j < 32; ++j) dst[i * 32 + j] = d * static_cast<float>(b[i].qs[j]);
-      }
+    default: {
+      const DequantizeBlockFn dequantize = block_dequantizer(t);
+      if (dequantize == nullptr)
+        throw std::invalid_argument("dequantize_row: unsupported type " + ggml_type_name(static_cast<uint32_t>(t)) +
+                                    " (supported: " + std::string(supported_weight_types()) + ")");
+      const GgmlTypeTraits tr = *ggml_type_traits(static_cast<uint32_t>(t));
+      if (n % tr.block_size != 0)
+        throw std::invalid_argument("dequantize_row: " + std::string(tr.name) + " row length " + std::to_string(n) +
+                                    " is not a multiple of " + std::to_string(tr.block_size));
+      const auto* b = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < n / tr.block_size; ++i) dequantize(b + i * tr.type_size, dst + i * tr.block_size);
       return;
     }
-    default:
-      throw std::invalid_argument("dequantize_row: unsupported type " +
-                                  ggml_type_name(static_cast<uint32_t>(t)) + " (supported: " +
-                                  std::string(supported_weight_types()) + ")");
   }
 }
 

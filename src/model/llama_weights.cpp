@@ -54,7 +54,7 @@ class Binder {
       fail("tensor '" + name + "' has unsupported type " + ggml_type_name(t.type_id) +
            "; supported weight types: " + std::string(supported_weight_types()));
     try {
-      // Also rejects a Q8_0 row width that is not a whole number of blocks.
+      // Also rejects a row width that is not a whole number of the type's blocks.
       if (cpu::weight_row_bytes(t.type(), cols) * size_t(rows) != t.n_bytes)
         fail("tensor '" + name + "' holds " + std::to_string(t.n_bytes) + " bytes, not the " +
              std::to_string(rows) + " rows its shape and type imply");

@@ -73,7 +73,7 @@ constexpr int64_t halves_source_dim(int64_t e, int64_t rope_dim) {
 
 /// Binds and validates all tensors of the family's plan (ModelConfig's qkv_bias, qk_norm,
 /// rope_halves). Throws ModelError naming the tensor for a missing tensor, a shape that
-/// disagrees with `c`, an unsupported dtype (listing F32, F16, BF16, Q8_0), or a tensor the
+/// disagrees with `c`, an unsupported dtype (listing the supported ones), or a tensor the
 /// plan does not read.
 LlamaWeights bind_llama_weights(const GgufFile& f, const ModelConfig& c);
 

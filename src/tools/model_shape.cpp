@@ -57,9 +57,10 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
     for (const auto& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
     bad("unknown preset '" + opt.preset + "' (available: " + names + ")");
   }
-  if (!is_supported_weight_type(opt.dtype))
-    bad("dtype " + ggml_type_name(static_cast<uint32_t>(opt.dtype)) + " is not supported (use " +
-        std::string(supported_weight_types()) + ")");
+  // The types make-model can write (its random weights are quantized to Q8_0 only).
+  const GgmlType d = opt.dtype;
+  if (d != GgmlType::F32 && d != GgmlType::F16 && d != GgmlType::BF16 && d != GgmlType::Q8_0)
+    bad("dtype " + ggml_type_name(static_cast<uint32_t>(d)) + " is not supported (use F32, F16, BF16, Q8_0)");
   ModelShape s = it->shape;
   s.dim = opt.dim.value_or(s.dim);
   s.n_layers = opt.n_layers.value_or(s.n_layers);

@@ -41,6 +41,32 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   return v;
 }
 
+/// Random blocks of a block-quantized type: random bytes, with the fp16 scale fields (d, and
+/// m / dmin where the type has one) set to finite values of a weight's magnitude.
+inline void random_blocks(GgmlType type, unsigned char* dst, size_t bytes, uint32_t seed) {
+  struct Fields {
+    GgmlType type;
+    int offsets[2];
+  };
+  static constexpr Fields kHalves[] = {
+      {GgmlType::Q4_0, {0, -1}},   {GgmlType::Q4_1, {0, 2}},  {GgmlType::Q5_0, {0, -1}}, {GgmlType::Q5_1, {0, 2}},
+      {GgmlType::Q2_K, {80, 82}},  {GgmlType::Q3_K, {108, -1}}, {GgmlType::Q4_K, {0, 2}}, {GgmlType::Q5_K, {0, 2}},
+      {GgmlType::Q6_K, {208, -1}},
+  };
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < bytes; ++i) dst[i] = static_cast<unsigned char>(rng() & 0xff);
+  const GgmlTypeTraits tr = *ggml_type_traits(static_cast<uint32_t>(type));
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (const auto& f : kHalves)
+    if (f.type == type)
+      for (size_t b = 0; b < bytes / tr.type_size; ++b)
+        for (int off : f.offsets)
+          if (off >= 0) {
+            const uint16_t h = fp32_to_fp16(scale(rng));
+            std::memcpy(dst + b * tr.type_size + static_cast<size_t>(off), &h, 2);
+          }
+}
+
 inline TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   TestWeights w{type, rows, cols, {}, {}};
   const std::vector<float> src = random_floats(static_cast<size_t>(rows * cols), seed, 0.5f);
@@ -66,7 +92,7 @@ inline TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, uint3
       case GgmlType::Q8_0:
         quantize_row_q8_0(s, reinterpret_cast<BlockQ8_0*>(d), static_cast<size_t>(cols));
         break;
-      default: break;
+      default: random_blocks(type, d, row_bytes, seed * 7919u + static_cast<uint32_t>(r)); break;
     }
   }
   w.widened.resize(static_cast<size_t>(rows * cols));

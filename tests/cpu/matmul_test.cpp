@@ -26,7 +26,15 @@ struct Shape {
 // several cache blocks (see matmul_avx2.cpp).
 constexpr int kShapeVariants = 3;
 Shape odd_shape(GgmlType t, int variant) {
-  const bool q8 = t == GgmlType::Q8_0;
+  const uint32_t block = ggml_type_traits(static_cast<uint32_t>(t))->block_size;
+  const bool q8 = block == 32;
+  if (block == 256) {  // K-quants: whole 256-element blocks; variant 2 is chunked in k
+    switch (variant) {
+      case 0: return Shape{37, 256};
+      case 1: return Shape{133, 512};
+      default: return Shape{21, 2304};
+    }
+  }
   switch (variant) {
     case 0: return q8 ? Shape{37, 160} : Shape{37, 203};
     case 1: return q8 ? Shape{133, 544} : Shape{133, 517};
@@ -130,8 +138,11 @@ TEST_P(MatmulTest, RowResultsDoNotDependOnTilePosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16,
-                                                              GgmlType::BF16, GgmlType::Q8_0),
+                         ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16,
+                                                              GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
+                                                              GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K,
+                                                              GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                                                              GgmlType::Q6_K),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return test::type_label(std::get<0>(info.param)) +
@@ -142,7 +153,8 @@ TEST(Matmul, RejectsBadArguments) {
   ThreadPool pool(1);
   float x[32] = {}, y[4] = {};
   uint16_t wdata[64] = {};
-  EXPECT_THROW(matmul(pool, {GgmlType::Q4_0, wdata, 1, 32}, x, 1, y), std::invalid_argument);
+  EXPECT_THROW(matmul(pool, {GgmlType::IQ2_XXS, wdata, 1, 256}, x, 1, y), std::invalid_argument);
+  EXPECT_THROW(matmul(pool, {GgmlType::Q4_K, wdata, 1, 32}, x, 1, y), std::invalid_argument);
   EXPECT_THROW(matmul(pool, {GgmlType::Q8_0, wdata, 1, 31}, x, 1, y), std::invalid_argument);
   EXPECT_THROW(matmul(pool, {GgmlType::F16, wdata, -1, 8}, x, 1, y), std::invalid_argument);
   EXPECT_THROW(matmul(pool, {GgmlType::F16, nullptr, 1, 8}, x, 1, y), std::invalid_argument);
@@ -162,6 +174,10 @@ TEST(Matmul, WeightRowBytes) {
   EXPECT_EQ(weight_row_bytes(GgmlType::BF16, 10), 20u);
   EXPECT_EQ(weight_row_bytes(GgmlType::Q8_0, 64), 68u);
   EXPECT_THROW(weight_row_bytes(GgmlType::Q8_0, 40), std::invalid_argument);
+  EXPECT_EQ(weight_row_bytes(GgmlType::Q4_K, 512), 288u);
+  EXPECT_EQ(weight_row_bytes(GgmlType::Q6_K, 256), 210u);
+  EXPECT_EQ(weight_row_bytes(GgmlType::Q5_0, 64), 44u);
+  EXPECT_THROW(weight_row_bytes(GgmlType::Q4_K, 384), std::invalid_argument);
 }
 
 }  // namespace

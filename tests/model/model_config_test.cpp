@@ -182,10 +182,10 @@ TEST(ModelConfig, SlidingWindowAndItsLayers) {
 
 TEST(ModelConfig, UnsupportedDtypeListsTheSupportedOnes) {
   TinyLlamaSpec s;
-  s.type_override["blk.0.ffn_up.weight"] = GgmlType::Q4_0;
+  s.type_override["blk.0.ffn_up.weight"] = GgmlType::IQ4_NL;
   const auto path = write_tiny_llama("dtype.gguf", s);
   expect_model_error([&] { Model::load(path); },
-                     {"blk.0.ffn_up.weight", "Q4_0", "F32, F16, BF16, Q8_0"});
+                     {"blk.0.ffn_up.weight", "IQ4_NL", "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K"});
 }
 
 TEST(ModelConfig, InconsistentHyperparametersAreRejected) {

@@ -51,21 +51,15 @@ detail::MatmulRowsFn rows_fn_for(int64_t n_tokens) {
 
 size_t weight_row_bytes(GgmlType type, int64_t cols) {
   if (cols < 0) throw std::invalid_argument("weight_row_bytes: negative column count");
+  if (!is_supported_weight_type(type))
+    throw std::invalid_argument("unsupported weight type " + ggml_type_name(static_cast<uint32_t>(type)) +
+                                " (supported: " + std::string(supported_weight_types()) + ")");
+  const GgmlTypeTraits t = *ggml_type_traits(static_cast<uint32_t>(type));
   const auto n = static_cast<size_t>(cols);
-  switch (type) {
-    case GgmlType::F32: return n * 4;
-    case GgmlType::F16:
-    case GgmlType::BF16: return n * 2;
-    case GgmlType::Q8_0:
-      if (n % 32 != 0)
-        throw std::invalid_argument("weight_row_bytes: Q8_0 row length " + std::to_string(n) +
-                                    " is not a multiple of 32");
-      return n / 32 * sizeof(BlockQ8_0);
-    default:
-      throw std::invalid_argument("unsupported weight type " +
-                                  ggml_type_name(static_cast<uint32_t>(type)) + " (supported: " +
-                                  std::string(supported_weight_types()) + ")");
-  }
+  if (n % t.block_size != 0)
+    throw std::invalid_argument("weight_row_bytes: " + std::string(t.name) + " row length " + std::to_string(n) +
+                                " is not a multiple of " + std::to_string(t.block_size));
+  return n / t.block_size * t.type_size;
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y) {

@@ -1,11 +1,13 @@
-// matmul.h — Y = X · Wᵀ for the weight types the engine runs (F32, F16, BF16, Q8_0).
+// matmul.h — Y = X · Wᵀ for the weight types the engine runs (F32, F16, BF16 and the block-
+// quantized types of dtype.h's block_dequantizer: Q8_0, Q4_0 ... Q6_K).
 //
 // Batch invariance (a hard guarantee, tested): every output Y[t][r] is bit-identical whatever
 // n_tokens is, whatever the other rows of X hold, and whatever the pool's thread count is.
 // Each output is reduced in one fixed order, identical in the single-token (GEMV) and
 // multi-token (GEMM) kernels:
 //   - weights are widened to fp32 exactly (F16/BF16 conversions are exact; a Q8_0 value is
-//     d * q, whose 19 significant bits fit an fp32 mantissa, so it is exact too);
+//     d * q, whose 19 significant bits fit an fp32 mantissa, so it is exact too; the other
+//     block types give their format's fp32 values, those of dequantize_row);
 //   - eight lane accumulators, lane l summing the products w[k]*x[k] for k ≡ l (mod 8) in
 //     increasing k (the last partial group of 8 is zero-padded);
 //   - the lanes are combined as ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
@@ -36,8 +38,9 @@ struct WeightMatrix {
   int64_t cols;
 };
 
-/// Bytes of one weight row of `cols` elements of `type` (Q8_0: cols/32 blocks of 34 bytes).
-/// Throws std::invalid_argument for unsupported types or a Q8_0 width not a multiple of 32.
+/// Bytes of one weight row of `cols` elements of `type` (Q8_0: cols/32 blocks of 34 bytes;
+/// Q4_K: cols/256 blocks of 144). Throws std::invalid_argument for unsupported types or a
+/// width that is not a whole number of the type's blocks.
 size_t weight_row_bytes(GgmlType type, int64_t cols);
 
 /// Y[t*W.rows + r] = sum_k X[t*W.cols + k] * W[r][k] for t < n_tokens, r < W.rows.
@@ -54,8 +57,10 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// arithmetic, bit-identical); more tokens widen 4
 /// rows at a time into an fp32 panel in L1 and sweep it with 4x3 register tiles over
 /// cache-sized token blocks (FMA-bound prefill). See matmul_driver_avx2.h.
-/// Throws std::invalid_argument if the type is not F32/F16/BF16/Q8_0, a dimension is
-/// negative, Q8_0 cols is not a multiple of 32, or a pointer is null while its size is > 0.
+/// Block-quantized types other than Q8_0 are turned into fp32 one block of each row at a time
+/// (src/core/quant_blocks.cpp), then run as F32 rows; up to 4 tokens stream them directly.
+/// Throws std::invalid_argument if the type is unsupported, a dimension is negative, cols is
+/// not a whole number of the type's blocks, or a pointer is null while its size is > 0.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);
 
 /// Most matrices matmul_multi takes.

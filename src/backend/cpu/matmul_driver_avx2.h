@@ -135,7 +135,10 @@ template <int RM, class Source>
 void panel_tiles(const Shape& sh, Source& src, const float* X, int64_t t0, int64_t t1, float* Y, int64_t r,
                  tiles::Lane8* panel, tiles::Lane8* accs) {
   const int64_t n_chunks = std::max<int64_t>(1, (sh.full_steps + kMaxChunkSteps - 1) / kMaxChunkSteps);
-  const int64_t chunk_steps = std::max<int64_t>(4, ((sh.full_steps + n_chunks - 1) / n_chunks + 3) / 4 * 4);
+  // Chunks are whole groups of the source (Q8_0: 4 steps, the 256-element blocks: 32).
+  constexpr int64_t kAlign = std::max(4, Source::kGroupSteps);
+  const int64_t chunk_steps =
+      std::max<int64_t>(kAlign, ((sh.full_steps + n_chunks - 1) / n_chunks + kAlign - 1) / kAlign * kAlign);
   for (int64_t s0 = 0;; s0 += chunk_steps) {
     const int64_t s1 = std::min(sh.full_steps, s0 + chunk_steps);
     const bool last = s1 == sh.full_steps;
@@ -186,10 +189,18 @@ void panel_rows(const Shape& sh, const float* X, int64_t n_tokens, float* Y, int
 
 template <template <int> class Source, int kMaxGroup>
 void rows_for_source(const Shape& sh, const float* X, int64_t n_tokens, float* Y, int64_t r0, int64_t r1) {
-  constexpr bool kQ8 = std::is_same_v<Source<1>, tiles::Q8Source<1>>;
-  if (n_tokens <= (kQ8 ? kDirectMaxTokensQ8 : kDirectMaxTokens)) direct_rows<Source, kMaxGroup>(sh, X, n_tokens, Y, r0, r1);
+  // Sources that widen blocks (Q8_0, the block types) pay their widening per token group in
+  // the direct kernel: panels, which widen once per token block, win sooner.
+  constexpr bool kBlocks = Source<1>::kGroupSteps > 1;
+  if (n_tokens <= (kBlocks ? kDirectMaxTokensQ8 : kDirectMaxTokens)) direct_rows<Source, kMaxGroup>(sh, X, n_tokens, Y, r0, r1);
   else panel_rows<Source>(sh, X, n_tokens, Y, r0, r1);
 }
+
+template <GgmlType T>
+struct Blocks {
+  template <int RM>
+  using Source = tiles::BlockSource<T, RM>;
+};
 
 /// matmul_rows_avx2 / matmul_rows_avx512 (kernels.h) with token groups of up to kMaxGroup.
 template <int kMaxGroup>
@@ -203,6 +214,18 @@ void matmul_rows_driver(const WeightMatrix& W, const float* X, int64_t n_tokens,
     case GgmlType::BF16: return rows_for_source<tiles::BF16Source, kMaxGroup>(sh, X, n_tokens, Y, row_begin, row_end);
     // Q8_0's direct path stops at 4 tokens, and its widening needs more registers: AVX2 groups.
     case GgmlType::Q8_0: return rows_for_source<tiles::Q8Source, 3>(sh, X, n_tokens, Y, row_begin, row_end);
+#define FDL_BLOCK_CASE(T) \
+  case GgmlType::T: return rows_for_source<Blocks<GgmlType::T>::Source, 3>(sh, X, n_tokens, Y, row_begin, row_end);
+    FDL_BLOCK_CASE(Q4_0)
+    FDL_BLOCK_CASE(Q4_1)
+    FDL_BLOCK_CASE(Q5_0)
+    FDL_BLOCK_CASE(Q5_1)
+    FDL_BLOCK_CASE(Q2_K)
+    FDL_BLOCK_CASE(Q3_K)
+    FDL_BLOCK_CASE(Q4_K)
+    FDL_BLOCK_CASE(Q5_K)
+    FDL_BLOCK_CASE(Q6_K)
+#undef FDL_BLOCK_CASE
     default: return matmul_rows_portable(W, X, n_tokens, Y, row_begin, row_end);  // validated earlier
   }
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "backend/cpu/simd_avx2.h"
+#include "flashdllm/dtype.h"
 
 #if FDL_HAVE_AVX2
 #include <cstdint>
@@ -195,6 +196,38 @@ struct Q8Source {
     }
   }
   __m256 load(int i, int64_t s) const { return simd::load8_q8(block[i]->qs + (s & 3) * 8, scale[i]); }
+  __m256 load_tail(int) const { return _mm256_setzero_ps(); }
+};
+
+/// Rows of a block-quantized type (src/core/quant_blocks.cpp: Q4_0 ... Q6_K): each group of
+/// steps is one block of every row, turned into fp32 by the format's dequantizer when the group
+/// begins; the steps then read those values. The values are the format's own (the same as
+/// dequantize_row's), so the arithmetic is the F32 kernels' on the dequantized row.
+template <GgmlType T, int RM>
+struct BlockSource {
+  static constexpr int kBlock = T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0 ||
+                                        T == GgmlType::Q5_1 || T == GgmlType::Q8_0
+                                    ? 32
+                                    : 256;
+  static constexpr int kGroupSteps = kBlock / 8;
+  static constexpr int kGemvRows = 4;
+  const unsigned char* rows[RM];
+  size_t block_bytes;
+  DequantizeBlockFn dequantize;
+  alignas(32) float values[RM][kBlock];
+  BlockSource(const unsigned char* first_row, size_t row_bytes, int64_t full_steps, int)
+      : block_bytes(row_bytes / static_cast<size_t>(full_steps / kGroupSteps)), dequantize(block_dequantizer(T)) {
+    for (int i = 0; i < RM; ++i) rows[i] = first_row + static_cast<size_t>(i) * row_bytes;
+  }
+  void prefetch(int64_t) const {}  // once per block, in begin_group
+  void begin_group(int64_t g) {
+    for (int i = 0; i < RM; ++i) {
+      const unsigned char* b = rows[i] + static_cast<size_t>(g) * block_bytes;
+      prefetch_span<64>(b + kPrefetchBytes / 4);
+      dequantize(b, values[i]);
+    }
+  }
+  __m256 load(int i, int64_t s) const { return _mm256_load_ps(values[i] + (s % kGroupSteps) * 8); }
   __m256 load_tail(int) const { return _mm256_setzero_ps(); }
 };
 

@@ -42,10 +42,8 @@ void convert_row_to_f32(GgmlType type, const void* src, float* dst, int64_t n) {
       }
       return;
     }
-    default:
-      throw std::invalid_argument("convert_row_to_f32: unsupported type " +
-                                  ggml_type_name(static_cast<uint32_t>(type)) + " (supported: " +
-                                  std::string(supported_weight_types()) + ")");
+    default:  // the other block types (src/core/quant_blocks.cpp); throws for unsupported ones
+      return dequantize_row(type, src, dst, static_cast<size_t>(n));
   }
 }
 

@@ -15,10 +15,10 @@
 
 namespace fdl::cpu {
 
-/// Widens `n` elements of a row of ggml type `type` to fp32 (exact for every supported type).
-/// F32: copy; F16/BF16: SIMD conversion; Q8_0: n must be a multiple of 32, dst = d * q.
-/// `src` needs no alignment. Throws std::invalid_argument for other types, n < 0, or a
-/// Q8_0 n not a multiple of 32.
+/// Widens `n` elements of a row of ggml type `type` to fp32: F32: copy; F16/BF16: SIMD
+/// conversion (exact); Q8_0: dst = d * q (exact); the other block types: their format's values
+/// (dequantize_row; n a whole number of blocks). `src` needs no alignment. Throws
+/// std::invalid_argument for unsupported types, n < 0, or n not a whole number of blocks.
 void convert_row_to_f32(GgmlType type, const void* src, float* dst, int64_t n);
 
 /// sum_i a[i] * b[i] over n elements (n >= 0; 0 gives 0). fp32 accumulation in several

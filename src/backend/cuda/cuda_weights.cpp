@@ -16,7 +16,7 @@ WType natural_type(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return WType::F32;
     case GgmlType::BF16: return WType::BF16;
-    default: return WType::F16;  // F16, and Q8_0 dequantized to F16
+    default: return WType::F16;  // F16, and the block-quantized types dequantized to F16
   }
 }
 
@@ -55,8 +55,9 @@ void upload_rows(const cpu::WeightMatrix& m, WType type, uint8_t* dst) {
           std::memcpy(out + 4 * k, &row[k], 4);
         } else {
           if (type == WType::F16 && !(std::fabs(row[k]) <= 65504.f))
-            throw ModelError("--device cuda: a Q8_0 weight (" + std::to_string(row[k]) +
-                             ") does not fit F16, the type Q8_0 is dequantized to on the GPU");
+            throw ModelError("--device cuda: a " + ggml_type_name(static_cast<uint32_t>(m.type)) + " weight (" +
+                             std::to_string(row[k]) + ") does not fit F16, the type block-quantized weights are " +
+                             "dequantized to on the GPU");
           const uint16_t h = type == WType::F16 ? fp32_to_fp16(row[k]) : fp32_to_bf16(row[k]);
           std::memcpy(out + 2 * k, &h, 2);
         }

@@ -1,9 +1,10 @@
 // cuda_weights.h — a Llama model's weights in device memory (HBM).
 //
 // Dtypes: F32, F16 and BF16 matrices keep their GGUF type (so an F32 model computes in fp32
-// exactly like the CPU backend, and a BF16 model streams 2 bytes per weight); Q8_0 is
-// dequantized at load to F16 (d*q has up to 18 significant bits, so this rounds; F16 keeps 11,
-// BF16 would keep 8). Norm vectors are fp32.
+// exactly like the CPU backend, and a BF16 model streams 2 bytes per weight); the
+// block-quantized types (Q8_0, Q4_0 ... Q6_K) are dequantized at load to F16 (their values
+// have up to ~21 significant bits, so this rounds; F16 keeps 11, BF16 would keep 8), so they
+// take F16's device memory. Norm vectors are fp32.
 //
 // Fusion at load: Q, K and V are stored as one [q_dim + 2*kv_dim][n_embd] matrix, gate and up
 // as one [2*n_ff][n_embd] matrix, so a dense decode step launches 4 projections per layer, not
@@ -67,7 +68,8 @@ WType device_wo_type(const LlamaLayerWeights& L);
 uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c);
 
 /// Copies (and where needed converts) every tensor to the current device.
-/// Throws ModelError for a Q8_0 value outside the F16 range, CudaError on device failures.
+/// Throws ModelError for a block-quantized value outside the F16 range, CudaError on device
+/// failures.
 CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c);
 
 }  // namespace fdl::cuda

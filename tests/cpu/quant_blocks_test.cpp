@@ -1,0 +1,78 @@
+// The block-quantized formats (src/core/quant_blocks.cpp) against llama.cpp's own Python
+// reader: tests/data/quant_blocks.json holds random blocks of each type and the values gguf-py
+// dequantizes them to (scripts/make_quant_block_fixture.py).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flashdllm/dtype.h"
+#include "test_support.h"
+
+namespace fdl {
+namespace {
+
+std::vector<unsigned char> from_hex(const std::string& hex) {
+  std::vector<unsigned char> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+std::optional<GgmlType> type_named(const std::string& name) {
+  for (uint32_t id = 0; id < 64; ++id)
+    if (auto t = ggml_type_traits(id); t && t->name == name) return static_cast<GgmlType>(id);
+  return std::nullopt;
+}
+
+TEST(QuantBlocks, ValuesEqualLlamaCppsDequantization) {
+  std::ifstream in(test::test_data_dir() / "quant_blocks.json");
+  ASSERT_TRUE(in) << "missing tests/data/quant_blocks.json";
+  const auto doc = nlohmann::json::parse(in);
+  int types = 0;
+  for (const auto& c : doc.at("cases")) {
+    const std::string name = c.at("type");
+    const auto type = type_named(name);
+    ASSERT_TRUE(type.has_value()) << name;
+    const GgmlTypeTraits tr = *ggml_type_traits(static_cast<uint32_t>(*type));
+    const auto blocks = from_hex(c.at("hex"));
+    const auto want_bytes = from_hex(c.at("values_f32_hex"));
+    const size_t n = size_t(c.at("blocks")) * tr.block_size;
+    ASSERT_EQ(blocks.size(), size_t(c.at("blocks")) * tr.type_size) << name;
+    ASSERT_EQ(want_bytes.size(), n * 4) << name;
+    std::vector<float> want(n), got(n);
+    std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
+    ASSERT_NE(block_dequantizer(*type), nullptr) << name;
+    dequantize_row(*type, blocks.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << name << " element " << i;
+    ++types;
+  }
+  EXPECT_EQ(types, 10);
+}
+
+TEST(QuantBlocks, EveryComputedTypeIsSupportedAndOthersAreNot) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+    EXPECT_TRUE(is_supported_weight_type(t)) << ggml_type_name(static_cast<uint32_t>(t));
+  for (GgmlType t : {GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::IQ2_XXS, GgmlType::IQ4_NL, GgmlType::TQ1_0}) {
+    EXPECT_FALSE(is_supported_weight_type(t)) << ggml_type_name(static_cast<uint32_t>(t));
+    float out[256];
+    const unsigned char zeros[512] = {};
+    EXPECT_THROW(dequantize_row(t, zeros, out, 256), std::invalid_argument);
+  }
+}
+
+TEST(QuantBlocks, RowsThatAreNotWholeBlocksAreRefused) {
+  const unsigned char zeros[1024] = {};
+  std::vector<float> out(512);
+  EXPECT_THROW(dequantize_row(GgmlType::Q4_K, zeros, out.data(), 300), std::invalid_argument);
+  EXPECT_THROW(dequantize_row(GgmlType::Q5_0, zeros, out.data(), 40), std::invalid_argument);
+  EXPECT_NO_THROW(dequantize_row(GgmlType::Q6_K, zeros, out.data(), 256));
+}
+
+}  // namespace
+}  // namespace fdl
