@@ -137,6 +137,25 @@ TEST_P(MatmulTest, RowResultsDoNotDependOnTilePosition) {
   }
 }
 
+TEST_P(MatmulTest, GivesTheF32BitsOfTheDequantizedRows) {
+  // The kernels widen each type to its exact fp32 values (matmul.h): the same matrix written
+  // as F32 must give the same bits, on every path (1-4 tokens stream, more pack panels).
+  KernelSetGuard guard(portable());
+  ThreadPool pool(2);
+  for (int variant = 0; variant < kShapeVariants; ++variant) {
+    const Shape s = odd_shape(type(), variant);
+    const auto w = make_weights(type(), s.rows, s.cols, 41 + variant);
+    test::TestWeights f32{GgmlType::F32, s.rows, s.cols, {}, w.widened};
+    f32.bytes.resize(w.widened.size() * sizeof(float));
+    std::memcpy(f32.bytes.data(), w.widened.data(), f32.bytes.size());
+    for (int64_t n : {1, 2, 4, 5, 20}) {
+      const auto x = random_floats(static_cast<size_t>(n * s.cols), 3 + n);
+      const auto a = run(pool, w, x.data(), n), b = run(pool, f32, x.data(), n);
+      ASSERT_TRUE(same_bits(a.data(), b.data(), n * s.rows)) << "n_tokens " << n << " variant " << variant;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16,
                                                               GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,

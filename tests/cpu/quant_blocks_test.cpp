@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels.h"
+#include "cpu_test_util.h"
 #include "flashdllm/dtype.h"
 #include "test_support.h"
 
@@ -63,6 +66,27 @@ TEST(QuantBlocks, EveryComputedTypeIsSupportedAndOthersAreNot) {
     float out[256];
     const unsigned char zeros[512] = {};
     EXPECT_THROW(dequantize_row(t, zeros, out, 256), std::invalid_argument);
+  }
+}
+
+// The AVX2 build of the formats (the CPU kernels' dequantizer) gives the portable build's
+// bits, on random blocks of every type.
+TEST(QuantBlocks, Avx2BuildGivesThePortableBits) {
+  if (!cpu::use_avx2_kernels()) GTEST_SKIP() << "AVX2 kernels unavailable here";
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const GgmlTypeTraits tr = *ggml_type_traits(static_cast<uint32_t>(t));
+    constexpr int kBlocks = 64;
+    std::vector<unsigned char> blocks(kBlocks * tr.type_size);
+    cpu::test::random_blocks(t, blocks.data(), blocks.size(), 17u + static_cast<uint32_t>(t));
+    const DequantizeBlockFn portable = block_dequantizer(t), avx2 = cpu::detail::block_dequantizer_avx2(t);
+    ASSERT_NE(avx2, nullptr) << tr.name;
+    std::vector<float> a(tr.block_size), b(tr.block_size);
+    for (int i = 0; i < kBlocks; ++i) {
+      portable(blocks.data() + i * tr.type_size, a.data());
+      avx2(blocks.data() + i * tr.type_size, b.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << tr.name << " block " << i;
+    }
   }
 }
 

@@ -29,6 +29,9 @@ void f16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n);
 void bf16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n);
 void q8_0_to_f32_avx2(const BlockQ8_0* src, float* dst, int64_t n_blocks);
 
+/// block_dequantizer(t) built for AVX2 (the same values, vectorized); nullptr where that is.
+DequantizeBlockFn block_dequantizer_avx2(GgmlType t);
+
 /// out[i] = silu(gate[i]) * up[i] with a vectorized exp (ops.h's silu_mul on AVX2).
 void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "backend/cpu/simd_avx2.h"
+#include "backend/cpu/kernels.h"
 #include "flashdllm/dtype.h"
 
 #if FDL_HAVE_AVX2
@@ -216,7 +217,7 @@ struct BlockSource {
   DequantizeBlockFn dequantize;
   alignas(32) float values[RM][kBlock];
   BlockSource(const unsigned char* first_row, size_t row_bytes, int64_t full_steps, int)
-      : block_bytes(row_bytes / static_cast<size_t>(full_steps / kGroupSteps)), dequantize(block_dequantizer(T)) {
+      : block_bytes(row_bytes / static_cast<size_t>(full_steps / kGroupSteps)), dequantize(detail::block_dequantizer_avx2(T)) {
     for (int i = 0; i < RM; ++i) rows[i] = first_row + static_cast<size_t>(i) * row_bytes;
   }
   void prefetch(int64_t) const {}  // once per block, in begin_group
