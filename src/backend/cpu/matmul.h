@@ -57,8 +57,9 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// arithmetic, bit-identical); more tokens widen 4
 /// rows at a time into an fp32 panel in L1 and sweep it with 4x3 register tiles over
 /// cache-sized token blocks (FMA-bound prefill). See matmul_driver_avx2.h.
-/// Block-quantized types other than Q8_0 are turned into fp32 one block of each row at a time
-/// (src/core/quant_blocks.cpp), then run as F32 rows; up to 4 tokens stream them directly.
+/// Block-quantized types are widened to their fp32 values in registers step by step (Q8_0,
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) or one block of each row at a time (the others,
+/// core/quant_block_formats.h); up to 4 tokens stream them directly, more pack panels.
 /// Throws std::invalid_argument if the type is unsupported, a dimension is negative, cols is
 /// not a whole number of the type's blocks, or a pointer is null while its size is > 0.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);

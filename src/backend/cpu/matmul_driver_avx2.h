@@ -201,6 +201,11 @@ struct Blocks {
   template <int RM>
   using Source = tiles::BlockSource<T, RM>;
 };
+template <GgmlType T>
+struct Blocks32 {
+  template <int RM>
+  using Source = tiles::Block32Source<T, RM>;
+};
 
 /// matmul_rows_avx2 / matmul_rows_avx512 (kernels.h) with token groups of up to kMaxGroup.
 template <int kMaxGroup>
@@ -216,16 +221,21 @@ void matmul_rows_driver(const WeightMatrix& W, const float* X, int64_t n_tokens,
     case GgmlType::Q8_0: return rows_for_source<tiles::Q8Source, 3>(sh, X, n_tokens, Y, row_begin, row_end);
 #define FDL_BLOCK_CASE(T) \
   case GgmlType::T: return rows_for_source<Blocks<GgmlType::T>::Source, 3>(sh, X, n_tokens, Y, row_begin, row_end);
-    FDL_BLOCK_CASE(Q4_0)
-    FDL_BLOCK_CASE(Q4_1)
-    FDL_BLOCK_CASE(Q5_0)
-    FDL_BLOCK_CASE(Q5_1)
+#define FDL_BLOCK32_CASE(T) \
+  case GgmlType::T: return rows_for_source<Blocks32<GgmlType::T>::Source, 3>(sh, X, n_tokens, Y, row_begin, row_end);
+    FDL_BLOCK32_CASE(Q4_0)
+    FDL_BLOCK32_CASE(Q4_1)
+    FDL_BLOCK32_CASE(Q5_0)
+    FDL_BLOCK32_CASE(Q5_1)
+#undef FDL_BLOCK32_CASE
     FDL_BLOCK_CASE(Q2_K)
     FDL_BLOCK_CASE(Q3_K)
-    FDL_BLOCK_CASE(Q4_K)
     FDL_BLOCK_CASE(Q5_K)
-    FDL_BLOCK_CASE(Q6_K)
 #undef FDL_BLOCK_CASE
+    // The types of most llama-quantize files widen in registers, as Q8_0 does; the others go
+    // through a dequantized block.
+    case GgmlType::Q4_K: return rows_for_source<tiles::Q4KSource, 3>(sh, X, n_tokens, Y, row_begin, row_end);
+    case GgmlType::Q6_K: return rows_for_source<tiles::Q6KSource, 3>(sh, X, n_tokens, Y, row_begin, row_end);
     default: return matmul_rows_portable(W, X, n_tokens, Y, row_begin, row_end);  // validated earlier
   }
 }

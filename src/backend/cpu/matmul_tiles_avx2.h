@@ -21,6 +21,7 @@
 #include "flashdllm/dtype.h"
 
 #if FDL_HAVE_AVX2
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -198,6 +199,149 @@ struct Q8Source {
   }
   __m256 load(int i, int64_t s) const { return simd::load8_q8(block[i]->qs + (s & 3) * 8, scale[i]); }
   __m256 load_tail(int) const { return _mm256_setzero_ps(); }
+};
+
+/// What the register-widening block sources share: the RM rows, one linear prefetch stream
+/// ahead of them (a group's blocks are requested when it begins), no partial step.
+template <int RM, int kBlockBytes>
+struct BlockRows {
+  const unsigned char* rows[RM];
+  const unsigned char* prefetch_base;
+  BlockRows(const unsigned char* first_row, size_t row_bytes) : prefetch_base(first_row + kPrefetchBytes) {
+    for (int i = 0; i < RM; ++i) rows[i] = first_row + static_cast<size_t>(i) * row_bytes;
+  }
+  void prefetch_group(int64_t g) const { prefetch_span<RM * kBlockBytes>(prefetch_base + g * RM * kBlockBytes); }
+  const unsigned char* block(int i, int64_t g) const { return rows[i] + static_cast<size_t>(g) * kBlockBytes; }
+  void prefetch(int64_t) const {}  // once per block, in begin_group
+  __m256 load_tail(int) const { return _mm256_setzero_ps(); }
+};
+
+/// Eight unsigned bytes as eight int32 lanes.
+inline __m256i widen_u8(__m128i b) { return _mm256_cvtepu8_epi32(b); }
+
+/// Q4_K rows widened in registers step by step (no block buffer): step t of a block (8
+/// elements) is chunk c = t / 8's low (t % 8 < 4) or high nibbles of its bytes 8 (t % 4) ..,
+/// scaled by that 32-element group's d * scale and dmin * min, exactly as the format computes
+/// them (core/quant_block_formats.h: (d * scale) * q - dmin * min, no FMA).
+template <int RM>
+struct Q4KSource : BlockRows<RM, 144> {
+  static constexpr int kGroupSteps = 32;
+  static constexpr int kGemvRows = 4;
+  const unsigned char* qs[RM];
+  float dsc[RM][8], dmn[RM][8];  // per 32-element group: d * scale, dmin * min
+  Q4KSource(const unsigned char* first_row, size_t row_bytes, int64_t, int) : BlockRows<RM, 144>(first_row, row_bytes) {}
+  void begin_group(int64_t g) {
+    this->prefetch_group(g);
+    for (int i = 0; i < RM; ++i) {
+      const unsigned char* b = this->block(i, g);
+      const float d = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b));
+      const float dmin = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b + 2));
+      const unsigned char* p = b + 4;
+      for (int j = 0; j < 8; ++j) {
+        const int sc = j < 4 ? p[j] & 63 : (p[j + 4] & 0x0f) | ((p[j - 4] >> 6) << 4);
+        const int m = j < 4 ? p[j + 4] & 63 : (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+        dsc[i][j] = d * static_cast<float>(sc);
+        dmn[i][j] = dmin * static_cast<float>(m);
+      }
+      qs[i] = b + 16;
+    }
+  }
+  __m256 load(int i, int64_t s) const {
+    const int t = static_cast<int>(s & 31), c = t >> 3, hi = (t >> 2) & 1, grp = 2 * c + hi;
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs[i] + 32 * c + 8 * (t & 3)));
+    if (hi) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+    const __m256 q = _mm256_cvtepi32_ps(widen_u8(b));
+    return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(dsc[i][grp]), q), _mm256_set1_ps(dmn[i][grp]));
+  }
+};
+
+/// Byte j of kFifthBits[v] is bit j of v as a fifth bit (16 or 0): eight Q5 high bits in one load.
+inline constexpr auto kFifthBits = [] {
+  std::array<uint64_t, 256> t{};
+  for (int v = 0; v < 256; ++v)
+    for (int j = 0; j < 8; ++j) t[v] |= static_cast<uint64_t>(((v >> j) & 1) << 4) << (8 * j);
+  return t;
+}();
+
+/// Q4_0, Q4_1, Q5_0 and Q5_1 rows (32-element blocks) widened in registers: step t of a block
+/// is the low (t < 2) or high nibbles of bytes 8 (t % 2) .. and, for Q5, bits 8t .. 8t + 7 of
+/// qh as fifth bits; then (q - offset) * d, or q * d + m for the types with a minimum
+/// (core/quant_block_formats.h, in the same order).
+template <GgmlType T>
+struct Block32Layout {
+  static constexpr bool kFive = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+  static constexpr bool kMin = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
+  static constexpr int kHighOffset = kMin ? 4 : 2;  // qh after d (and m)
+  static constexpr int kQsOffset = kHighOffset + (kFive ? 4 : 0);
+  static constexpr int kBlockBytes = kQsOffset + 16;
+  static constexpr int kZero = kMin ? 0 : kFive ? 16 : 8;  // subtracted from q (no minimum)
+};
+template <GgmlType T, int RM>
+struct Block32Source : Block32Layout<T>, BlockRows<RM, Block32Layout<T>::kBlockBytes> {
+  using L = Block32Layout<T>;
+  static constexpr int kGroupSteps = 4;
+  static constexpr int kGemvRows = 4;
+  const unsigned char* qs[RM];
+  __m256 d[RM], m[RM];
+  uint32_t qh[RM];
+  Block32Source(const unsigned char* first_row, size_t row_bytes, int64_t, int)
+      : BlockRows<RM, L::kBlockBytes>(first_row, row_bytes) {}
+  void begin_group(int64_t g) {
+    this->prefetch_group(g);
+    for (int i = 0; i < RM; ++i) {
+      const unsigned char* b = this->block(i, g);
+      d[i] = _mm256_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b)));
+      if constexpr (L::kMin) m[i] = _mm256_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b + 2)));
+      if constexpr (L::kFive) std::memcpy(&qh[i], b + L::kHighOffset, 4);
+      qs[i] = b + L::kQsOffset;
+    }
+  }
+  __m256 load(int i, int64_t s) const {
+    const int t = static_cast<int>(s & 3);
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs[i] + 8 * (t & 1)));
+    if (t >= 2) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+    if constexpr (L::kFive)
+      b = _mm_or_si128(b, _mm_cvtsi64_si128(static_cast<long long>(kFifthBits[(qh[i] >> (8 * t)) & 0xffu])));
+    const __m256i q = widen_u8(b);
+    if constexpr (L::kMin) return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), d[i]), m[i]);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(L::kZero))), d[i]);
+  }
+};
+
+/// Q6_K rows widened in registers: step t of a block is half h = t / 16, quarter r = (t / 4) %
+/// 4, elements 8 (t % 4) .. of that quarter: the low (r < 2) or high nibbles of ql and bits 2r,
+/// 2r + 1 of qh, minus 32, times d * scale (core/quant_block_formats.h).
+template <int RM>
+struct Q6KSource : BlockRows<RM, 210> {
+  static constexpr int kGroupSteps = 32;
+  static constexpr int kGemvRows = 4;
+  const unsigned char* cur[RM];
+  float dsc[RM][16];  // per 16-element group: d * scale
+  Q6KSource(const unsigned char* first_row, size_t row_bytes, int64_t, int) : BlockRows<RM, 210>(first_row, row_bytes) {}
+  void begin_group(int64_t g) {
+    this->prefetch_group(g);
+    for (int i = 0; i < RM; ++i) {
+      const unsigned char* b = this->block(i, g);
+      const float d = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b + 208));
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int j = 0; j < 16; ++j) dsc[i][j] = d * static_cast<float>(sc[j]);
+      cur[i] = b;
+    }
+  }
+  __m256 load(int i, int64_t s) const {
+    const int t = static_cast<int>(s & 31), h = t >> 4, r = (t >> 2) & 3, l0 = 8 * (t & 3);
+    const unsigned char* b = cur[i];
+    __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 64 * h + 32 * (r & 1) + l0));
+    if (r >= 2) lo = _mm_srli_epi16(lo, 4);
+    lo = _mm_and_si128(lo, _mm_set1_epi8(0x0f));
+    __m128i hb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 128 + 32 * h + l0));
+    hb = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * r)), _mm_set1_epi8(0x03));
+    const __m128i q8 = _mm_or_si128(lo, _mm_slli_epi16(hb, 4));
+    const __m256i q = _mm256_sub_epi32(widen_u8(q8), _mm256_set1_epi32(32));
+    return _mm256_mul_ps(_mm256_set1_ps(dsc[i][8 * h + 2 * r + (l0 >> 4)]), _mm256_cvtepi32_ps(q));
+  }
 };
 
 /// Rows of a block-quantized type (src/core/quant_blocks.cpp: Q4_0 ... Q6_K): each group of
