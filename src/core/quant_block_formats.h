@@ -200,7 +200,7 @@ void dequantize_q5_k(const void* block, float* y) {
 
 // Q6_K: 128 bytes of low nibbles (ql), 64 bytes of 2-bit highs (qh), 16 int8 scales (one per
 // 16 elements), d (fp16). In half h (128 elements), element 32r + l (r < 4, l < 32) takes the
-// low (r even) or high (r odd) nibble of ql[64h + 32 (r & 1) + l] and bits 2r, 2r + 1 of
+// low (r < 2) or high (r >= 2) nibble of ql[64h + 32 (r & 1) + l] and bits 2r, 2r + 1 of
 // qh[32h + l]; value (d * scale) * (q - 32).
 void dequantize_q6_k(const void* block, float* y) {
   const auto* b = static_cast<const unsigned char*>(block);

@@ -28,11 +28,11 @@ constexpr int kShapeVariants = 3;
 Shape odd_shape(GgmlType t, int variant) {
   const uint32_t block = ggml_type_traits(static_cast<uint32_t>(t))->block_size;
   const bool q8 = block == 32;
-  if (block == 256) {  // K-quants: whole 256-element blocks; variant 2 is chunked in k
-    switch (variant) {
+  if (block == 256) {  // K-quants: whole 256-element blocks; variant 2 is chunked in k, into a
+    switch (variant) {   // chunk of 96 steps and one of 64 (rounded up to whole blocks)
       case 0: return Shape{37, 256};
       case 1: return Shape{133, 512};
-      default: return Shape{21, 2304};
+      default: return Shape{21, 1280};
     }
   }
   switch (variant) {

@@ -94,6 +94,8 @@ TEST(QuantizedReference, CodeLmFollowsLlamaCppUpToNearTies) {
           << " below flashdllm's top logit";
     }
     std::cout << "  " << file << ": " << same_text << " of " << cases.size() << " texts equal llama.cpp's\n";
+    // Near-ties are rare: most of 32-token continuations come out the same (8-11 of 12 measured).
+    EXPECT_GE(2 * same_text, int(cases.size())) << file;
   }
 }
 

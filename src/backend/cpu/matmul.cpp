@@ -64,7 +64,7 @@ size_t weight_row_bytes(GgmlType type, int64_t cols) {
 
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y) {
   require(W.rows >= 0 && W.cols >= 0 && n_tokens >= 0, "negative dimension");
-  (void)weight_row_bytes(W.type, W.cols);  // validates type and Q8_0 width
+  (void)weight_row_bytes(W.type, W.cols);  // validates the type and that rows are whole blocks
   if (W.rows == 0 || n_tokens == 0) return;
   require(Y != nullptr, "null output");
   if (W.cols == 0) {  // empty sums

@@ -42,8 +42,10 @@ constexpr int64_t kDirectMaxTokensQ8 = 4;
 constexpr int kTileTokens = 3;
 // Most steps of 8 per k-chunk of the panel kernel: 4 rows x 768 fp32 = 12 KiB of panel plus
 // 3 x 3 KiB of activations stay in L1 (32 KiB) for the whole chunk. Wider rows are cut into
-// equal chunks (a multiple of 4 steps, for Q8_0 blocks); chunking a row that fits costs ~7%.
+// equal chunks (whole groups of the source: 4 steps for Q8_0 blocks, 32 for 256-element ones);
+// chunking a row that fits costs ~7%.
 constexpr int64_t kMaxChunkSteps = 96;
+static_assert(kMaxChunkSteps % 32 == 0, "a chunk rounded up to whole 32-step groups must fit the panel");
 // Bytes of activations per token block of the panel kernel: half of a 1 MiB L2, so the block
 // stays there while panels stream past; large enough to amortize re-widening each panel per
 // block (512 KiB measured ~4% faster than 256 KiB on 768x2048 at 128 tokens).

@@ -216,6 +216,13 @@ struct BlockRows {
   __m256 load_tail(int) const { return _mm256_setzero_ps(); }
 };
 
+/// The fp16 value at p (any alignment) as fp32 (exact).
+inline float half_at(const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
 /// Eight unsigned bytes as eight int32 lanes.
 inline __m256i widen_u8(__m128i b) { return _mm256_cvtepu8_epi32(b); }
 
@@ -234,8 +241,8 @@ struct Q4KSource : BlockRows<RM, 144> {
     this->prefetch_group(g);
     for (int i = 0; i < RM; ++i) {
       const unsigned char* b = this->block(i, g);
-      const float d = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b));
-      const float dmin = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b + 2));
+      const float d = half_at(b);
+      const float dmin = half_at(b + 2);
       const unsigned char* p = b + 4;
       for (int j = 0; j < 8; ++j) {
         const int sc = j < 4 ? p[j] & 63 : (p[j + 4] & 0x0f) | ((p[j - 4] >> 6) << 4);
@@ -291,8 +298,8 @@ struct Block32Source : Block32Layout<T>, BlockRows<RM, Block32Layout<T>::kBlockB
     this->prefetch_group(g);
     for (int i = 0; i < RM; ++i) {
       const unsigned char* b = this->block(i, g);
-      d[i] = _mm256_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b)));
-      if constexpr (L::kMin) m[i] = _mm256_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b + 2)));
+      d[i] = _mm256_set1_ps(half_at(b));
+      if constexpr (L::kMin) m[i] = _mm256_set1_ps(half_at(b + 2));
       if constexpr (L::kFive) std::memcpy(&qh[i], b + L::kHighOffset, 4);
       qs[i] = b + L::kQsOffset;
     }
@@ -324,7 +331,7 @@ struct Q6KSource : BlockRows<RM, 210> {
     this->prefetch_group(g);
     for (int i = 0; i < RM; ++i) {
       const unsigned char* b = this->block(i, g);
-      const float d = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b + 208));
+      const float d = half_at(b + 208);
       const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
       for (int j = 0; j < 16; ++j) dsc[i][j] = d * static_cast<float>(sc[j]);
       cur[i] = b;
