@@ -351,16 +351,14 @@ struct Q6KSource : BlockRows<RM, 210> {
   }
 };
 
-/// Rows of a block-quantized type (src/core/quant_blocks.cpp: Q4_0 ... Q6_K): each group of
-/// steps is one block of every row, turned into fp32 by the format's dequantizer when the group
-/// begins; the steps then read those values. The values are the format's own (the same as
-/// dequantize_row's), so the arithmetic is the F32 kernels' on the dequantized row.
+/// Rows of the 256-element block types without a register source (Q2_K, Q3_K, Q5_K;
+/// core/quant_block_formats.h): each group of steps is one block of every row, turned into
+/// fp32 by the format's dequantizer when the group begins; the steps then read those values.
+/// The values are the format's own (the same as dequantize_row's), so the arithmetic is the
+/// F32 kernels' on the dequantized row.
 template <GgmlType T, int RM>
 struct BlockSource {
-  static constexpr int kBlock = T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0 ||
-                                        T == GgmlType::Q5_1 || T == GgmlType::Q8_0
-                                    ? 32
-                                    : 256;
+  static constexpr int kBlock = 256;
   static constexpr int kGroupSteps = kBlock / 8;
   static constexpr int kGemvRows = 4;
   const unsigned char* rows[RM];
