@@ -3,10 +3,14 @@
 // decode steps or as a prompt. Random F16 weights (near-ties everywhere: any rounding
 // difference would show), GQA 2, head_dim 64, prompts across the fixed context splits (256
 // positions) and the KV blocks.
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "gpu/gpu_test_util.h"
+#include "backend/cuda/cuda_model.h"
+#include "backend/cuda/kernels.h"
 #include "model/model_test_util.h"
 #include "tools/make_model.h"
 
@@ -85,15 +89,20 @@ Decoded run(Model& m, KvCache& kv, const std::vector<std::vector<int32_t>>& prom
   return r;
 }
 
-TEST(CudaBatchInvariance, SameBitsAloneBatchedChunkedAndDecoded) {
-  FDL_SKIP_WITHOUT_GPU();
+// The test model: random F16 weights whose shapes the invariant batch-1 kernels take.
+std::filesystem::path invariance_model() {
   tools::MakeModelOptions o;
   o.output = scratch_dir() / "invariance-f16.gguf";
   o.arch = "llama";
   o.dim = 256, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.ffn_dim = 512, o.vocab = 1000;
   o.weight_std = 0.05f;
   tools::make_model(o);
-  auto m = Model::load(o.output, ModelOptions{.device = Device::Cuda, .batch_invariant = true});
+  return o.output;
+}
+
+TEST(CudaBatchInvariance, SameBitsAloneBatchedChunkedAndDecoded) {
+  FDL_SKIP_WITHOUT_GPU();
+  auto m = Model::load(invariance_model(), ModelOptions{.device = Device::Cuda, .batch_invariant = true});
   ASSERT_TRUE(m->batch_invariant());
   std::vector<std::vector<int32_t>> prompts;
   std::uniform_int_distribution<int32_t> tok(3, 999);
@@ -130,6 +139,47 @@ TEST(CudaBatchInvariance, SameBitsAloneBatchedChunkedAndDecoded) {
     const Decoded again = run(*m, kv, {extended}, 0, false, 1);
     EXPECT_TRUE(bit_equal(again.logits[0][0], alone.logits[p].back())) << "prompt of " << prompts[p].size();
   }
+}
+
+// FLASHDLLM_DECODE_TRACE=1 stamps the invariant batch-1 kernels' phases too (bench_gpu --trace
+// reads them), in order in every block, and changes no result.
+TEST(CudaBatchInvariance, BatchOneKernelsStampEveryPhaseInOrder) {
+  FDL_SKIP_WITHOUT_GPU();
+  const std::filesystem::path path = invariance_model();
+  const char* before = std::getenv("FLASHDLLM_DECODE_TRACE");
+  const std::string saved = before ? before : "";
+  ::setenv("FLASHDLLM_DECODE_TRACE", "1", 1);
+  const ModelOptions on{.device = Device::Cuda, .batch_invariant = true};
+  std::unique_ptr<Model> traced = Model::load(path, on);
+  ::unsetenv("FLASHDLLM_DECODE_TRACE");
+  std::unique_ptr<Model> plain = Model::load(path, on);
+  if (before) ::setenv("FLASHDLLM_DECODE_TRACE", saved.c_str(), 1);
+  const std::vector<int32_t> prompt{5, 17, 300, 42, 7, 999, 64, 128, 3, 250, 251, 252, 600, 601, 602, 603, 604};
+  auto pool = make_pool(*traced, 64), pool_plain = make_pool(*plain, 64);
+  KvCache kv(*pool), kv_plain(*pool_plain);
+  const Decoded a = run(*traced, kv, {prompt}, 0, false, 6);
+  const Decoded b = run(*plain, kv_plain, {prompt}, 0, false, 6);
+  EXPECT_EQ(a.ids, b.ids);
+  for (size_t s = 0; s < a.logits[0].size(); ++s) EXPECT_TRUE(bit_equal(a.logits[0][s], b.logits[0][s])) << "step " << s;
+  // The stamps hold the last decode step's.
+  const auto t = dynamic_cast<cuda::CudaModel&>(*traced).decode_trace();
+  ASSERT_EQ(t.n_layer, traced->config().n_layer);
+  ASSERT_GT(t.attn_blocks, 0) << "the invariant attention block did not run";
+  ASSERT_GT(t.ffn_blocks, 0) << "the invariant FFN block did not run";
+  auto check = [](const std::vector<uint64_t>& v, int n_layer, int events, int blocks, const char* kernel) {
+    for (int l = 0; l < n_layer; ++l)
+      for (int blk = 0; blk < blocks; ++blk)
+        for (int e = 0; e < events; ++e) {
+          const uint64_t at = v[(size_t(l) * size_t(events) + size_t(e)) * size_t(blocks) + size_t(blk)];
+          ASSERT_NE(at, 0u) << kernel << " layer " << l << " block " << blk << " event " << e;
+          if (e > 0) {
+            ASSERT_GE(at, v[(size_t(l) * size_t(events) + size_t(e - 1)) * size_t(blocks) + size_t(blk)])
+                << kernel << " layer " << l << " block " << blk << " event " << e;
+          }
+        }
+  };
+  check(t.attn, t.n_layer, t.attn_events, t.attn_blocks, "attention");
+  check(t.ffn, t.n_layer, t.ffn_events, t.ffn_blocks, "FFN");
 }
 
 }  // namespace

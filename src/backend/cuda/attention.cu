@@ -183,16 +183,24 @@ __global__ void attn_combine_kernel(const float* partial, float* out, int n_spli
 
 // Batch-invariant steps whose chunks ran side by side (attention_invariant_chunk_partials):
 // one block per (token, head), fold_combine_row (attention_fold.cuh).
-__global__ void attn_fold_combine_kernel(float* partial, float* out, int n_splits, int share_chunks, int hd) {
+// Shared memory: the split weights (n_splits floats, rounded up to 8 bytes), then, where
+// `staged`, the row's records (fold_stage_floats).
+__global__ void attn_fold_combine_kernel(float* partial, float* out, int n_splits, int share_chunks, int hd,
+                                         bool staged) {
   launch_dependents();
   grid_dependency_wait();
-  extern __shared__ float weight[];  // n_splits
+  extern __shared__ float weight[];
   __shared__ float red[32];
   const int64_t th = blockIdx.x;
   float* row = out + th * hd;
+  float* stage = staged ? weight + (n_splits + 1) / 2 * 2 : nullptr;
   fold_combine_row(partial, th, gridDim.x, n_splits, share_chunks, hd, [&](int d, float v) { row[d] = v; }, weight,
-                   red, blockDim.x);
+                   red, blockDim.x, stage, staged ? fold_stage_floats(n_splits, share_chunks, hd) : 0);
 }
+
+// The fold kernel's shared memory works from a copy of each row's records up to this size
+// (the default limit of a launch).
+constexpr size_t kFoldStageMaxBytes = 48 << 10;
 
 // Tiled causal attention for runs of consecutive positions of one sequence (prefill chunks):
 // block (tile, kv head); thread r < tile_tokens * group owns query row r (token r / group,
@@ -473,11 +481,13 @@ void paged_attention(const AttentionArgs& a, cudaStream_t stream, const Attentio
       masks.any() ? launch_tiles<64, true>(with_masks(a, masks), stream) : launch_tiles<64, false>(a, stream);
     else
       masks.any() ? launch_tiles<128, true>(with_masks(a, masks), stream) : launch_tiles<128, false>(a, stream);
-    if (attention_invariant_chunk_partials(a))
-      launch_pdl(attn_fold_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)),
-                 dim3(combine_threads(hd)), size_t(a.n_splits) * sizeof(float), stream, a.partial,
-                 a.out, a.n_splits, a.share_chunks, hd);
-    else if (a.n_splits > 1 || a.share_chunks > 0)
+    if (attention_invariant_chunk_partials(a)) {
+      const size_t weights = size_t(a.n_splits + 1) / 2 * 2 * sizeof(float);
+      const size_t staged = weights + size_t(fold_stage_floats(a.n_splits, a.share_chunks, hd)) * sizeof(float);
+      const bool stage = staged <= kFoldStageMaxBytes;
+      launch_pdl(attn_fold_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(combine_threads(hd)),
+                 stage ? staged : weights, stream, a.partial, a.out, a.n_splits, a.share_chunks, hd, stage);
+    } else if (a.n_splits > 1 || a.share_chunks > 0)
       launch_pdl(attn_combine_kernel, dim3(unsigned(a.n_tokens * a.n_head)), dim3(combine_threads(hd)),
                  size_t(a.n_splits) * sizeof(float), stream, static_cast<const float*>(a.partial), a.out, a.n_splits, hd);
     return;

@@ -230,23 +230,37 @@ __device__ __forceinline__ float quad_sum(float v) {
 // Issues the cp.async copies of positions c0 .. c0 + CHUNK - 1 of KV head kvh (K rows at
 // stride KS, then V rows at stride VS elements of E, 4-byte fp32 or 2-byte 16-bit: the
 // cache's dtype) into buf, by THREADS threads (this one is tid of them); positions after p_last are
-// zero-filled (P is 0 there, and V must not be NaN).
+// zero-filled (P is 0 there, and V must not be NaN). A thread copies one 16-byte column of
+// every (THREADS / copies per row)-th row, K and V: one block-table read and one address per
+// position, not per copy (the address arithmetic, not the bytes, bounded the one-warp chunk
+// kernel: Nsight Compute saw its warps issuing, not waiting on memory).
 template <typename E, int HD, int CHUNK, int THREADS, int KS, int VS>
 __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int32_t* table, int kvh, int p_last,
                                                int c0, E* buf, int tid) {
   constexpr int kPer = 16 / int(sizeof(E)), kCopies = HD / kPer;  // elements per copy, copies per row
-  E* ks = buf;
-  E* vs = buf + CHUNK * KS;
-  for (int idx = tid; idx < 2 * CHUNK * kCopies; idx += THREADS) {
-    const bool is_v = idx >= CHUNK * kCopies;
-    const int i = is_v ? idx - CHUNK * kCopies : idx;
-    const int jj = i / kCopies, dc = i % kCopies;
-    const int j = c0 + jj;
+  constexpr int kRows = THREADS / kCopies;                         // rows per pass of the threads
+  static_assert(HD % kPer == 0 && THREADS % kCopies == 0 && CHUNK % kRows == 0, "whole rows per pass");
+  const int dc = tid % kCopies, j0 = tid / kCopies;
+  const int bs = kv.block_size;
+  const bool pow2 = (bs & (bs - 1)) == 0;
+  const int shift = __ffs(bs) - 1;
+  const int64_t slot_elems = int64_t(kv.n_head_kv) * HD;  // one slot of one layer
+  const E* head = static_cast<const E*>(kv.base) + kv.layer_offset + int64_t(kvh) * HD + dc * kPer;
+  E* ks = buf + dc * kPer;
+  E* vs = buf + CHUNK * KS + dc * kPer;
+#pragma unroll 8
+  for (int i = 0; i < CHUNK / kRows; ++i) {
+    const int jj = j0 + i * kRows, j = c0 + jj;
     const bool valid = j <= p_last;
-    const E* src = valid ? kv_ptr<E>(kv, table[j / kv.block_size], (is_v ? kv.block_size : 0) + j % kv.block_size,
-                                     int64_t(kvh) * HD + dc * kPer)
-                         : static_cast<const E*>(kv.base);
-    cp_async16(is_v ? vs + jj * VS + dc * kPer : ks + jj * KS + dc * kPer, src, valid);
+    const E* k = static_cast<const E*>(kv.base);
+    const E* v = k;
+    if (valid) {
+      const int b = pow2 ? j >> shift : j / bs, slot = pow2 ? j & (bs - 1) : j % bs;
+      k = head + int64_t(table[b]) * kv.block_stride + int64_t(slot) * slot_elems;
+      v = k + int64_t(bs) * slot_elems;  // V slots follow the block's K slots
+    }
+    cp_async16(ks + jj * KS, k, valid);
+    cp_async16(vs + jj * VS, v, valid);
   }
 }
 

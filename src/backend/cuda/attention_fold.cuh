@@ -61,6 +61,41 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red, 
   return r;
 }
 
+/// A float of a partial record: through L2 from global memory (another block of the grid may
+/// have written it) or from this block's shared-memory copy.
+template <bool kShared>
+__device__ __forceinline__ float load_record(const float* p) {
+  if constexpr (kShared)
+    return *p;
+  else
+    return __ldcg(p);
+}
+
+/// combine_row on records in global memory (kShared false) or shared memory.
+template <bool kShared, typename Out>
+__device__ __forceinline__ void combine_row_from(const float* p, Out out, int n_splits, int hd, float* weight,
+                                                 float* red, int n_threads) {
+  const int rec = hd + 2, tid = threadIdx.x;
+  float mx = -INFINITY;
+  const int first = tid < n_threads ? tid : n_splits;  // threads past n_threads take no splits
+  for (int s = first; s < n_splits; s += n_threads) mx = fmaxf(mx, load_record<kShared>(p + int64_t(s) * rec + hd));
+  mx = block_reduce(mx, true, red, n_threads);
+  float l = 0.f;
+  for (int s = first; s < n_splits; s += n_threads) {
+    const float m_s = load_record<kShared>(p + int64_t(s) * rec + hd);
+    const float w = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: a split past the context
+    weight[s] = w;
+    l += load_record<kShared>(p + int64_t(s) * rec + hd + 1) * w;
+  }
+  l = block_reduce(l, false, red, n_threads);  // its barriers also publish `weight`
+  for (int d = tid < n_threads ? tid : hd; d < hd; d += n_threads) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < n_splits; ++s) o += load_record<kShared>(p + int64_t(s) * rec + d) * weight[s];
+    out(d, o / l);
+  }
+}
+
 /// The merge of one row's n_splits share partials p[s] = (O_s, m_s, l_s) (records of hd + 2
 /// floats; m in natural-log units, -inf for a share past the context): split weights
 /// exp(m_s - M) computed once into shared memory `weight` (n_splits floats; in parallel over
@@ -70,54 +105,78 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red, 
 template <typename Out>
 __device__ __forceinline__ void combine_row(const float* p, Out out, int n_splits, int hd, float* weight, float* red,
                                             int n_threads) {
-  const int rec = hd + 2, tid = threadIdx.x;
-  float mx = -INFINITY;
-  const int first = tid < n_threads ? tid : n_splits;  // threads past n_threads take no splits
-  for (int s = first; s < n_splits; s += n_threads) mx = fmaxf(mx, __ldcg(p + int64_t(s) * rec + hd));
-  mx = block_reduce(mx, true, red, n_threads);
-  float l = 0.f;
-  for (int s = first; s < n_splits; s += n_threads) {
-    const float m_s = __ldcg(p + int64_t(s) * rec + hd);
-    const float w = m_s == -INFINITY ? 0.f : expf(m_s - mx);  // -inf: a split past the context
-    weight[s] = w;
-    l += __ldcg(p + int64_t(s) * rec + hd + 1) * w;
-  }
-  l = block_reduce(l, false, red, n_threads);  // its barriers also publish `weight`
-  for (int d = tid < n_threads ? tid : hd; d < hd; d += n_threads) {
-    float o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < n_splits; ++s) o += __ldcg(p + int64_t(s) * rec + d) * weight[s];
-    out(d, o / l);
-  }
+  combine_row_from<false>(p, out, n_splits, hd, weight, red, n_threads);
 }
 
-/// Batch-invariant steps whose chunks ran side by side: row th (of n_th rows, token * n_head +
-/// head) folds each share's share_chunks chunk partials (partial[th][chunk], records of hd + 2)
-/// in order into the share's partial (after all rows' chunk records in the buffer), then
-/// merges the shares (combine_row): the same operations on the same values as for a row whose
-/// shares the tile kernel folded. By the first n_threads threads of the block (all must call).
-template <typename Out>
-__device__ __forceinline__ void fold_combine_row(float* partial, int64_t th, int64_t n_th, int n_splits,
-                                                 int share_chunks, int hd, Out out, float* weight, float* red,
-                                                 int n_threads) {
-  const int rec = hd + 2, chunks = n_splits * share_chunks;
-  const float* cp = partial + th * chunks * rec;
-  float* sp = partial + n_th * chunks * rec + th * n_splits * rec;
+/// Each share's chunk records cp[s * share_chunks + i] (records of hd + 2) folded in order into
+/// the share's record sp[s], by the first n_threads threads (a dim each).
+template <bool kShared>
+__device__ __forceinline__ void fold_shares(const float* cp, float* sp, int n_splits, int share_chunks, int hd,
+                                            int n_threads) {
+  const int rec = hd + 2;
   for (int d = threadIdx.x; d < hd && int(threadIdx.x) < n_threads; d += n_threads)
     for (int s = 0; s < n_splits; ++s) {
       float m = -INFINITY, l = 0.f, o = 0.f;
       for (int i = s * share_chunks; i < (s + 1) * share_chunks; ++i) {
         const float* r = cp + int64_t(i) * rec;
         float keep, take;
-        if (!fold_weights(__ldcg(r + hd), m, keep, take)) continue;  // nothing unmasked (its O_c may not be written)
-        l = fold(l, keep, __ldcg(r + hd + 1), take);
-        o = fold(o, keep, __ldcg(r + d), take);
+        if (!fold_weights(load_record<kShared>(r + hd), m, keep, take)) continue;  // nothing unmasked (O_c may be unwritten)
+        l = fold(l, keep, load_record<kShared>(r + hd + 1), take);
+        o = fold(o, keep, load_record<kShared>(r + d), take);
       }
       sp[int64_t(s) * rec + d] = o;
       if (d == 0) sp[int64_t(s) * rec + hd] = share_max(m), sp[int64_t(s) * rec + hd + 1] = l;
     }
+}
+
+/// Floats of shared memory fold_combine_row needs to work from a copy of the row's records
+/// (its chunk records, then its share records).
+__host__ __device__ constexpr int64_t fold_stage_floats(int n_splits, int share_chunks, int hd) {
+  return (int64_t(n_splits) * share_chunks + n_splits) * (hd + 2);
+}
+
+/// Batch-invariant steps whose chunks ran side by side: row th (of n_th rows, token * n_head +
+/// head) folds each share's share_chunks chunk partials (partial[th][chunk], records of hd + 2)
+/// in order into the share's partial, then merges the shares (combine_row): the same
+/// operations on the same values as for a row whose shares the tile kernel folded. By the
+/// first n_threads threads of the block (all must call).
+/// Where `stage` (shared memory, 8-byte aligned) holds fold_stage_floats, every thread of the
+/// block first copies the row's chunk records there, all loads in flight at once, and the
+/// fold and merge read them and keep the share records there: one L2 round trip instead of one
+/// per chunk and three over the share records. Otherwise the share records go after all rows'
+/// chunk records in `partial`. The values, and so the bits, are the same either way.
+template <typename Out>
+__device__ __forceinline__ void fold_combine_row(float* partial, int64_t th, int64_t n_th, int n_splits,
+                                                 int share_chunks, int hd, Out out, float* weight, float* red,
+                                                 int n_threads, float* stage = nullptr, int64_t stage_floats = 0) {
+  const int rec = hd + 2, chunks = n_splits * share_chunks;
+  const float* cp = partial + th * chunks * rec;
+  if (stage != nullptr && fold_stage_floats(n_splits, share_chunks, hd) <= stage_floats) {
+    // rec is even, so the row's records start and end on 8 bytes.
+    const int n2 = chunks * rec / 2, step = int(blockDim.x);
+    const float2* src = reinterpret_cast<const float2*>(cp);
+    float2* dst = reinterpret_cast<float2*>(stage);
+    constexpr int kInFlight = 8;
+    for (int base = int(threadIdx.x); base < n2; base += kInFlight * step) {
+      float2 v[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (base + k * step < n2) v[k] = __ldcg(src + base + k * step);
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (base + k * step < n2) dst[base + k * step] = v[k];
+    }
+    __syncthreads();
+    float* sp = stage + int64_t(chunks) * rec;
+    fold_shares<true>(stage, sp, n_splits, share_chunks, hd, n_threads);
+    __syncthreads();
+    combine_row_from<true>(sp, out, n_splits, hd, weight, red, n_threads);
+    return;
+  }
+  float* sp = partial + n_th * chunks * rec + th * n_splits * rec;
+  fold_shares<false>(cp, sp, n_splits, share_chunks, hd, n_threads);
   __syncthreads();  // the block's share partials are visible to all its threads
-  combine_row(sp, out, n_splits, hd, weight, red, n_threads);
+  combine_row_from<false>(sp, out, n_splits, hd, weight, red, n_threads);
 }
 
 }  // namespace fdl::cuda

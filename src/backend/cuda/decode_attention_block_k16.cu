@@ -59,7 +59,7 @@ struct Layout {
   }
 };
 
-template <bool BF16, int HD>
+template <bool BF16, int HD, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(AttentionBlockK16Args a) {
   using Op = std::conditional_t<BF16, attn::BF16Op, attn::F16Op>;
   using E = typename attn::KvStage<Op, true>::E;
@@ -77,7 +77,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   float* qf = reinterpret_cast<float*>(base + lay.qf);
   float* weight = reinterpret_cast<float*>(base + lay.weight);
   E* stages = reinterpret_cast<E*>(base + lay.stages);
+  auto stamp = [&](int event) {
+    if constexpr (kTrace) block::stamp(a.trace, event);
+  };
   launch_dependents();
+  stamp(kAttnEntry);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const WType type = BF16 ? WType::BF16 : WType::F16;
   const auto* Wqkv = static_cast<const uint16_t*>(a.wqkv);
@@ -93,9 +97,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   uint4 buf[2][k16::kBatchLoads];
   if (qu0 < qu1) k16::load_unit_batch(qkv_unit(qu0), 0, cols, lane, buf[0]);  // before the wait
   grid_dependency_wait();
+  stamp(kAttnAfterPdlWait);
   rms_norm_row_to_smem(a.in, cols, xs, type, partial);
+  stamp(kAttnNormDone);
   k16::stream_units<BF16>(qu0, qu1, qkv_unit, cols, xs, lane, buf, keep_chain);
   __syncthreads();
+  stamp(kAttnQkvDone);
   const int r0 = qg0 * 8, r1 = qg1 * 8;
   for (int i = threadIdx.x; i < r1 - r0; i += kThreads) qf[i] = k16::fold_chains(parts + (i / 8) * s1 * 8 + i % 8, s1, 8);
   __syncthreads();
@@ -118,6 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   const int wu0 = w_units * warp / kWarps, wu1 = w_units * (warp + 1) / kWarps;
   auto wo_unit = [&](int u) { return k16::Unit{Wo + int64_t(wg0 + u / s2) * 8 * q_dim, u % s2}; };
   block::wait_for(a.sync, gridDim.x);
+  stamp(kAttnQkvHandedOff);
 
   // 2. The chunk partials: item i = (KV head i / n_z, chunk i % n_z) on block i % grid, by
   // warp (i / grid) % kAttnWarps.
@@ -128,9 +136,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
       if (i >= items) break;
       attn::chunk_partial<HD, Op, true, false>(att, 0, i / n_z, i % n_z, n_z, lane, stages + warp * kStage);
     }
+  if constexpr (kTrace) __syncthreads();
+  stamp(kAttnPartialDone);
   block::arrive(a.sync + 1);
   if (wu0 < wu1) k16::load_unit_batch(wo_unit(wu0), 0, q_dim, lane, buf[0]);
   block::wait_for(a.sync + 1, gridDim.x);
+  stamp(kAttnPartialsHandedOff);
 
   // 3. Each query head's fold and merge, on the fold kernel's thread count (paged_attention).
   constexpr int kFoldThreads = combine_threads(HD);
@@ -138,8 +149,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
     fold_combine_row(
         att.partial, h, n_head, att.n_splits, att.share_chunks, HD,
         [&](int d, float v) { store_as(a.attn16, int64_t(h) * HD + d, v, type); }, weight, red, kFoldThreads);
+  if constexpr (kTrace) __syncthreads();
+  stamp(kAttnMergeDone);
   block::arrive(a.sync + 2);
   block::wait_for(a.sync + 2, gridDim.x);
+  stamp(kAttnOutHandedOff);
 
   // 4. wo over the attention output.
   for (int i = threadIdx.x; i < q_dim / 8; i += kThreads)
@@ -149,12 +163,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   __syncthreads();
   for (int i = threadIdx.x; i < (wg1 - wg0) * 8; i += kThreads)
     a.y[int64_t(wg0) * 8 + i] = k16::fold_chains(parts + (i / 8) * s2 * 8 + i % 8, s2, 8);
+  if constexpr (kTrace) {
+    __syncthreads();
+    stamp(kAttnEnd);
+  }
 }
 
 using KernelFn = void (*)(AttentionBlockK16Args);
-template <bool BF16>
+template <bool BF16, bool kTrace = false>
 KernelFn kernel_for(int hd) {
-  return hd == 64 ? attention_block_k16_kernel<BF16, 64> : attention_block_k16_kernel<BF16, 128>;
+  return hd == 64 ? attention_block_k16_kernel<BF16, 64, kTrace> : attention_block_k16_kernel<BF16, 128, kTrace>;
 }
 
 
@@ -204,7 +222,9 @@ void decode_attention_block_k16(const AttentionBlockK16Args& a, cudaStream_t str
     throw CudaError("decode_attention_block_k16: " + std::to_string(att.n_splits) + " context splits (at most " +
                     std::to_string(kAttentionBlockK16MaxSplits) + ")");
   const Layout lay(a.cols, q_dim, q_dim + 2 * att.kv.n_head_kv * hd, a.wo_rows, hd, a.blocks);
-  const KernelFn typed = a.type == WType::BF16 ? kernel_for<true>(hd) : kernel_for<false>(hd);
+  const bool bf16 = a.type == WType::BF16;
+  const KernelFn typed = a.trace ? (bf16 ? kernel_for<true, true>(hd) : kernel_for<false, true>(hd))
+                                 : (bf16 ? kernel_for<true>(hd) : kernel_for<false>(hd));
   const int64_t fit = block::resident_blocks(reinterpret_cast<const void*>(typed), lay.bytes);
   if (a.blocks > fit)  // the hand-offs would wait forever
     throw CudaError("decode_attention_block_k16: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +

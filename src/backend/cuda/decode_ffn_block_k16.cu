@@ -44,14 +44,18 @@ int max_units(int cols, int n_ff, int down_rows, int blocks) {
   return std::max(gu, dn);
 }
 
-template <bool BF16, bool kGelu>
+template <bool BF16, bool kGelu, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs a) {
   extern __shared__ float4 smem4[];
   const int cols = a.cols, n_ff = a.n_ff;
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem4);  // [max(cols, n_ff)]: xn, then h
   float* parts = reinterpret_cast<float*>(xs + (max(cols, n_ff) + 7) / 8 * 8);
   __shared__ double partial[kThreads / 32];
+  auto stamp = [&](int event) {
+    if constexpr (kTrace) block::stamp(a.trace, event);
+  };
   launch_dependents();
+  stamp(kFfnEntry);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const WType type = BF16 ? WType::BF16 : WType::F16;
   const auto* Wgu = static_cast<const uint16_t*>(a.w_gate_up);
@@ -70,8 +74,10 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
   uint4 buf[2][k16::kBatchLoads];
   if (gu0 < gu1) k16::load_unit_batch(gu_unit(gu0), 0, cols, lane, buf[0]);  // before the wait
   grid_dependency_wait();
+  stamp(kFfnAfterPdlWait);
 
   rms_norm_row_to_smem(a.in, cols, xs, type, partial);
+  stamp(kFfnNormDone);
 
   auto keep_chain = [&](int u, const float(&acc)[4]) { k16::keep_chains(parts, u, acc, lane); };
   k16::stream_units<BF16>(gu0, gu1, gu_unit, cols, xs, lane, buf, keep_chain);
@@ -84,6 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
   }
 
   // Down needs all of h: its first loads go out between the arrival and the wait.
+  stamp(kFfnGateUpDone);
   block::arrive(a.sync);
   const int s2 = segments(n_ff);
   const int dgroups = int(a.down_rows / 8);
@@ -93,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
   auto dn_unit = [&](int u) { return k16::Unit{Wd + int64_t(dg0 + u / s2) * 8 * n_ff, u % s2}; };
   if (dn0 < dn1) k16::load_unit_batch(dn_unit(dn0), 0, n_ff, lane, buf[0]);
   block::wait_for(a.sync, gridDim.x);
+  stamp(kFfnHHandedOff);
   {  // h into shared memory, through L2 (other blocks wrote it)
     const int n16 = n_ff / 8;
     for (int i = threadIdx.x; i < n16; i += kThreads)
@@ -103,11 +111,22 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
   __syncthreads();
   for (int i = threadIdx.x; i < (dg1 - dg0) * 8; i += kThreads)
     a.y[int64_t(dg0) * 8 + i] = k16::fold_chains(parts + (i / 8) * s2 * 8 + i % 8, s2, 8);
+  if constexpr (kTrace) {
+    __syncthreads();
+    stamp(kFfnEnd);
+  }
 }
 
 template <bool BF16, bool kGelu>
 const void* kernel_ptr() {
-  return reinterpret_cast<const void*>(ffn_block_k16_kernel<BF16, kGelu>);
+  return reinterpret_cast<const void*>(ffn_block_k16_kernel<BF16, kGelu, false>);
+}
+
+using FfnKernelFn = void (*)(FfnBlockArgs);
+template <bool kTrace>
+FfnKernelFn ffn_kernel_for(bool bf16, bool gelu) {
+  return bf16 ? (gelu ? ffn_block_k16_kernel<true, true, kTrace> : ffn_block_k16_kernel<true, false, kTrace>)
+              : (gelu ? ffn_block_k16_kernel<false, true, kTrace> : ffn_block_k16_kernel<false, false, kTrace>);
 }
 
 
@@ -136,16 +155,14 @@ int ffn_block_k16_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_do
 
 void decode_ffn_block_k16(const FfnBlockArgs& a, cudaStream_t stream) {
   if (a.blocks < 1) throw CudaError("decode_ffn_block_k16: no blocks (use ffn_block_k16_blocks)");
-  if (a.in.add_w != nullptr || a.trace != nullptr)
-    throw CudaError("decode_ffn_block_k16: a post-norm of the addend or a trace is not supported");
+  if (a.in.add_w != nullptr) throw CudaError("decode_ffn_block_k16: a post-norm of the addend is not supported");
   const DeviceMatrix w_gate_up{a.type, a.w_gate_up, 2 * int64_t(a.n_ff), a.cols}, w_down{a.type, a.w_down, a.down_rows,
                                                                                        a.n_ff};
   if (!shape_ok(w_gate_up, w_down))
     throw CudaError("decode_ffn_block_k16: shape or types not supported (see ffn_block_k16_blocks)");
   const size_t smem = smem_bytes(a.cols, a.n_ff, max_units(a.cols, a.n_ff, int(a.down_rows), a.blocks));
   const bool bf16 = a.type == WType::BF16;
-  auto* typed = bf16 ? (a.gelu ? ffn_block_k16_kernel<true, true> : ffn_block_k16_kernel<true, false>)
-                     : (a.gelu ? ffn_block_k16_kernel<false, true> : ffn_block_k16_kernel<false, false>);
+  const FfnKernelFn typed = a.trace ? ffn_kernel_for<true>(bf16, a.gelu) : ffn_kernel_for<false>(bf16, a.gelu);
   const int64_t fit = block::resident_blocks(reinterpret_cast<const void*>(typed), smem);
   if (a.blocks > fit)  // the hand-off would wait forever
     throw CudaError("decode_ffn_block_k16: " + std::to_string(a.blocks) + " blocks cannot be resident at once (" +

@@ -407,6 +407,10 @@ struct AttentionBlockK16Args {
   float* y = nullptr;                ///< [wo_rows]
   unsigned* sync = nullptr;          ///< 3 counters, zero at launch
   int blocks = 0;
+  /// Profiling, else null: [kAttnTraceEvents][blocks] globaltimer stamps (ns) at the phase edges
+  /// of AttnTraceEvent (partials and merge: the chunk partials and their fold), as
+  /// AttentionBlockArgs::trace (also a separately compiled kernel).
+  uint64_t* trace = nullptr;
 };
 /// Blocks for decode_attention_block_k16 on `n_sm` multiprocessors (one per SM), or 0 when the
 /// shape is not supported: matching F16 or BF16 matrices and a KV cache of their type,
@@ -426,7 +430,7 @@ void decode_attention_block_k16(const AttentionBlockK16Args& a, cudaStream_t str
 ///   gemm_k16(w_down, h) -> y.
 /// FfnBlockArgs as decode_ffn_block takes them, with these differences: `type` F16 or BF16;
 /// `h` holds n_ff values of `type` (the n_ff floats of scratch are more than enough); in.x_out
-/// must not alias in.x or in.add; in.add_w and `trace` must be null (no post-norm, no stamps).
+/// must not alias in.x or in.add; in.add_w must be null (no post-norm).
 /// `blocks` from ffn_block_k16_blocks. CudaError for a shape it refuses or other inputs outside
 /// this contract.
 /// Blocks for decode_ffn_block_k16 on `n_sm` multiprocessors (one per SM), or 0 when the

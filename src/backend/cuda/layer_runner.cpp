@@ -105,10 +105,11 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
     if (attn_block_groups_ > 0)
       block_partial_.grow(attention_block_partial_floats(c.n_head, c.head_dim, attn_block_groups_));
     block_sync_.grow(size_t(c.n_layer) * sync_per_layer());
-    if (knobs.decode_trace && trace_per_layer() > 0) {
-      trace_.grow(size_t(c.n_layer) * trace_per_layer());
-      FDL_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_.bytes(), stream_));
-    }
+  }
+  // The persistent kernels' phase stamps (FLASHDLLM_DECODE_TRACE=1), the invariant ones' included.
+  if (knobs.decode_trace && trace_per_layer() > 0) {
+    trace_.grow(size_t(c.n_layer) * trace_per_layer());
+    FDL_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_.bytes(), stream_));
   }
 }
 
@@ -486,6 +487,7 @@ void LayerRunner::run_attention_block_k16(int l, const StepInputs& in, const Att
   b.y = proj_.get();
   b.sync = block_sync_.get() + size_t(l) * sync_per_layer();
   b.blocks = attn_k16_blocks_;
+  if (trace_.get()) b.trace = trace_.get() + size_t(l) * trace_per_layer();
   decode_attention_block_k16(b, stream_);
   prof_.mark(kAttnBlock);
 }
@@ -508,6 +510,8 @@ void LayerRunner::run_ffn_block(int l, const NormIn& ffn_in) {
   f.h = h_.get();
   f.y = proj_.get();
   f.sync = block_sync_.get() + size_t(l) * sync_per_layer() + ffn_sync_offset();
+  if (trace_.get())
+    f.trace = trace_.get() + size_t(l) * trace_per_layer() + size_t(kAttnTraceEvents) * attn_trace_blocks();
   if (invariant_) {
     f.blocks = ffn_k16_blocks_;
     decode_ffn_block_k16(f, stream_);
@@ -515,8 +519,6 @@ void LayerRunner::run_ffn_block(int l, const NormIn& ffn_in) {
     return;
   }
   f.blocks = ffn_blocks_;
-  if (trace_.get())
-    f.trace = trace_.get() + size_t(l) * trace_per_layer() + size_t(kAttnTraceEvents) * attn_trace_blocks();
   decode_ffn_block(f, stream_);
   prof_.mark(kFfnBlock);
 }
@@ -571,7 +573,7 @@ QkvExtras LayerRunner::extras(const CudaLayer& L) const {
 }
 
 size_t LayerRunner::trace_per_layer() const {
-  return size_t(kAttnTraceEvents) * attn_trace_blocks() + size_t(kFfnTraceEvents) * size_t(ffn_blocks_);
+  return size_t(kAttnTraceEvents) * attn_trace_blocks() + size_t(kFfnTraceEvents) * ffn_trace_blocks();
 }
 
 void LayerRunner::clear_decode_trace() {
@@ -588,7 +590,7 @@ DecodeTrace LayerRunner::decode_trace() const {
   t.attn_events = kAttnTraceEvents;
   t.attn_blocks = int(attn_trace_blocks());
   t.ffn_events = kFfnTraceEvents;
-  t.ffn_blocks = ffn_blocks_;
+  t.ffn_blocks = int(ffn_trace_blocks());
   const size_t na = size_t(t.attn_events) * size_t(t.attn_blocks), nf = size_t(t.ffn_events) * size_t(t.ffn_blocks);
   for (int l = 0; l < t.n_layer; ++l) {
     const uint64_t* p = all.data() + size_t(l) * trace_per_layer();

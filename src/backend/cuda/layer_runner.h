@@ -154,9 +154,12 @@ class LayerRunner {
   /// The RoPE table layer l rotates with (the sliding layers' own where the model has one).
   const float* cos_sin(int l, const StepInputs& in) const;
   size_t trace_per_layer() const;
+  // The persistent batch-1 kernels' grids (the invariant ones in invariant runners).
   size_t attn_trace_blocks() const {
+    if (invariant_) return size_t(attn_k16_blocks_);
     return size_t(attn_block_groups_) * size_t(config_.n_head_kv) * size_t(attention_subgroups(config_.n_head, config_.n_head_kv));
   }
+  size_t ffn_trace_blocks() const { return size_t(invariant_ ? ffn_k16_blocks_ : ffn_blocks_); }
   // The attention kernels' counters (decode_attention_block: n_kv + 1; the invariant one: 3),
   // then the FFN's one.
   size_t sync_per_layer() const { return std::max<size_t>(size_t(config_.n_head_kv) + 1, 3) + 1; }
