@@ -233,10 +233,11 @@ __device__ __forceinline__ float quad_sum(float v) {
 // zero-filled (P is 0 there, and V must not be NaN). A thread copies one 16-byte column of
 // every (THREADS / copies per row)-th row, K and V: one block-table read and one address per
 // position, not per copy (the address arithmetic, not the bytes, bounded the one-warp chunk
-// kernel: Nsight Compute saw its warps issuing, not waiting on memory).
+// kernel: Nsight Compute saw its warps issuing, not waiting on memory). Rows before first_row
+// are left as they are (staged earlier).
 template <typename E, int HD, int CHUNK, int THREADS, int KS, int VS>
 __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int32_t* table, int kvh, int p_last,
-                                               int c0, E* buf, int tid) {
+                                               int c0, E* buf, int tid, int first_row = 0) {
   constexpr int kPer = 16 / int(sizeof(E)), kCopies = HD / kPer;  // elements per copy, copies per row
   constexpr int kRows = THREADS / kCopies;                         // rows per pass of the threads
   static_assert(HD % kPer == 0 && THREADS % kCopies == 0 && CHUNK % kRows == 0, "whole rows per pass");
@@ -251,6 +252,7 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
 #pragma unroll 8
   for (int i = 0; i < CHUNK / kRows; ++i) {
     const int jj = j0 + i * kRows, j = c0 + jj;
+    if (jj < first_row) continue;
     const bool valid = j <= p_last;
     const E* k = static_cast<const E*>(kv.base);
     const E* v = k;
@@ -262,6 +264,23 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
     cp_async16(ks + jj * KS, k, valid);
     cp_async16(vs + jj * VS, v, valid);
   }
+}
+
+// chunk_partial's K/V rows of the positions before tile `tile`'s first (written by earlier
+// steps, so they may be staged before this step's own K/V are), by one warp into st, its
+// copies committed as a group; chunk_partial(..., staged_rows = the result) then stages the
+// rest. The same values in st, so the same bits. Unmasked attention only (no window, no tree).
+template <int HD, typename Op, bool KV16>
+__device__ __forceinline__ int chunk_prestage(const AttentionArgs& a, int tile, int kvh, int z, int lane,
+                                              typename KvStage<Op, KV16>::E* st) {
+  using T = MmaTile<HD, KV16>;
+  using E = typename KvStage<Op, KV16>::E;
+  const int t0 = a.tile_starts[tile], pos0 = a.positions[t0], c0 = z * kChunk;
+  if (c0 >= pos0) return 0;
+  stage_kv_chunk<E, HD, kChunk, 32, T::kStride, T::vStride>(a.kv, a.tables + a.table_off[t0], kvh, pos0 - 1, c0, st,
+                                                           lane);
+  cp_async_commit();
+  return min(pos0 - c0, kChunk);
 }
 
 // Batch-invariant steps (FOLD) replace the online softmax by a fold of chunk partials
@@ -390,11 +409,11 @@ __device__ __forceinline__ void chunk_pv(const uint32_t (&pa)[kChunk / 16][4], c
 // mc = -inf where the chunk lies before the window or after every row. chunk_softmax and
 // chunk_pv are the tile kernel's code, so the folded partials give the tile kernel's bits.
 // LDMATRIX as chunk_scores' and chunk_pv's (the persistent decode block, short of registers,
-// keeps it off).
+// keeps it off). staged_rows: the rows chunk_prestage staged into st (0: none).
 template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_partial(const ArgsOf<MASKED>& a,
                                               int tile, int kvh, int z, int n_z, int lane,
-                                              typename KvStage<Op, KV16>::E* st) {
+                                              typename KvStage<Op, KV16>::E* st, int staged_rows = 0) {
   using T = MmaTile<HD, KV16>;
   using E = typename KvStage<Op, KV16>::E;
   constexpr int R = HD + 2;
@@ -420,7 +439,8 @@ __device__ __forceinline__ void chunk_partial(const ArgsOf<MASKED>& a,
     if (lane < rows) record(lane)[HD] = -INFINITY;
     return;
   }
-  stage_kv_chunk<E, HD, kChunk, 32, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, st, lane);
+  if (staged_rows > 0) asm volatile("cp.async.wait_group 0;\n" ::);  // the staged rows and their zero fill have landed
+  stage_kv_chunk<E, HD, kChunk, 32, T::kStride, T::vStride>(kv, table, kvh, p_last, c0, st, lane, staged_rows);
   cp_async_commit();
   uint32_t qa[HD / 16][4];
   load_q_fragments<HD, Op>(a, t0, rows, group, kvh, r0, r1, c, qa);

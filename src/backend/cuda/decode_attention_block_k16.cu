@@ -94,11 +94,23 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   const int q_units = (qg1 - qg0) * s1;
   const int qu0 = q_units * warp / kWarps, qu1 = q_units * (warp + 1) / kWarps;
   auto qkv_unit = [&](int u) { return k16::Unit{Wqkv + int64_t(qg0 + u / s1) * 8 * cols, u % s1}; };
+  // Before the wait, what depends on no earlier kernel: the first weights; the norm weight and
+  // the token's RoPE row into the chunk stages (free until the partials); its position and slot.
   uint4 buf[2][k16::kBatchLoads];
-  if (qu0 < qu1) k16::load_unit_batch(qkv_unit(qu0), 0, cols, lane, buf[0]);  // before the wait
+  if (qu0 < qu1) k16::load_unit_batch(qkv_unit(qu0), 0, cols, lane, buf[0]);
+  float* norm_w = reinterpret_cast<float*>(stages);
+  block::norm_weight_prefetch(a.in, cols, norm_w);
+  const bool cs_copied = a.rope_dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.cos_sin) % 16 == 0;
+  float* cs_smem = norm_w + cols;
+  if (cs_copied && int(threadIdx.x) < a.rope_dim / 4) {
+    const unsigned dst = unsigned(__cvta_generic_to_shared(cs_smem + 4 * threadIdx.x));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(a.cos_sin + 4 * threadIdx.x) : "memory");
+  }
+  const int pos = att.positions[0];
+  const int32_t dst = a.dst_block[0];
   grid_dependency_wait();
   stamp(kAttnAfterPdlWait);
-  rms_norm_row_to_smem(a.in, cols, xs, type, partial);
+  rms_norm_row_to_smem(a.in, cols, xs, type, partial, norm_w);  // waits for the copies
   stamp(kAttnNormDone);
   k16::stream_units<BF16>(qu0, qu1, qkv_unit, cols, xs, lane, buf, keep_chain);
   __syncthreads();
@@ -107,16 +119,23 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   for (int i = threadIdx.x; i < r1 - r0; i += kThreads) qf[i] = k16::fold_chains(parts + (i / 8) * s1 * 8 + i % 8, s1, 8);
   __syncthreads();
   {  // rope_qkv_store's items of these rows: a pair per even q/k row, an element per v row
-    const int qk_rows = q_dim + kv_dim, pos = att.positions[0];
-    const int32_t dst = a.dst_block[0];
+    const int qk_rows = q_dim + kv_dim;
+    const float* cs = cs_copied ? cs_smem : a.cos_sin;
     for (int r = r0 + int(threadIdx.x); r < r1; r += kThreads) {
       if (r < qk_rows && (r & 1)) continue;
       const int item = r < qk_rows ? r / 2 : qk_rows / 2 + (r - qk_rows);
-      rope_qkv_item([&](int i) { return qf[i - r0]; }, a.cos_sin, pos, dst, n_head, a.rope_dim, att.kv, a.q_out, a.bias,
-                    item);
+      rope_qkv_item([&](int i) { return qf[i - r0]; }, cs, pos, dst, n_head, a.rope_dim, att.kv, a.q_out, a.bias, item);
     }
   }
   block::arrive(a.sync);
+  // The first chunk of each partial warp: its K/V of earlier positions staged while the other
+  // blocks finish (cos_sin's copy above is read: the block arrived after a barrier).
+  const int n_z = att.n_splits * att.share_chunks, items = n_kv * n_z;
+  const int first_item = warp * int(gridDim.x) + int(blockIdx.x);
+  int staged_rows = 0;
+  if (warp < kAttnWarps && first_item < items)
+    staged_rows = attn::chunk_prestage<HD, Op, true>(att, 0, first_item / n_z, first_item % n_z, lane,
+                                                     stages + warp * kStage);
   // wo's units; their first batch goes into registers after the chunk partials (during them
   // the registers would spill the chunk's).
   const int s2 = segments(q_dim);
@@ -129,12 +148,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
 
   // 2. The chunk partials: item i = (KV head i / n_z, chunk i % n_z) on block i % grid, by
   // warp (i / grid) % kAttnWarps.
-  const int n_z = att.n_splits * att.share_chunks, items = n_kv * n_z;
   if (warp < kAttnWarps)
     for (int j = warp;; j += kAttnWarps) {
       const int i = j * int(gridDim.x) + int(blockIdx.x);
       if (i >= items) break;
-      attn::chunk_partial<HD, Op, true, false>(att, 0, i / n_z, i % n_z, n_z, lane, stages + warp * kStage);
+      attn::chunk_partial<HD, Op, true, false>(att, 0, i / n_z, i % n_z, n_z, lane, stages + warp * kStage,
+                                               j == warp ? staged_rows : 0);
     }
   if constexpr (kTrace) __syncthreads();
   stamp(kAttnPartialDone);
@@ -143,12 +162,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   block::wait_for(a.sync + 1, gridDim.x);
   stamp(kAttnPartialsHandedOff);
 
-  // 3. Each query head's fold and merge, on the fold kernel's thread count (paged_attention).
+  // 3. Each query head's fold and merge, on the fold kernel's thread count (paged_attention),
+  // from a copy of the head's chunk records in the chunk stages (free from here on).
   constexpr int kFoldThreads = combine_threads(HD);
   for (int h = blockIdx.x; h < n_head; h += gridDim.x)
     fold_combine_row(
         att.partial, h, n_head, att.n_splits, att.share_chunks, HD,
-        [&](int d, float v) { store_as(a.attn16, int64_t(h) * HD + d, v, type); }, weight, red, kFoldThreads);
+        [&](int d, float v) { store_as(a.attn16, int64_t(h) * HD + d, v, type); }, weight, red, kFoldThreads,
+        reinterpret_cast<float*>(stages), int64_t(kAttnWarps) * kStage * int64_t(sizeof(E)) / int64_t(sizeof(float)));
   if constexpr (kTrace) __syncthreads();
   stamp(kAttnMergeDone);
   block::arrive(a.sync + 2);
@@ -183,6 +204,10 @@ bool shape_ok(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, cons
   const int hd = kv.head_dim, n_kv = kv.n_head_kv;
   if (kv.dtype != (bf16 ? KvDtype::BF16 : KvDtype::F16) || (hd != 64 && hd != 128)) return false;
   if (n_kv < 1 || n_head % n_kv != 0 || n_head / n_kv > 16) return false;
+  // The chunk stages hold the norm weight and the RoPE row before the partials.
+  const size_t stage_bytes = size_t(kAttnWarps) * 2 *
+                             (hd == 64 ? attn::MmaTile<64, true>::stage_elems : attn::MmaTile<128, true>::stage_elems);
+  if ((size_t(wqkv.cols) + size_t(hd)) * sizeof(float) > stage_bytes) return false;
   const int64_t q_dim = int64_t(n_head) * hd;
   if (wqkv.rows != q_dim + 2 * int64_t(n_kv) * hd || wqkv.cols % k16::kBatchK != 0 || wqkv.cols <= 0 ||
       wqkv.cols > 8192 || wo.cols != q_dim || q_dim % k16::kBatchK != 0 || wo.rows % 8 != 0 || wo.rows <= 0 ||

@@ -32,16 +32,18 @@ using block::kThreads;
 using block::kWarps;
 
 // Shared memory: the activations (x, then h) in the weights' type, then one float per row and
-// K segment of the block's largest share (the chains before their fold).
+// K segment of the block's largest share (the chains before their fold), then the norm weight
+// (copied in before the PDL wait).
 size_t smem_bytes(int cols, int n_ff, int max_units) {
-  return size_t((std::max(cols, n_ff) + 7) / 8 * 8) * 2 + size_t(max_units) * 8 * sizeof(float);
+  return size_t((std::max(cols, n_ff) + 7) / 8 * 8) * 2 + size_t(max_units) * 8 * sizeof(float) +
+         size_t(cols) * sizeof(float);
 }
 using k16::segments;
 using k16::share_begin;
-int max_units(int cols, int n_ff, int down_rows, int blocks) {
+__host__ __device__ int max_units(int cols, int n_ff, int down_rows, int blocks) {
   const int gu = (n_ff / 8 + blocks - 1) / blocks * 2 * segments(cols);
   const int dn = (down_rows / 8 + blocks - 1) / blocks * segments(n_ff);
-  return std::max(gu, dn);
+  return gu > dn ? gu : dn;
 }
 
 template <bool BF16, bool kGelu, bool kTrace>
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
   const int cols = a.cols, n_ff = a.n_ff;
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem4);  // [max(cols, n_ff)]: xn, then h
   float* parts = reinterpret_cast<float*>(xs + (max(cols, n_ff) + 7) / 8 * 8);
+  float* norm_w = parts + int64_t(max_units(cols, n_ff, int(a.down_rows), int(gridDim.x))) * 8;
   __shared__ double partial[kThreads / 32];
   auto stamp = [&](int event) {
     if constexpr (kTrace) block::stamp(a.trace, event);
@@ -72,11 +75,13 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
     return k16::Unit{Wgu + (int64_t(which) * n_ff + int64_t(pg0 + j) * 8) * cols, u % s1};
   };
   uint4 buf[2][k16::kBatchLoads];
-  if (gu0 < gu1) k16::load_unit_batch(gu_unit(gu0), 0, cols, lane, buf[0]);  // before the wait
+  // Before the wait (they depend on no earlier kernel): the first weights, the norm weight.
+  if (gu0 < gu1) k16::load_unit_batch(gu_unit(gu0), 0, cols, lane, buf[0]);
+  block::norm_weight_prefetch(a.in, cols, norm_w);
   grid_dependency_wait();
   stamp(kFfnAfterPdlWait);
 
-  rms_norm_row_to_smem(a.in, cols, xs, type, partial);
+  rms_norm_row_to_smem(a.in, cols, xs, type, partial, norm_w);
   stamp(kFfnNormDone);
 
   auto keep_chain = [&](int u, const float(&acc)[4]) { k16::keep_chains(parts, u, acc, lane); };

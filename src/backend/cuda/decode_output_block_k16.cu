@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, 1) output_block_k16_kernel(OutputBlo
   if (r0 < g1) start_round();  // before the wait: the weights depend on no earlier kernel
   grid_dependency_wait();
   if (r0 >= g1) return;
-  rms_norm_row_to_smem(a.in, cols, xs, BF16 ? WType::BF16 : WType::F16, partial);
+  rms_norm_row_to_smem(a.in, cols, xs, BF16 ? WType::BF16 : WType::F16, partial, a.in.w);
   for (;;) {
     k16::stream_units<BF16>(u0, u1, unit, cols, xs, lane, buf,
                             [&](int u, const float(&acc)[4]) { k16::keep_chains(parts, u, acc, lane); });

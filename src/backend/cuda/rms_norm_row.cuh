@@ -66,9 +66,11 @@ __device__ __forceinline__ float rms_scale(double sum, int width, float eps, dou
 /// rms_norm_threads(cols) threads, into shared memory: v = in.x + in.add (block 0 writes v to
 /// in.x_out when set), xs[i] = (v * scale) * in.w rounded to `type` — add_rms_norm's thread
 /// map, order and rounding, so the same bits (threads past its block add +0 to the sum). Reads
-/// x and add through L2. Every thread of the block must call it; ends with a block barrier.
+/// x and add through L2. `w`: in.w, or a copy of it in shared memory that cp.async copies of
+/// this block's threads are filling (waited for here, before the sum's barriers). Every thread
+/// of the block must call it; ends with a block barrier.
 __device__ __forceinline__ void rms_norm_row_to_smem(const NormIn& in, int cols, void* xs, WType type,
-                                                     double* partial) {
+                                                     double* partial, const float* w) {
   const int T = rms_norm_threads(cols);
   const bool mine = int(threadIdx.x) < T;
   float v[kNormPer];
@@ -94,11 +96,12 @@ __device__ __forceinline__ void rms_norm_row_to_smem(const NormIn& in, int cols,
       sum += double(__fmul_rn(v[k], v[k]));
     }
   }
+  asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's copies of w; rms_scale's barriers: everyone's
   const float scale = rms_scale(sum, cols, in.eps, partial);
 #pragma unroll
   for (int k = 0; k < kNormPer; ++k) {
     const int i = threadIdx.x + k * T;
-    if (mine && i < cols) store_as(xs, i, __fmul_rn(__fmul_rn(v[k], scale), in.w[i]), type);
+    if (mine && i < cols) store_as(xs, i, __fmul_rn(__fmul_rn(v[k], scale), w[i]), type);
   }
   __syncthreads();
 }
