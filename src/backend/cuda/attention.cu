@@ -198,9 +198,9 @@ __global__ void attn_fold_combine_kernel(float* partial, float* out, int n_split
                    red, blockDim.x, stage, staged ? fold_stage_floats(n_splits, share_chunks, hd) : 0);
 }
 
-// The fold kernel's shared memory works from a copy of each row's records up to this size
-// (the default limit of a launch).
-constexpr size_t kFoldStageMaxBytes = 48 << 10;
+// The fold kernel's shared memory works from a copy of each row's records up to this size:
+// the default limit of a launch's dynamic shared memory, less the kernel's static `red`.
+constexpr size_t kFoldStageMaxBytes = (48 << 10) - 32 * sizeof(float);
 
 // Tiled causal attention for runs of consecutive positions of one sequence (prefill chunks):
 // block (tile, kv head); thread r < tile_tokens * group owns query row r (token r / group,

@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   const int qu0 = q_units * warp / kWarps, qu1 = q_units * (warp + 1) / kWarps;
   auto qkv_unit = [&](int u) { return k16::Unit{Wqkv + int64_t(qg0 + u / s1) * 8 * cols, u % s1}; };
   // Before the wait, what depends on no earlier kernel: the first weights; the norm weight and
-  // the token's RoPE row into the chunk stages (free until the partials); its position and slot.
+  // the token's RoPE row into the chunk stages (free until the partials; the row only where it
+  // is 16-byte aligned, else it is read from L2 after QKV); its position and slot.
   uint4 buf[2][k16::kBatchLoads];
   if (qu0 < qu1) k16::load_unit_batch(qkv_unit(qu0), 0, cols, lane, buf[0]);
   float* norm_w = reinterpret_cast<float*>(stages);
