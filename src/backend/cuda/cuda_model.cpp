@@ -17,13 +17,15 @@ namespace fdl::cuda {
 
 namespace {
 /// Offsets (in int32 words) of the packed per-step inputs; fixed for a given (n, m), so the
-/// device pointers a captured graph holds stay valid across steps of the same shape.
+/// device pointers a captured graph holds stay valid across steps of the same shape. The RoPE
+/// rows start on 16 bytes: the invariant batch-1 attention block copies its token's row into
+/// shared memory with 16-byte cp.async before the PDL wait.
 struct Layout {
   size_t tokens, positions, dst_block, table_off, row_idx, cos_sin, cos_sin_swa, tables;
   /// `swa`: the sliding layers rotate with a RoPE of their own (a second cos/sin table).
   Layout(int n, int m, int rope_dim, bool swa)
       : tokens(0), positions(size_t(n)), dst_block(2 * size_t(n)), table_off(3 * size_t(n)),
-        row_idx(4 * size_t(n)), cos_sin(4 * size_t(n) + size_t(m)),
+        row_idx(4 * size_t(n)), cos_sin((4 * size_t(n) + size_t(m) + 3) / 4 * 4),
         cos_sin_swa(cos_sin + size_t(n) * size_t(rope_dim)),
         tables(cos_sin_swa + (swa ? size_t(n) * size_t(rope_dim) : 0)) {}
 };
