@@ -122,11 +122,6 @@ __global__ void __launch_bounds__(kThreads, 1) ffn_block_k16_kernel(FfnBlockArgs
   }
 }
 
-template <bool BF16, bool kGelu>
-const void* kernel_ptr() {
-  return reinterpret_cast<const void*>(ffn_block_k16_kernel<BF16, kGelu, false>);
-}
-
 using FfnKernelFn = void (*)(FfnBlockArgs);
 template <bool kTrace>
 FfnKernelFn ffn_kernel_for(bool bf16, bool gelu) {
@@ -154,7 +149,7 @@ int ffn_block_k16_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_do
   const size_t smem = smem_bytes(int(cols), int(n_ff), max_units(int(cols), int(n_ff), int(down_rows), n_sm));
   const bool bf16 = w_gate_up.type == WType::BF16;
   // The GeGLU instantiation has the same resources; plan with the SwiGLU one.
-  const int64_t fit = block::resident_blocks(bf16 ? kernel_ptr<true, false>() : kernel_ptr<false, false>(), smem);
+  const int64_t fit = block::resident_blocks(reinterpret_cast<const void*>(ffn_kernel_for<false>(bf16, false)), smem);
   return n_sm <= fit ? n_sm : 0;
 }
 
