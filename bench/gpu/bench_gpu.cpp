@@ -301,7 +301,7 @@ void print_trace(const fdl::cuda::CudaModel& m) {
 int main(int argc, char** argv) {
   std::string model_path, json_path, batches_s = "1,64";
   int prompt = 512, gen = 128, reps = 3, block_size = 16;
-  bool sampling = false, trace = false, invariant = false;
+  bool sampling = false, trace = false, invariant = true;  // --batch-invariant: ModelOptions' default
   std::optional<fdl::KvDtype> kv_dtype;  // auto
   try {  // a malformed value (a number, a --kv-cache-dtype) is a usage error, not a crash
   for (int i = 1; i < argc; ++i) {

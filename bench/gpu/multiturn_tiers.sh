@@ -11,6 +11,8 @@
 # a table on stdout. The link's bandwidth (one large page-locked transfer each way) is measured
 # by each run's tier manager at start-up and reported beside the live copy rates.
 # TRACE names the runs that also write a Chrome trace ($OUT/trace_<run>.json; default: auto).
+# BATCH_INVARIANT (on|off, default off: the kernels of docs/BENCHMARKS.md's table) is passed
+# as --batch-invariant.
 #   RUNS="roomy recompute host auto auto-2g" TRACE="auto" SESSIONS=32 TURNS=4 MODEL=/tmp/l3-8b-f16.gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,7 @@ source bench/gpu/bench_env.sh || exit 1
 RUNS=${RUNS:-roomy recompute host auto auto-2g}
 DISK=$(mktemp -d /tmp/fdl-kv-disk.XXXX)
 common=(-m "$MODEL" --device cuda --sessions "${SESSIONS:-32}" --turns "${TURNS:-4}" --first-tokens 2048
-        --message-tokens 64 --answer-tokens 32 --max-num-seqs 4)
+        --message-tokens 64 --answer-tokens 32 --max-num-seqs 4 --batch-invariant "${BATCH_INVARIANT:-off}")
 : >"$OUT/multiturn.jsonl"
 for run in $RUNS; do
   case $run in

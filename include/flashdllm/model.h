@@ -215,7 +215,7 @@ struct ModelOptions {
   /// than this context still runs, with the factors chosen for it. The CLI passes --ctx-size
   /// (or the engine's default context).
   int n_ctx = 0;
-  /// `--batch-invariant on|off` (default off): a token's logits do not depend on the other
+  /// `--batch-invariant on|off` (default on): a token's logits do not depend on the other
   /// tokens of its step, on how its prompt was chunked or on whether its KV came from the
   /// cache (token trees excepted on CUDA). The CPU model always is. The CUDA model then runs
   /// every projection through the same tensor-core chains (gemm_k16.h) and every attention
@@ -223,8 +223,10 @@ struct ModelOptions {
   /// the fastest kernels per step (cuBLAS, the batch-1 persistent kernels), which round
   /// differently. Where the CUDA model has no invariant kernels for a model (a GPU other than
   /// sm_90, weights other than F16/BF16, experts, soft-capped scores, head_dim other than
-  /// 64/128), it runs as with off and warns; Model::batch_invariant() says which.
-  bool batch_invariant = false;
+  /// 64/128), it runs as with off and warns; Model::batch_invariant() says which. On the H200
+  /// on costs ~2% of the batch-1 decode speed and ~10% at batch 64 against off
+  /// (docs/BENCHMARKS.md, "Batch-invariant decoding on the H200").
+  bool batch_invariant = true;
 };
 /// Parses a --kv-cache-dtype value: "auto" -> nullopt, "f32"/"fp32"/"float32",
 /// "f16"/"fp16"/"float16"/"half", "bf16"/"bfloat16". Throws std::invalid_argument otherwise.

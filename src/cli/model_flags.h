@@ -25,7 +25,7 @@ inline std::string& kv_dtype_flag() {
 }
 /// Value of `--batch-invariant` (same registration as --device).
 inline std::string& batch_invariant_flag() {
-  static std::string on = "off";
+  static std::string on = "on";
   return on;
 }
 }  // namespace detail

@@ -16,7 +16,7 @@ namespace fdl::test {
 namespace {
 
 std::unique_ptr<Model> load_cuda(const std::filesystem::path& path, std::optional<KvDtype> kv = std::nullopt) {
-  return Model::load(path, ModelOptions{.device = Device::Cuda, .kv_dtype = kv});
+  return Model::load(path, ModelOptions{.device = Device::Cuda, .kv_dtype = kv, .batch_invariant = false});
 }
 
 class FamilyOnCuda : public ::testing::TestWithParam<std::string> {};

@@ -14,12 +14,12 @@ namespace {
 // forked run and the unforked references must not share one model.
 Model& fork_model() {
   static std::unique_ptr<Model> m =
-      Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+      Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   return *m;
 }
 Model& reference_model() {
   static std::unique_ptr<Model> m =
-      Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+      Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   return *m;
 }
 

@@ -21,6 +21,7 @@ struct GreedyCase {
   std::string reference;
   std::string model;
   size_t index;
+  bool batch_invariant = false;  // --batch-invariant on (the default) instead of off
 };
 
 class CudaGreedy : public ::testing::TestWithParam<GreedyCase> {};
@@ -31,7 +32,8 @@ TEST_P(CudaGreedy, MatchesReferenceIds) {
   const nlohmann::json ref = load_reference(gc.reference)[gc.index];
   const auto prompt = ref["prompt_token_ids"].get<std::vector<int32_t>>();
   const auto expected = ref["output_token_ids"].get<std::vector<int32_t>>();
-  Model& m = cuda_model(gc.model);
+  Model& m = cuda_model(gc.model, std::nullopt, gc.batch_invariant);
+  ASSERT_EQ(m.batch_invariant(), gc.batch_invariant);
   auto pool = make_pool(m, prompt.size() + expected.size());
   KvCache kv(*pool);
   const std::vector<int32_t> got = greedy_decode(m, kv, prompt, int(expected.size()));
@@ -43,10 +45,10 @@ TEST_P(CudaGreedy, MatchesReferenceIds) {
   for (size_t i = 0; i < binding; ++i) ASSERT_EQ(got[i], expected[i]) << "first difference at output step " << i;
 }
 
-std::vector<GreedyCase> cases(const std::string& reference, const std::string& model) {
+std::vector<GreedyCase> cases(const std::string& reference, const std::string& model, bool batch_invariant = false) {
   std::vector<GreedyCase> out;
   const size_t n = load_reference(reference).size();
-  for (size_t i = 0; i < n; ++i) out.push_back({reference, model, i});
+  for (size_t i = 0; i < n; ++i) out.push_back({reference, model, i, batch_invariant});
   return out;
 }
 
@@ -54,6 +56,9 @@ INSTANTIATE_TEST_SUITE_P(Stories260K, CudaGreedy,
                          ::testing::ValuesIn(cases("stories260K_greedy.json", "stories260K.gguf")),
                          [](const auto& info) { return "case" + std::to_string(info.param.index); });
 INSTANTIATE_TEST_SUITE_P(CodeLm16M, CudaGreedy, ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-f16.gguf")),
+                         [](const auto& info) { return "case" + std::to_string(info.param.index); });
+INSTANTIATE_TEST_SUITE_P(CodeLm16MBatchInvariant, CudaGreedy,
+                         ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-f16.gguf", true)),
                          [](const auto& info) { return "case" + std::to_string(info.param.index); });
 INSTANTIATE_TEST_SUITE_P(CodeLm16MHfDirectory, CudaGreedy,
                          ::testing::ValuesIn(cases("codelm_greedy.json", "codelm-16m-hf")),
@@ -128,7 +133,7 @@ TEST(CudaModel, KvCacheDtypeFollowsTheWeightsAndRefusesOthers) {
             cuda_model("codelm-16m-f16.gguf", KvDtype::F32).kv_shape(16).block_bytes());
   for (const auto& [file, kv] : {std::pair{"codelm-16m-f16.gguf", KvDtype::BF16}, {"stories260K.gguf", KvDtype::F16}}) {
     try {
-      Model::load(model_path(file), ModelOptions{.device = Device::Cuda, .kv_dtype = kv});
+      Model::load(model_path(file), ModelOptions{.device = Device::Cuda, .kv_dtype = kv, .batch_invariant = false});
       ADD_FAILURE() << file << " loaded with a " << kv_dtype_name(kv) << " cache";
     } catch (const ModelError& e) {
       EXPECT_NE(std::string(e.what()).find("--kv-cache-dtype"), std::string::npos) << e.what();
@@ -165,7 +170,7 @@ TEST(CudaModel, TensorCorePrefillAttentionCloseToFp32Tiles) {
   ::setenv("FLASHDLLM_ATTN_TC", "0", 1);
   // (An fp32 cache: a 16-bit one always runs its tiles on tensor cores.)
   std::unique_ptr<Model> fp32_model = Model::load(model_path("codelm-16m-f16.gguf"),
-                                                  ModelOptions{.device = Device::Cuda, .kv_dtype = KvDtype::F32});
+                                                  ModelOptions{.device = Device::Cuda, .kv_dtype = KvDtype::F32, .batch_invariant = false});
   ::unsetenv("FLASHDLLM_ATTN_TC");
   Model& fp32 = *fp32_model;
   Model& tc = cuda_model("codelm-16m-f16.gguf", KvDtype::F32);
@@ -199,7 +204,7 @@ TEST(CudaModel, BatchOneDecodeKernelsMatchTheKernelsTheyReplace) {
     ::setenv("FLASHDLLM_FFN_BLOCK", "0", 1);
     ::setenv("FLASHDLLM_OUTPUT_BLOCK", "0", 1);
     std::unique_ptr<Model> chain =
-        Model::load(model_path(c.file), ModelOptions{.device = Device::Cuda, .kv_dtype = c.kv});
+        Model::load(model_path(c.file), ModelOptions{.device = Device::Cuda, .kv_dtype = c.kv, .batch_invariant = false});
     ::unsetenv("FLASHDLLM_ATTN_BLOCK");
     ::unsetenv("FLASHDLLM_FFN_BLOCK");
     ::unsetenv("FLASHDLLM_OUTPUT_BLOCK");
@@ -452,7 +457,7 @@ TEST(CudaModel, WithoutGpuLoadFailsWithOneLineError) {
   std::string why;
   if (cuda::device_available(&why)) GTEST_SKIP() << "a GPU is present; this checks the GPU-less path";
   try {
-    Model::load(model_path("stories260K.gguf"), ModelOptions{.device = Device::Cuda});
+    Model::load(model_path("stories260K.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
     FAIL() << "expected ModelError";
   } catch (const ModelError& e) {
     const std::string msg = e.what();
@@ -490,7 +495,7 @@ TEST_P(CudaPipelined, RulesAreEnforced) {
 
 TEST_P(CudaPipelined, ChainSurvivesScratchGrowth) {
   FDL_SKIP_WITHOUT_GPU();
-  auto m = Model::load(model_path(GetParam()), ModelOptions{.device = Device::Cuda});
+  auto m = Model::load(model_path(GetParam()), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   expect_chain_survives_scratch_growth(*m);
 }
 
@@ -500,7 +505,7 @@ TEST(CudaPipelinedFailure, FailedRowsFailTheirStepAndTheChainedOne) {
   FDL_SKIP_WITHOUT_GPU();
   TinyLlamaSpec spec;
   spec.set_values["output.weight"][0] = std::numeric_limits<float>::quiet_NaN();
-  auto m = Model::load(write_tiny_llama("nan_logits_gpu.gguf", spec), ModelOptions{.device = Device::Cuda});
+  auto m = Model::load(write_tiny_llama("nan_logits_gpu.gguf", spec), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   expect_failed_rows_fail_their_steps(*m);
 }
 
@@ -511,7 +516,7 @@ TEST(CudaPipelinedFailure, LargeVocabularyArgmaxSplitOverBlocks) {
   FDL_SKIP_WITHOUT_GPU();
   TinyLlamaSpec spec;
   spec.n_vocab = 70000;
-  auto m = Model::load(write_tiny_llama("large_vocab_gpu.gguf", spec), ModelOptions{.device = Device::Cuda});
+  auto m = Model::load(write_tiny_llama("large_vocab_gpu.gguf", spec), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   auto pool = make_pool(*m, 256);
   KvCache kv(*pool);
   const std::vector<std::vector<int32_t>> prompts = {{1, 60000, 22, 9}, {1, 69999}, {1, 300, 45000, 302}};

@@ -53,7 +53,7 @@ size_t count_differing(const std::vector<float>& got, const std::vector<float>& 
 
 TEST(CudaTiers, BlocksRoundTripThroughHostAndDiskIntoOtherDeviceSlots) {
   FDL_SKIP_WITHOUT_GPU();
-  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   Model& m = *model;
   auto pool = make_pool(m, 512);  // block size 16
   ASSERT_EQ(pool->shape().block_size, 16);
@@ -133,7 +133,7 @@ TEST(CudaTiers, BlocksRoundTripThroughHostAndDiskIntoOtherDeviceSlots) {
 // last pushed block first).
 TEST(CudaTiers, PushesReadTheHostArenaBeforeItIsRewritten) {
   FDL_SKIP_WITHOUT_GPU();
-  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   auto* cm = dynamic_cast<cuda::CudaModel*>(model.get());
   ASSERT_NE(cm, nullptr);
   auto pool = make_pool(*model, 512 * 16);  // 512 blocks
@@ -179,7 +179,7 @@ TEST(CudaTiers, PushesReadTheHostArenaBeforeItIsRewritten) {
 // arena untouched).
 TEST(CudaTiers, HostArenaPinFollowsThePoolsLifetime) {
   FDL_SKIP_WITHOUT_GPU();
-  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   auto* cm = dynamic_cast<cuda::CudaModel*>(model.get());
   ASSERT_NE(cm, nullptr);
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55};
@@ -268,7 +268,7 @@ TEST(CudaTierCopies, ChecksumKernelMatchesTheCpuReference) {
 
 // `to_disk`: the second block goes to tier 2 (device -> staging -> file) instead of tier 1.
 void round_trip_into_reused_slots(bool to_disk) {
-  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   Model& m = *model;
   auto pool = make_pool(m, 512);
   const size_t bb = pool->shape().block_bytes();
@@ -359,7 +359,7 @@ TEST(CudaTierCopies, DemotedSlotsReusedAtOnceThenPromotedIntoOthersThroughDisk) 
 // move at a large share of the link's speed.
 TEST(CudaTierCopies, PromotionsLandAfterQueuedForwardsAndAreClaimedVerified) {
   FDL_SKIP_WITHOUT_GPU();
-  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda});
+  auto model = Model::load(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
   auto pool = make_pool(*model, 1024 * 16);
   const size_t bb = pool->shape().block_bytes();
   model->bind_kv_pool(*pool);

@@ -351,7 +351,7 @@ TEST(CudaTreeTiles, MixedBatchOnFp32Tiles) {
   FDL_SKIP_WITHOUT_GPU();
   ::setenv("FLASHDLLM_ATTN_TC", "0", 1);
   std::unique_ptr<Model> fp32 = Model::load(model_path("codelm-16m-f16.gguf"),
-                                            ModelOptions{.device = Device::Cuda, .kv_dtype = KvDtype::F32});
+                                            ModelOptions{.device = Device::Cuda, .kv_dtype = KvDtype::F32, .batch_invariant = false});
   ::unsetenv("FLASHDLLM_ATTN_TC");
   for (const TreeCase& c : {TreeCase{"codelm-16m-f16.gguf", 16, 14}, TreeCase{"codelm-16m-f16.gguf", 4, 45}}) {
     SCOPED_TRACE("block size " + std::to_string(c.block_size));
@@ -519,7 +519,7 @@ TEST(CudaTreeEngine, TreeVerificationEqualsPlainGreedy) {
     // An fp32 cache: a 16-bit one rounds K/V that the tree step and a plain step compute to
     // fp32 rounding apart one 16-bit step apart now and then (~1e-4 in the logits), which can
     // resolve a near-tie differently; the tree logic is what this compares.
-    const LoadedModel m = load_model(model_path(file), ModelOptions{.device = Device::Cuda, .kv_dtype = KvDtype::F32});
+    const LoadedModel m = load_model(model_path(file), ModelOptions{.device = Device::Cuda, .kv_dtype = KvDtype::F32, .batch_invariant = false});
     std::vector<GenerationRequest> reqs;
     if (is_codelm(file)) {
       reqs = reference_requests("codelm_greedy.json");

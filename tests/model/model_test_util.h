@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <optional>
 #include <memory>
 #include <stdexcept>
@@ -29,10 +30,15 @@ inline Model& shared_model(const std::string& file, int n_threads = 1) {
 
 /// Loads (once per process) a model from the shared folder onto the GPU (--device cuda), with
 /// KV cache dtype `kv` (nullopt: auto, the weights' 16-bit type for a 16-bit model).
-inline Model& cuda_model(const std::string& file, std::optional<KvDtype> kv = std::nullopt) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<Model>> cache;
-  auto& slot = cache[{file, kv ? int(*kv) : -1}];
-  if (!slot) slot = Model::load(model_path(file), ModelOptions{.device = Device::Cuda, .kv_dtype = kv});
+/// `batch_invariant` false (--batch-invariant off) unless asked: most GPU tests check the
+/// fastest kernels; the invariant ones have tests of their own (tests/gpu).
+inline Model& cuda_model(const std::string& file, std::optional<KvDtype> kv = std::nullopt,
+                         bool batch_invariant = false) {
+  static std::map<std::tuple<std::string, int, bool>, std::unique_ptr<Model>> cache;
+  auto& slot = cache[{file, kv ? int(*kv) : -1, batch_invariant}];
+  if (!slot)
+    slot = Model::load(model_path(file),
+                       ModelOptions{.device = Device::Cuda, .kv_dtype = kv, .batch_invariant = batch_invariant});
   return *slot;
 }
 

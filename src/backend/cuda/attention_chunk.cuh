@@ -174,11 +174,14 @@ __device__ __forceinline__ void score_tile(float (&s)[4], const uint32_t (&qa)[H
 
 // Causal mask (position > the row's position: -inf) and scale (log2 units) of one tile whose
 // lane columns are positions j, j + 1, for rows at positions pos_r0 and pos_r1.
+// The product is rounded on its own (__fmul_rn): the compiler may otherwise fuse it into the
+// exponent's subtraction in one kernel and not in another, and every kernel must give the
+// chunk the same scores.
 __device__ __forceinline__ void mask_scale(float (&s)[4], int j, int pos_r0, int pos_r1, float sl2) {
-  s[0] = j <= pos_r0 ? s[0] * sl2 : -INFINITY;
-  s[1] = j + 1 <= pos_r0 ? s[1] * sl2 : -INFINITY;
-  s[2] = j <= pos_r1 ? s[2] * sl2 : -INFINITY;
-  s[3] = j + 1 <= pos_r1 ? s[3] * sl2 : -INFINITY;
+  s[0] = j <= pos_r0 ? __fmul_rn(s[0], sl2) : -INFINITY;
+  s[1] = j + 1 <= pos_r0 ? __fmul_rn(s[1], sl2) : -INFINITY;
+  s[2] = j <= pos_r1 ? __fmul_rn(s[2], sl2) : -INFINITY;
+  s[3] = j + 1 <= pos_r1 ? __fmul_rn(s[3], sl2) : -INFINITY;
 }
 
 // The kernel parameter of a variant with (MaskedAttentionArgs, kernels.h) or without masks.
@@ -202,10 +205,10 @@ __device__ __forceinline__ int tile_masks(const MaskedAttentionArgs& a, int t0, 
 // mask_scale for masked tiles: also -inf where a row's masks drop the slot.
 __device__ __forceinline__ void mask_scale_rows(float (&s)[4], int j, int pos_r0, int pos_r1, const RowMask& t0,
                                                 const RowMask& t1, float sl2) {
-  s[0] = j <= pos_r0 && t0.keeps(j) ? s[0] * sl2 : -INFINITY;
-  s[1] = j + 1 <= pos_r0 && t0.keeps(j + 1) ? s[1] * sl2 : -INFINITY;
-  s[2] = j <= pos_r1 && t1.keeps(j) ? s[2] * sl2 : -INFINITY;
-  s[3] = j + 1 <= pos_r1 && t1.keeps(j + 1) ? s[3] * sl2 : -INFINITY;
+  s[0] = j <= pos_r0 && t0.keeps(j) ? __fmul_rn(s[0], sl2) : -INFINITY;
+  s[1] = j + 1 <= pos_r0 && t0.keeps(j + 1) ? __fmul_rn(s[1], sl2) : -INFINITY;
+  s[2] = j <= pos_r1 && t1.keeps(j) ? __fmul_rn(s[2], sl2) : -INFINITY;
+  s[3] = j + 1 <= pos_r1 && t1.keeps(j + 1) ? __fmul_rn(s[3], sl2) : -INFINITY;
 }
 
 // Online-softmax step of one row held by a lane quad: `mx` is this lane's maximum of the new
@@ -270,15 +273,17 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
 // steps, so they may be staged before this step's own K/V are), by one warp into st, its
 // copies committed as a group; chunk_partial(..., staged_rows = the result) then stages the
 // rest. The same values in st, so the same bits. Unmasked attention only (no window, no tree).
-template <int HD, typename Op, bool KV16>
-__device__ __forceinline__ int chunk_prestage(const AttentionArgs& a, int tile, int kvh, int z, int lane,
+// THREADS threads copy (this one is tid of them); the partial that stages the rest must run on
+// the same THREADS, so that each thread waits for its own copies before reusing their rows.
+template <int HD, typename Op, bool KV16, int THREADS = 32>
+__device__ __forceinline__ int chunk_prestage(const AttentionArgs& a, int tile, int kvh, int z, int tid,
                                               typename KvStage<Op, KV16>::E* st) {
   using T = MmaTile<HD, KV16>;
   using E = typename KvStage<Op, KV16>::E;
   const int t0 = a.tile_starts[tile], pos0 = a.positions[t0], c0 = z * kChunk;
   if (c0 >= pos0) return 0;
-  stage_kv_chunk<E, HD, kChunk, 32, T::kStride, T::vStride>(a.kv, a.tables + a.table_off[t0], kvh, pos0 - 1, c0, st,
-                                                           lane);
+  stage_kv_chunk<E, HD, kChunk, THREADS, T::kStride, T::vStride>(a.kv, a.tables + a.table_off[t0], kvh, pos0 - 1, c0,
+                                                                st, tid);
   cp_async_commit();
   return min(pos0 - c0, kChunk);
 }
@@ -316,33 +321,42 @@ __device__ __forceinline__ void exp_pack_chunk(const float (&s)[kChunk / 8][4], 
 // units), and the lane's maximum of each row's scores (not yet over the quad).
 // LDMATRIX (16-bit caches): K's fragments by ldmatrix, one instruction per two steps (as
 // chunk_pv's; the same operands).
+// Position tile n (positions c0 + 8n ..) of chunk_scores: S from zero, masked and scaled.
+template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
+__device__ __forceinline__ void chunk_score_tile(const uint32_t (&qa)[HD / 16][4],
+                                                 const typename KvStage<Op, KV16>::E* ks, int n, int c0, int pos_r0,
+                                                 int pos_r1, const RowMask& tree0, const RowMask& tree1, float sl2,
+                                                 int g, int c, float (&s)[4]) {
+  using T = MmaTile<HD, KV16>;
+  if constexpr (KV16 && LDMATRIX) {
+    // K[8n + l % 8][16k + 8 (l / 8) ..]: matrices 0-3 are b0, b1 of step k and of step k + 1.
+    const auto* row = ks + (n * 8 + (4 * g + c) % 8) * T::kStride + 8 * ((4 * g + c) / 8);
+    s[0] = s[1] = s[2] = s[3] = 0.f;
+#pragma unroll
+    for (int k = 0; k < HD / 16; k += 2) {
+      uint32_t b[4];
+      ldmatrix_x4<false>(b, row + 16 * k);
+      mma_16816<Op>(s, qa[k], b[0], b[1]);
+      mma_16816<Op>(s, qa[k + 1], b[2], b[3]);
+    }
+  } else {
+    score_tile<HD, Op, KV16>(s, qa, ks + (n * 8 + g) * T::kStride + 2 * c);
+  }
+  if constexpr (MASKED)
+    mask_scale_rows(s, c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
+  else
+    mask_scale(s, c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
+}
+
 template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_scores(const uint32_t (&qa)[HD / 16][4], const typename KvStage<Op, KV16>::E* ks,
                                              int c0, int pos_r0, int pos_r1, const RowMask& tree0,
                                              const RowMask& tree1, float sl2, int g, int c, float (&s)[kChunk / 8][4],
                                              float& mx0, float& mx1) {
-  using T = MmaTile<HD, KV16>;
   mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
   for (int n = 0; n < kChunk / 8; ++n) {
-    if constexpr (KV16 && LDMATRIX) {
-      // K[8n + l % 8][16k + 8 (l / 8) ..]: matrices 0-3 are b0, b1 of step k and of step k + 1.
-      const auto* row = ks + (n * 8 + (4 * g + c) % 8) * T::kStride + 8 * ((4 * g + c) / 8);
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int k = 0; k < HD / 16; k += 2) {
-        uint32_t b[4];
-        ldmatrix_x4<false>(b, row + 16 * k);
-        mma_16816<Op>(s[n], qa[k], b[0], b[1]);
-        mma_16816<Op>(s[n], qa[k + 1], b[2], b[3]);
-      }
-    } else {
-      score_tile<HD, Op, KV16>(s[n], qa, ks + (n * 8 + g) * T::kStride + 2 * c);
-    }
-    if constexpr (MASKED)
-      mask_scale_rows(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, tree0, tree1, sl2);
-    else
-      mask_scale(s[n], c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
+    chunk_score_tile<HD, Op, KV16, MASKED, LDMATRIX>(qa, ks, n, c0, pos_r0, pos_r1, tree0, tree1, sl2, g, c, s[n]);
     mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
     mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
   }

@@ -6,8 +6,8 @@
 //   1. norm, QKV (k16 chains, each block a share of 8-row groups), the fold of each row's
 //      chains, then RoPE and the K/V store of the block's own rows (a RoPE pair is two adjacent
 //      rows: never split between blocks);
-//   2. after all q, k and v are stored: each (KV head, 64-position chunk) partial by one warp
-//      (chunk_partial: the chunk kernel's code), spread over the grid;
+//   2. after all q, k and v are stored: each (KV head, 64-position chunk) partial by a group of
+//      warps (chunk_partial_group: the chunk kernel's arithmetic), spread over the grid;
 //   3. after all partials: each query head's fold and merge (fold_combine_row: the fold
 //      kernel's code, on its thread count), rounded to the weights' type;
 //   4. after the whole attention output: wo, whose first weights were loaded during 3.
@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_chunk.cuh"
+#include "backend/cuda/attention_chunk_group.cuh"
 #include "backend/cuda/attention_fold.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
@@ -40,13 +41,20 @@ using block::kWarps;
 using k16::segments;
 using k16::share_begin;
 
-constexpr int kAttnWarps = 2;  // warps per block that compute chunk partials (each its own stage)
+// Chunk partials: kAttnGroups groups of kGroupWarps warps per block, each group one chunk at a
+// time in a stage of its own (chunk_partial_group: a warp alone is bound by its instruction
+// stream). Measured on the H200 (docs/GPU.md, tuning log): two groups of 8 warps beat two of 4
+// starting at warp 1 (which kept warp 0's thread, the one that polls the hand-off, free of
+// prestage copies) by 1.5% of the step, and one warp per chunk by 10%.
+constexpr int kAttnGroups = 2, kGroupWarps = 8, kFirstAttnWarp = 0;
+static_assert(kFirstAttnWarp + kAttnGroups * kGroupWarps <= block::kWarps, "partial warps within the block");
 
 // Shared memory, in order: the activations (xn, then the attention output) in the weights'
 // type; the chains of the block's largest share; its folded q/k/v rows; the merge's split
-// weights; the chunk stages. The same on the host (launch size) and the device (offsets).
+// weights; the groups' chunk stages; their exchange areas. The same on the host (launch size)
+// and the device (offsets).
 struct Layout {
-  size_t parts, qf, weight, stages, bytes;
+  size_t parts, qf, weight, stages, exchange, bytes;
   __host__ __device__ Layout(int cols, int q_dim, int qkv_rows, int wo_rows, int hd, int blocks) {
     const int groups_qkv = (qkv_rows / 8 + blocks - 1) / blocks, groups_wo = (wo_rows / 8 + blocks - 1) / blocks;
     const int units = max(groups_qkv * segments(cols), groups_wo * segments(q_dim));
@@ -55,7 +63,8 @@ struct Layout {
     weight = qf + size_t(groups_qkv) * 8 * sizeof(float);
     stages = (weight + size_t(kAttentionBlockK16MaxSplits) * sizeof(float) + 15) / 16 * 16;
     const int stage_elems = hd == 64 ? attn::MmaTile<64, true>::stage_elems : attn::MmaTile<128, true>::stage_elems;
-    bytes = stages + size_t(kAttnWarps) * stage_elems * 2;
+    exchange = stages + size_t(kAttnGroups) * stage_elems * 2;
+    bytes = exchange + size_t(kAttnGroups) * attn::kGroupExchangeFloats * sizeof(float);
   }
 };
 
@@ -77,6 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   float* qf = reinterpret_cast<float*>(base + lay.qf);
   float* weight = reinterpret_cast<float*>(base + lay.weight);
   E* stages = reinterpret_cast<E*>(base + lay.stages);
+  float* exchange = reinterpret_cast<float*>(base + lay.exchange);
   auto stamp = [&](int event) {
     if constexpr (kTrace) block::stamp(a.trace, event);
   };
@@ -129,14 +139,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
     }
   }
   block::arrive(a.sync);
-  // The first chunk of each partial warp: its K/V of earlier positions staged while the other
-  // blocks finish (cos_sin's copy above is read: the block arrived after a barrier).
+  // The first chunk of each group: its K/V of earlier positions staged while the other blocks
+  // finish (cos_sin's copy above is read: the block arrived after a barrier).
   const int n_z = att.n_splits * att.share_chunks, items = n_kv * n_z;
-  const int first_item = warp * int(gridDim.x) + int(blockIdx.x);
+  const int aw = warp - kFirstAttnWarp;  // this warp's index among the partial warps
+  const bool attn_warp = aw >= 0 && aw < kAttnGroups * kGroupWarps;
+  const int grp = aw / kGroupWarps, gw = aw % kGroupWarps;  // its group, and its index there
+  const int first_item = grp * int(gridDim.x) + int(blockIdx.x);
   int staged_rows = 0;
-  if (warp < kAttnWarps && first_item < items)
-    staged_rows = attn::chunk_prestage<HD, Op, true>(att, 0, first_item / n_z, first_item % n_z, lane,
-                                                     stages + warp * kStage);
+  if (attn_warp && first_item < items)
+    staged_rows = attn::chunk_prestage<HD, Op, true, 32 * kGroupWarps>(att, 0, first_item / n_z, first_item % n_z,
+                                                                      gw * 32 + lane, stages + grp * kStage);
   // wo's units; their first batch goes into registers after the chunk partials (during them
   // the registers would spill the chunk's).
   const int s2 = segments(q_dim);
@@ -148,13 +161,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
   stamp(kAttnQkvHandedOff);
 
   // 2. The chunk partials: item i = (KV head i / n_z, chunk i % n_z) on block i % grid, by
-  // warp (i / grid) % kAttnWarps.
-  if (warp < kAttnWarps)
-    for (int j = warp;; j += kAttnWarps) {
+  // group (i / grid) % kAttnGroups.
+  if (attn_warp)
+    for (int j = grp;; j += kAttnGroups) {
       const int i = j * int(gridDim.x) + int(blockIdx.x);
       if (i >= items) break;
-      attn::chunk_partial<HD, Op, true, false>(att, 0, i / n_z, i % n_z, n_z, lane, stages + warp * kStage,
-                                               j == warp ? staged_rows : 0);
+      attn::chunk_partial_group<HD, Op, kGroupWarps>(att, 0, i / n_z, i % n_z, n_z, gw, lane, stages + grp * kStage,
+                                                     exchange + grp * attn::kGroupExchangeFloats, 1 + grp,
+                                                     j == grp ? staged_rows : 0);
     }
   if constexpr (kTrace) __syncthreads();
   stamp(kAttnPartialDone);
@@ -170,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_k16_kernel(Attent
     fold_combine_row(
         att.partial, h, n_head, att.n_splits, att.share_chunks, HD,
         [&](int d, float v) { store_as(a.attn16, int64_t(h) * HD + d, v, type); }, weight, red, kFoldThreads,
-        reinterpret_cast<float*>(stages), int64_t(kAttnWarps) * kStage * int64_t(sizeof(E)) / int64_t(sizeof(float)));
+        reinterpret_cast<float*>(stages), int64_t(kAttnGroups) * kStage * int64_t(sizeof(E)) / int64_t(sizeof(float)));
   if constexpr (kTrace) __syncthreads();
   stamp(kAttnMergeDone);
   block::arrive(a.sync + 2);
@@ -206,7 +220,7 @@ bool shape_ok(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, cons
   if (kv.dtype != (bf16 ? KvDtype::BF16 : KvDtype::F16) || (hd != 64 && hd != 128)) return false;
   if (n_kv < 1 || n_head % n_kv != 0 || n_head / n_kv > 16) return false;
   // The chunk stages hold the norm weight and the RoPE row before the partials.
-  const size_t stage_bytes = size_t(kAttnWarps) * 2 *
+  const size_t stage_bytes = size_t(kAttnGroups) * 2 *
                              (hd == 64 ? attn::MmaTile<64, true>::stage_elems : attn::MmaTile<128, true>::stage_elems);
   if ((size_t(wqkv.cols) + size_t(hd)) * sizeof(float) > stage_bytes) return false;
   const int64_t q_dim = int64_t(n_head) * hd;

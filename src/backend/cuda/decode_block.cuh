@@ -54,7 +54,8 @@ __device__ __forceinline__ void wait_for(unsigned* counter, unsigned target) {
 __device__ __forceinline__ void stamp(uint64_t* trace, int event) {
   if (trace != nullptr && threadIdx.x == 0) {
     uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    // The memory clobber keeps the read after the barrier before it (a stamp is a phase's end).
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
     trace[int64_t(event) * gridDim.x + blockIdx.x] = t;
   }
 }

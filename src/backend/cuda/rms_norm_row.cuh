@@ -36,23 +36,21 @@ __device__ __forceinline__ void store_as(void* p, int64_t i, float v, WType t) {
 }
 
 /// Sum over the block of each thread's `sum`, in `partial` (one double per warp): a butterfly
-/// in each warp, then one over the warps' totals in warp 0. Warps whose sums are +0 leave the
-/// result as it is, so a larger block whose extra warps hold nothing gives the same bits.
-/// Every thread gets the total; all threads of the block must call it.
+/// in each warp, then one over the warps' totals (lane w holds warp w's). Warps whose sums are
+/// +0 leave the result as it is, so a larger block whose extra warps hold nothing gives the
+/// same bits. Every warp runs the second butterfly itself: an xor butterfly leaves the same
+/// bits in every lane (each step adds the same two values, in either order), so each warp has
+/// the total without another round through shared memory. Every thread gets the total; all
+/// threads of the block must call it.
 __device__ __forceinline__ double block_sum(double sum, double* partial) {
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  const int n_warps = (blockDim.x + 31) / 32;
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
+  const int n_warps = (blockDim.x + 31) / 32, lane = threadIdx.x & 31;
+  if (lane == 0) partial[threadIdx.x / 32] = sum;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    double s = threadIdx.x < n_warps ? partial[threadIdx.x] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) partial[0] = s;
-  }
-  __syncthreads();
-  const double total = partial[0];
-  __syncthreads();  // partial is read by every thread before a next use writes it
-  return total;
+  double s = lane < n_warps ? partial[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  __syncthreads();  // partial is read by every warp before a next use writes it
+  return s;
 }
 
 /// 1 / sqrt(mean + eps), the mean of the squares summed in fp64 (`sum`: this thread's part, in
