@@ -8,6 +8,7 @@
 # The default load (32 sessions at 1/s, 4 s mean think time) keeps ~25 sessions of ~3k tokens
 # open at once: 4-5x what tier 0 holds, so returning turns find their prefix in tier 1 or
 # recompute it, as on a busy chat server.
+# BATCH_INVARIANT (default off: the kernels of docs/BENCHMARKS.md's table) is passed as --batch-invariant.
 #   PLACEMENTS="auto recompute host" SESSIONS=32 RATE=1 THINK=4 TURNS=4-8 MODEL=/tmp/l3-8b-f16.gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,6 +17,7 @@ for placement in ${PLACEMENTS:-auto recompute host}; do
   slog=$OUT/serve_$placement.log
   host=(--kv-host-bytes 12GiB)
   "$F" serve -m "$MODEL" --device cuda -c 8192 --max-num-seqs 8 --kv-tier0-bytes 2500MiB "${host[@]}" \
+    --batch-invariant "${BATCH_INVARIANT:-off}" \
     --kv-placement "$placement" --host 127.0.0.1 --port 0 2>"$slog" &
   pid=$!
   port=""

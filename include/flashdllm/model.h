@@ -224,8 +224,8 @@ struct ModelOptions {
   /// differently. Where the CUDA model has no invariant kernels for a model (a GPU other than
   /// sm_90, weights other than F16/BF16, experts, soft-capped scores, head_dim other than
   /// 64/128), it runs as with off and warns; Model::batch_invariant() says which. On the H200
-  /// on costs ~2% of the batch-1 decode speed and ~10% at batch 64 against off
-  /// (docs/BENCHMARKS.md, "Batch-invariant decoding on the H200").
+  /// off is 1.02x faster at batch 1 and 1.11x at batch 64 (docs/BENCHMARKS.md,
+  /// "Batch-invariant decoding on the H200").
   bool batch_invariant = true;
 };
 /// Parses a --kv-cache-dtype value: "auto" -> nullopt, "f32"/"fp32"/"float32",

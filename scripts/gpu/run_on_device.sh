@@ -4,7 +4,8 @@
 # Results go to $OUT (or /tmp/fdl-out): gpu_tests.xml, bench.json, hf.json, log.txt.
 #   STEPS="tests smoke refs bench sweep hf" (default: tests bench hf; smoke = scripts/gpu/smoke_cli.sh; refs =
 #   scripts/greedy_refs.py, cuda vs cpu on every reference prompt); BATCHES=1,64; PROMPT=512; GEN=128;
-#   REPS=3; BENCH_FLAGS (extra bench_gpu flags, e.g. --sampling); HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
+#   REPS=3; BATCH_INVARIANT=off (the kernels docs/BENCHMARKS.md's decode tables measure; on: the
+#   invariant ones); BENCH_FLAGS (extra bench_gpu flags, e.g. --sampling); HF_MODES=dynamic,static; NOGRAPH=1 adds a batch-1 run without CUDA graphs;
 #   SWEEP_GEMV="16,1 4,1 4,2" adds GEMV variants to the sweep; SWEEP_LITE=1 keeps only the profile
 #   AB="tc nofuse profile" adds batch-1 runs with FLASHDLLM_ATTN_TC=1 / FLASHDLLM_CUDA_FUSE=0 /
 #   FLASHDLLM_CUDA_PROFILE=1; ABENV="VAR=VALUE[,VAR=VALUE]:BATCHES ..." adds one bench run per entry
@@ -53,8 +54,9 @@ if [[ $STEPS == *bench* ]]; then
   fi
   log "flashdllm bench"
   timeout ${BENCH_TIMEOUT:-240} "$D/bin/bench_gpu" -m "$MODEL" --prompt ${PROMPT:-512} --gen ${GEN:-128} \
-    --batches ${BATCHES:-1,64} --reps ${REPS:-3} ${BENCH_FLAGS:-} --json "$OUT/bench.json" || failed="$failed bench"
-  B1X="timeout ${AB_TIMEOUT:-60} $D/bin/bench_gpu -m $MODEL --prompt ${PROMPT:-512} --gen ${GEN:-128} --batches 1 --reps 2"
+    --batches ${BATCHES:-1,64} --reps ${REPS:-3} --batch-invariant ${BATCH_INVARIANT:-off} ${BENCH_FLAGS:-} \
+    --json "$OUT/bench.json" || failed="$failed bench"
+  B1X="timeout ${AB_TIMEOUT:-60} $D/bin/bench_gpu -m $MODEL --prompt ${PROMPT:-512} --gen ${GEN:-128} --batches 1 --reps 2 --batch-invariant ${BATCH_INVARIANT:-off}"
   if [[ ${AB:-} == *tc* ]]; then    # prefill attention on tensor cores (opt-in path)
     log "flashdllm bench, FLASHDLLM_ATTN_TC=1 (batch 1)"
     FLASHDLLM_ATTN_TC=1 $B1X --json "$OUT/bench_tc.json"

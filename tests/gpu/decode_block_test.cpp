@@ -509,7 +509,7 @@ TEST_P(AttentionBlockK16, GivesTheInvariantKernelsBits) {
   const int sms = device_sms();
   const Shape llama3{32, 8, 128, 128, 4096, 4096, 16};
   for (int ctx : {1, 63, 64, 65, 300, 1500}) check_attention_k16(type, llama3, ctx, sms);
-  check_attention_k16(type, llama3, 1500, 7);  // several chunks per warp, several heads per block
+  check_attention_k16(type, llama3, 1500, 7);  // several chunks per group of warps, several heads per block
   check_attention_k16(type, llama3, 300, 1);   // one block: every hand-off to itself
   check_attention_k16(type, Shape{16, 4, 64, 64, 1024, 1024, 16}, 700, sms);  // head_dim 64
   check_attention_k16(type, Shape{8, 8, 128, 64, 1024, 2048, 32}, 200, sms);  // no GQA, partial RoPE

@@ -269,12 +269,13 @@ __device__ __forceinline__ void stage_kv_chunk(const KvLayerView& kv, const int3
   }
 }
 
-// chunk_partial's K/V rows of the positions before tile `tile`'s first (written by earlier
-// steps, so they may be staged before this step's own K/V are), by one warp into st, its
-// copies committed as a group; chunk_partial(..., staged_rows = the result) then stages the
-// rest. The same values in st, so the same bits. Unmasked attention only (no window, no tree).
-// THREADS threads copy (this one is tid of them); the partial that stages the rest must run on
-// the same THREADS, so that each thread waits for its own copies before reusing their rows.
+// A chunk partial's K/V rows of the positions before tile `tile`'s first (written by earlier
+// steps, so they may be staged before this step's own K/V are), by THREADS threads (this one
+// is tid of them) into st, each thread's copies committed as a group; the partial
+// (chunk_partial on one warp, chunk_partial_group on 32 x W threads, with staged_rows = the
+// result) then stages the rest on the same THREADS, so that each thread waits for its own
+// copies before it copies over their zero-filled rows. The same values in st, so the same
+// bits. Unmasked attention only (no window, no tree).
 template <int HD, typename Op, bool KV16, int THREADS = 32>
 __device__ __forceinline__ int chunk_prestage(const AttentionArgs& a, int tile, int kvh, int z, int tid,
                                               typename KvStage<Op, KV16>::E* st) {
@@ -317,11 +318,9 @@ __device__ __forceinline__ void exp_pack_chunk(const float (&s)[kChunk / 8][4], 
   }
 }
 
-// S = Q·Kᵀ of a chunk for a lane's rows r0, r1 from the staged K at ks, masked and scaled (log2
-// units), and the lane's maximum of each row's scores (not yet over the quad).
+// Position tile n (positions c0 + 8n ..) of chunk_scores: S from zero, masked and scaled.
 // LDMATRIX (16-bit caches): K's fragments by ldmatrix, one instruction per two steps (as
 // chunk_pv's; the same operands).
-// Position tile n (positions c0 + 8n ..) of chunk_scores: S from zero, masked and scaled.
 template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_score_tile(const uint32_t (&qa)[HD / 16][4],
                                                  const typename KvStage<Op, KV16>::E* ks, int n, int c0, int pos_r0,
@@ -348,6 +347,8 @@ __device__ __forceinline__ void chunk_score_tile(const uint32_t (&qa)[HD / 16][4
     mask_scale(s, c0 + n * 8 + 2 * c, pos_r0, pos_r1, sl2);
 }
 
+// S = Q·Kᵀ of a chunk for a lane's rows r0, r1 from the staged K at ks, masked and scaled (log2
+// units), and the lane's maximum of each row's scores (not yet over the quad).
 template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_scores(const uint32_t (&qa)[HD / 16][4], const typename KvStage<Op, KV16>::E* ks,
                                              int c0, int pos_r0, int pos_r1, const RowMask& tree0,
@@ -388,8 +389,7 @@ __device__ __forceinline__ void chunk_softmax(const uint32_t (&qa)[HD / 16][4], 
 // O_c's accumulator tile dn (dims 8dn .. 8dn + 7) of a chunk: P·V from zero over the staged V.
 // LDMATRIX (16-bit caches): V's fragments by ldmatrix.trans, one instruction per two steps,
 // instead of paired 16-bit loads: the same operands, fewer instructions, 4 more registers (the
-// 8-warp tile kernel, at its register cap, keeps the paired loads; so does the persistent
-// decode block).
+// 8-warp tile kernel, at its register cap, keeps the paired loads).
 template <int HD, typename Op, bool KV16, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_pv(const uint32_t (&pa)[kChunk / 16][4], const typename KvStage<Op, KV16>::E* vs,
                                          int dn, int g, int c, float (&oc)[4]) {
@@ -422,8 +422,8 @@ __device__ __forceinline__ void chunk_pv(const uint32_t (&pa)[kChunk / 16][4], c
 // attention_fold.cuh) of each of the tile's rows into a.partial, record (row, z) of n_z, or
 // mc = -inf where the chunk lies before the window or after every row. chunk_softmax and
 // chunk_pv are the tile kernel's code, so the folded partials give the tile kernel's bits.
-// LDMATRIX as chunk_scores' and chunk_pv's (the persistent decode block, short of registers,
-// keeps it off). staged_rows: the rows chunk_prestage staged into st (0: none).
+// LDMATRIX as chunk_scores' and chunk_pv's. staged_rows: the rows chunk_prestage staged into
+// st (0: none).
 template <int HD, typename Op, bool KV16, bool MASKED, bool LDMATRIX = false>
 __device__ __forceinline__ void chunk_partial(const ArgsOf<MASKED>& a,
                                               int tile, int kvh, int z, int n_z, int lane,

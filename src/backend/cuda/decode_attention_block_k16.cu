@@ -43,9 +43,9 @@ using k16::share_begin;
 
 // Chunk partials: kAttnGroups groups of kGroupWarps warps per block, each group one chunk at a
 // time in a stage of its own (chunk_partial_group: a warp alone is bound by its instruction
-// stream). Measured on the H200 (docs/GPU.md, tuning log): two groups of 8 warps beat two of 4
-// starting at warp 1 (which kept warp 0's thread, the one that polls the hand-off, free of
-// prestage copies) by 1.5% of the step, and one warp per chunk by 10%.
+// stream). Two groups of 8 warps measured fastest on the H200 (docs/GPU.md, tuning log): 1.5%
+// of the step faster than two of 4 from warp 1 (which kept warp 0's thread, the one that polls
+// the hand-offs, free of prestage copies), ~9% faster than one warp per chunk.
 constexpr int kAttnGroups = 2, kGroupWarps = 8, kFirstAttnWarp = 0;
 static_assert(kFirstAttnWarp + kAttnGroups * kGroupWarps <= block::kWarps, "partial warps within the block");
 
