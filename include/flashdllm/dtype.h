@@ -78,6 +78,19 @@ uint16_t fp32_to_bf16(float f);
 /// other types, or an n that is not a whole number of blocks.
 void dequantize_row(GgmlType t, const void* src, float* dst, size_t n);
 
+/// Whether quantize_row writes type t: every block_dequantizer() type.
+bool has_quantizer(GgmlType t);
+
+/// Quantizes `n` fp32 values (a whole number of t's blocks) into t's block format, the layout
+/// block_dequantizer(t) reads (src/core/quantize_blocks.cpp): per block, or per group of a
+/// K-quant super-block, a scale (and an offset, for the formats with a minimum) from the
+/// values' range, rounded to its stored precision, then each value rounded to the nearest
+/// level. Plain round-to-nearest, not llama.cpp's search for the least-error scale, so the
+/// error is somewhat larger than llama-quantize's; meant for random test weights (make-model).
+/// Throws std::invalid_argument for a type without a quantizer or an n that is not whole
+/// blocks. Pure; thread-safe.
+void quantize_row(GgmlType t, const float* src, void* dst, size_t n);
+
 /// Quantize `n` fp32 values (multiple of 32) to Q8_0 the way ggml's reference
 /// `quantize_row_q8_0_ref` does (scale = max|x|/127, round to nearest).
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, size_t n);

@@ -135,7 +135,10 @@ void add_make_model_command(CLI::App& tools_app) {
   cmd->add_option("-o,--output", a->output, "GGUF file to write")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: " + presets)->capture_default_str();
   a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3|gemma2 (default: the preset's)");
-  cmd->add_option("--dtype", a->dtype, "Matrix weight type: f32|f16|bf16|q8_0")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "Matrix weight type: " + tools::writable_dtype_names() +
+                      " (block-quantized types: rows must hold whole blocks, 256 for the K-quants)")
+      ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random weights (0..2^64-1)")->capture_default_str();
   a->vocab_from_opt = cmd->add_option("--vocab-from", a->vocab_from,
                                       "Copy the tokenizer from this GGUF (e.g. a llama.cpp vocab file)");

@@ -79,7 +79,7 @@ void make_model(const MakeModelOptions& opt) {
   w.set_string("general.architecture", a);
   w.set_string("general.name", opt.name.empty() ? "flashdllm-random-" + opt.preset : opt.name);
   w.set_uint32("general.file_type", llama_file_type(opt.dtype));
-  if (opt.dtype == GgmlType::Q8_0) w.set_uint32("general.quantization_version", 2);
+  if (has_quantizer(opt.dtype)) w.set_uint32("general.quantization_version", 2);
   w.set_uint32(a + ".context_length", s.context);
   w.set_uint32(a + ".embedding_length", s.dim);
   w.set_uint32(a + ".block_count", s.n_layers);

@@ -6,8 +6,8 @@
 // llama; qwen2/qwen3 files use their own key prefix and add blk.N.attn_{q,k,v}.bias (F32,
 // values of std 0.02 around 0) / blk.N.attn_{q,k}_norm.weight {head_dim} (F32 near 1)):
 //  - metadata: general.architecture = "llama", general.name, general.file_type (llama.cpp's
-//    LLAMA_FTYPE numbering: ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32),
-//    general.quantization_version = 2 for Q8_0, and llama.{context_length, embedding_length,
+//    LLAMA_FTYPE numbering: llama_file_type below), general.quantization_version = 2 for the
+//    block-quantized types, and llama.{context_length, embedding_length,
 //    block_count, feed_forward_length, attention.head_count, attention.head_count_kv,
 //    rope.dimension_count, rope.freq_base, attention.layer_norm_rms_epsilon, vocab_size};
 //  - tensors (ggml dims, ne[0] innermost): token_embd.weight {dim, vocab},
@@ -49,8 +49,9 @@ namespace fdl::tools {
 struct MakeModelOptions {
   std::filesystem::path output;  ///< GGUF file to write (required)
   std::string preset = "tiny";   ///< one of model_presets()
-  /// Type of the 2-D weight matrices (embeddings and output included): F32, F16, BF16 or
-  /// Q8_0. Q8_0 needs dim and ffn_dim to be multiples of 32.
+  /// Type of the 2-D weight matrices (embeddings and output included): F32, F16, BF16 or a
+  /// block-quantized type (writable_dtype_names()); those need dim, ffn_dim and
+  /// n_heads x head_dim to be multiples of the type's block (32; 256 for the K-quants).
   GgmlType dtype = GgmlType::F16;
   uint64_t seed = 42;  ///< PRNG seed; same seed + options = identical file
   /// Copy the tokenizer (all tokenizer.ggml.* keys) from this GGUF file, e.g. a llama.cpp
@@ -111,11 +112,18 @@ uint64_t model_tensor_bytes(const MakeModelOptions& opt);
 /// Write the model described by `opt` to `opt.output`. See the file comment for the layout.
 void make_model(const MakeModelOptions& opt);
 
-/// Parse a weight type name as typed on a command line: "f32", "f16", "bf16", "q8_0"
-/// (case-insensitive). Throws std::invalid_argument listing the accepted names.
+/// The weight types make_model writes, as typed on a command line, comma-separated: f32, f16,
+/// bf16, and the block-quantized q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k
+/// (quantize_row's round-to-nearest quantizers, flashdllm/dtype.h).
+std::string writable_dtype_names();
+
+/// Parse a weight type name as typed on a command line (writable_dtype_names(),
+/// case-insensitive). Throws std::invalid_argument listing the accepted names.
 GgmlType parse_weight_dtype(std::string_view name);
 
-/// llama.cpp's general.file_type (LLAMA_FTYPE) for a weight type: F32 0, F16 1, Q8_0 7, BF16 32.
+/// llama.cpp's general.file_type (LLAMA_FTYPE) for a file whose matrices are all of one type:
+/// F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, and the K-quants' "_S"
+/// numbers Q3_K 11, Q4_K 14, Q5_K 16, Q6_K 18; BF16 32.
 uint32_t llama_file_type(GgmlType dtype);
 
 }  // namespace fdl::tools

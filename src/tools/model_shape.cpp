@@ -57,10 +57,10 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
     for (const auto& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
     bad("unknown preset '" + opt.preset + "' (available: " + names + ")");
   }
-  // The types make-model can write (its random weights are quantized to Q8_0 only).
+  // The types make-model can write: the 16/32-bit floats and every type with a quantizer.
   const GgmlType d = opt.dtype;
-  if (d != GgmlType::F32 && d != GgmlType::F16 && d != GgmlType::BF16 && d != GgmlType::Q8_0)
-    bad("dtype " + ggml_type_name(static_cast<uint32_t>(d)) + " is not supported (use F32, F16, BF16, Q8_0)");
+  if (d != GgmlType::F32 && d != GgmlType::F16 && d != GgmlType::BF16 && !has_quantizer(d))
+    bad("dtype " + ggml_type_name(static_cast<uint32_t>(d)) + " is not supported (use " + writable_dtype_names() + ")");
   ModelShape s = it->shape;
   s.dim = opt.dim.value_or(s.dim);
   s.n_layers = opt.n_layers.value_or(s.n_layers);
@@ -112,9 +112,12 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
         std::to_string(s.n_kv_heads));
   if (s.head_dim() % 2 != 0)
     bad("head dim " + std::to_string(s.head_dim()) + (s.head_dim_set ? "" : " (dim / n_heads)") + " must be even for RoPE");
-  if (opt.dtype == GgmlType::Q8_0 && (s.dim % 32 != 0 || s.ffn_dim % 32 != 0))
-    bad("Q8_0 needs dim and ffn_dim to be multiples of 32 (got dim " + std::to_string(s.dim) +
-        ", ffn_dim " + std::to_string(s.ffn_dim) + ")");
+  // Every matrix row (its cols: dim, the attention output's q_dim, down's ffn_dim) holds whole blocks.
+  if (const uint32_t block = ggml_type_traits(static_cast<uint32_t>(opt.dtype))->block_size;
+      s.dim % block != 0 || s.ffn_dim % block != 0 || s.q_dim() % block != 0)
+    bad(std::string(ggml_type_traits(static_cast<uint32_t>(opt.dtype))->name) + " needs dim, ffn_dim and n_heads x head_dim to be multiples of " +
+        std::to_string(block) + " (got dim " + std::to_string(s.dim) + ", ffn_dim " + std::to_string(s.ffn_dim) +
+        ", n_heads x head_dim " + std::to_string(s.q_dim()) + ")");
   if (!(s.rope_theta > 0.f) || !std::isfinite(s.rope_theta)) bad("rope_theta must be a positive number");
   if (!(s.rms_eps > 0.f) || !std::isfinite(s.rms_eps)) bad("rms_eps must be a positive number");
   if (!(opt.weight_std >= 0.f) || !std::isfinite(opt.weight_std))
@@ -135,28 +138,46 @@ uint64_t model_tensor_bytes(const MakeModelOptions& opt) {
   return total;
 }
 
+namespace {
+
+// What make-model writes, and the general.file_type (llama.cpp's LLAMA_FTYPE) of a file whose
+// matrices are all of that type; for the K-quants the "_S" numbers, whose mixes are the
+// closest to a single type.
+struct WritableType {
+  GgmlType type;
+  const char* name;  // as typed on a command line
+  uint32_t file_type;
+};
+constexpr WritableType kWritable[] = {
+    {GgmlType::F32, "f32", 0},     {GgmlType::F16, "f16", 1},     {GgmlType::BF16, "bf16", 32},
+    {GgmlType::Q8_0, "q8_0", 7},   {GgmlType::Q4_0, "q4_0", 2},   {GgmlType::Q4_1, "q4_1", 3},
+    {GgmlType::Q5_0, "q5_0", 8},   {GgmlType::Q5_1, "q5_1", 9},   {GgmlType::Q2_K, "q2_k", 10},
+    {GgmlType::Q3_K, "q3_k", 11},  {GgmlType::Q4_K, "q4_k", 14},  {GgmlType::Q5_K, "q5_k", 16},
+    {GgmlType::Q6_K, "q6_k", 18},
+};
+
+}  // namespace
+
+std::string writable_dtype_names() {
+  std::string out;
+  for (const WritableType& w : kWritable) out += (out.empty() ? "" : ", ") + std::string(w.name);
+  return out;
+}
+
 GgmlType parse_weight_dtype(std::string_view name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "f32") return GgmlType::F32;
-  if (lower == "f16") return GgmlType::F16;
-  if (lower == "bf16") return GgmlType::BF16;
-  if (lower == "q8_0") return GgmlType::Q8_0;
-  throw std::invalid_argument("unknown weight type '" + std::string(name) +
-                              "' (accepted: f32, f16, bf16, q8_0)");
+  for (const WritableType& w : kWritable)
+    if (lower == w.name) return w.type;
+  throw std::invalid_argument("unknown weight type '" + std::string(name) + "' (accepted: " + writable_dtype_names() +
+                              ")");
 }
 
 uint32_t llama_file_type(GgmlType dtype) {
-  switch (dtype) {
-    case GgmlType::F32: return 0;   // LLAMA_FTYPE_ALL_F32
-    case GgmlType::F16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
-    case GgmlType::Q8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
-    case GgmlType::BF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
-    default:
-      throw std::invalid_argument("llama_file_type: no LLAMA_FTYPE for " +
-                                  ggml_type_name(static_cast<uint32_t>(dtype)));
-  }
+  for (const WritableType& w : kWritable)
+    if (w.type == dtype) return w.file_type;
+  throw std::invalid_argument("llama_file_type: no LLAMA_FTYPE for " + ggml_type_name(static_cast<uint32_t>(dtype)));
 }
 
 }  // namespace fdl::tools

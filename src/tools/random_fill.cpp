@@ -47,7 +47,7 @@ void to_fp16(const float* src, uint8_t* dst, uint64_t n) {
   }
 }
 
-// Elements per chunk: a multiple of every block size used (Q8_0: 32), large enough to
+// Elements per chunk: a multiple of every block size used (Q8_0: 32, K-quants: 256), large enough to
 // amortize thread scheduling, small enough to stay in L2.
 constexpr uint64_t kChunkElems = 1 << 16;
 
@@ -104,7 +104,6 @@ void uniform_values(float* dst, uint64_t n, float mean, float std, Xoshiro256& r
 
 struct Scratch {
   std::vector<float> values = std::vector<float>(kChunkElems);
-  std::vector<BlockQ8_0> blocks = std::vector<BlockQ8_0>(kChunkElems / 32);
 };
 
 void fill_chunk(uint8_t* out, GgmlType type, uint64_t n, float mean, float std, Xoshiro256& rng,
@@ -124,14 +123,11 @@ void fill_chunk(uint8_t* out, GgmlType type, uint64_t n, float mean, float std, 
         std::memcpy(out + 2 * i, &h, 2);
       }
       return;
-    case GgmlType::Q8_0:
-      // Quantize into an aligned block buffer: `out` has no alignment guarantee.
-      quantize_row_q8_0(values, scratch.blocks.data(), n);
-      std::memcpy(out, scratch.blocks.data(), n / 32 * sizeof(BlockQ8_0));
-      return;
     default:
-      throw std::invalid_argument("fill_random: unsupported type " +
-                                  ggml_type_name(static_cast<uint32_t>(type)));
+      if (!has_quantizer(type))
+        throw std::invalid_argument("fill_random: unsupported type " + ggml_type_name(static_cast<uint32_t>(type)));
+      quantize_row(type, values, out, n);  // byte-wise: `out` needs no alignment
+      return;
   }
 }
 

@@ -3,6 +3,8 @@
 // dequantizes them to (scripts/make_quant_block_fixture.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -96,6 +98,51 @@ TEST(QuantBlocks, RowsThatAreNotWholeBlocksAreRefused) {
   EXPECT_THROW(dequantize_row(GgmlType::Q4_K, zeros, out.data(), 300), std::invalid_argument);
   EXPECT_THROW(dequantize_row(GgmlType::Q5_0, zeros, out.data(), 40), std::invalid_argument);
   EXPECT_NO_THROW(dequantize_row(GgmlType::Q6_K, zeros, out.data(), 256));
+}
+
+// quantize_row is each format's inverse: random values (several blocks, with an all-zero
+// block and a block of one repeated value) come back within the format's rounding error, so a
+// wrong bit position or scale packing shows as a large error.
+TEST(QuantBlocks, QuantizeRowRoundTripsWithinEachFormatsError) {
+  // Relative RMS error bounds for uniform values: about half a level of each format's grid
+  // (plus the rounded scales), looser for fewer bits.
+  const std::vector<std::pair<GgmlType, double>> cases = {
+      {GgmlType::Q8_0, 0.01}, {GgmlType::Q6_K, 0.03}, {GgmlType::Q5_0, 0.05}, {GgmlType::Q5_1, 0.05},
+      {GgmlType::Q5_K, 0.05}, {GgmlType::Q4_0, 0.1},  {GgmlType::Q4_1, 0.1},  {GgmlType::Q4_K, 0.1},
+      {GgmlType::Q3_K, 0.2},  {GgmlType::Q2_K, 0.4}};
+  uint64_t state = 12345;
+  auto uniform = [&] {  // [-1, 1)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int32_t>(state >> 32)) / 2147483648.f;
+  };
+  for (const auto& [type, bound] : cases) {
+    const GgmlTypeTraits tr = *ggml_type_traits(static_cast<uint32_t>(type));
+    SCOPED_TRACE(tr.name);
+    ASSERT_TRUE(has_quantizer(type));
+    const size_t bs = tr.block_size, n = 8 * bs;
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = 0.3f * uniform() + (i / bs == 3 ? 0.2f : 0.f);  // one block off-centre
+    std::fill(x.begin() + 5 * bs, x.begin() + 6 * bs, 0.f);
+    std::fill(x.begin() + 6 * bs, x.begin() + 7 * bs, 0.125f);
+    std::vector<unsigned char> q(n / bs * tr.type_size);
+    quantize_row(type, x.data(), q.data(), n);
+    std::vector<float> y(n);
+    dequantize_row(type, q.data(), y.data(), n);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < n; ++i) err += (double(y[i]) - x[i]) * (double(y[i]) - x[i]), norm += double(x[i]) * x[i];
+    EXPECT_LT(std::sqrt(err / norm), bound);
+    for (size_t i = 5 * bs; i < 6 * bs; ++i) ASSERT_EQ(y[i], 0.f) << "a zero block must stay zero, element " << i;
+    for (size_t i = 6 * bs; i < 7 * bs; ++i) ASSERT_NEAR(y[i], 0.125f, 0.125f * bound) << i;
+  }
+}
+
+TEST(QuantBlocks, QuantizeRowRefusesBadInput) {
+  std::vector<float> x(512, 0.5f);
+  std::vector<unsigned char> q(4096);
+  EXPECT_THROW(quantize_row(GgmlType::Q4_K, x.data(), q.data(), 100), std::invalid_argument);  // not whole blocks
+  EXPECT_THROW(quantize_row(GgmlType::IQ4_NL, x.data(), q.data(), 32), std::invalid_argument);  // no quantizer
+  EXPECT_THROW(quantize_row(GgmlType::F16, x.data(), q.data(), 32), std::invalid_argument);
+  EXPECT_FALSE(has_quantizer(GgmlType::F32));
 }
 
 }  // namespace

@@ -232,21 +232,26 @@ TEST(MakeModel, ValuesHaveTheRequestedStatistics) {
 
 TEST(MakeModel, EveryDtypeWithFileTypeAndSaneValues) {
   const std::vector<std::pair<GgmlType, uint32_t>> cases = {
-      {GgmlType::F32, 0}, {GgmlType::F16, 1}, {GgmlType::Q8_0, 7}, {GgmlType::BF16, 32}};
+      {GgmlType::F32, 0},   {GgmlType::F16, 1},   {GgmlType::Q8_0, 7},  {GgmlType::BF16, 32},
+      {GgmlType::Q4_0, 2},  {GgmlType::Q4_1, 3},  {GgmlType::Q5_0, 8},  {GgmlType::Q5_1, 9},
+      {GgmlType::Q2_K, 10}, {GgmlType::Q3_K, 11}, {GgmlType::Q4_K, 14}, {GgmlType::Q5_K, 16},
+      {GgmlType::Q6_K, 18}};
   for (const auto& [dtype, ftype] : cases) {
     SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(dtype)));
     MakeModelOptions opt;
     opt.output = scratch("dtype.gguf");
     opt.dtype = dtype;
+    if (ggml_type_traits(static_cast<uint32_t>(dtype))->block_size == 256) opt.dim = 256, opt.ffn_dim = 512;
     make_model(opt);
     GgufFile f = GgufFile::open(opt.output);
     EXPECT_EQ(f.get_uint("general.file_type"), ftype);
-    EXPECT_EQ(f.find("general.quantization_version") != nullptr, dtype == GgmlType::Q8_0);
+    EXPECT_EQ(f.find("general.quantization_version") != nullptr, block_dequantizer(dtype) != nullptr);
     EXPECT_EQ(f.tensor("blk.0.ffn_down.weight").type(), dtype);
     EXPECT_EQ(f.tensor("blk.0.ffn_norm.weight").type(), GgmlType::F32);
     double mean, std;
     mean_std(dequantized(f.tensor("token_embd.weight")), mean, std);
-    EXPECT_NEAR(std, 0.02, 0.002);
+    // Rounding adds its own noise: 2-bit levels (Q2_K) ~1.1x the std, the others less.
+    EXPECT_NEAR(std, 0.02, dtype == GgmlType::Q2_K ? 0.003 : 0.002);
     EXPECT_NEAR(mean, 0.0, 0.002);
   }
 }
@@ -421,10 +426,15 @@ TEST(MakeModel, InvalidOptionsNameTheOption) {
   opt = {};
   opt.dtype = GgmlType::Q8_0;
   opt.ffn_dim = 100;
-  EXPECT_NE(invalid_message(opt).find("Q8_0 needs dim and ffn_dim to be multiples of 32"), std::string::npos);
+  EXPECT_NE(invalid_message(opt).find("Q8_0 needs dim, ffn_dim and n_heads x head_dim to be multiples of 32"),
+            std::string::npos);
   opt = {};
-  opt.dtype = GgmlType::Q4_K;
-  EXPECT_NE(invalid_message(opt).find("dtype Q4_K is not supported"), std::string::npos);
+  opt.dtype = GgmlType::Q4_K;  // the tiny preset's dim 64
+  EXPECT_NE(invalid_message(opt).find("Q4_K needs dim, ffn_dim and n_heads x head_dim to be multiples of 256 (got dim 64"),
+            std::string::npos);
+  opt = {};
+  opt.dtype = GgmlType::IQ4_NL;
+  EXPECT_NE(invalid_message(opt).find("dtype IQ4_NL is not supported (use f32, f16, bf16, q8_0, q4_0"), std::string::npos);
   opt = {};
   opt.n_layers = 0;
   EXPECT_NE(invalid_message(opt).find("n_layers must be greater than 0"), std::string::npos);
@@ -443,13 +453,21 @@ TEST(MakeModel, ParseWeightDtype) {
   EXPECT_EQ(parse_weight_dtype("F16"), GgmlType::F16);
   EXPECT_EQ(parse_weight_dtype("bf16"), GgmlType::BF16);
   EXPECT_EQ(parse_weight_dtype("Q8_0"), GgmlType::Q8_0);
+  EXPECT_EQ(parse_weight_dtype("q4_0"), GgmlType::Q4_0);
+  EXPECT_EQ(parse_weight_dtype("Q4_K"), GgmlType::Q4_K);
+  EXPECT_EQ(parse_weight_dtype("q6_k"), GgmlType::Q6_K);
   try {
-    parse_weight_dtype("q4_0");
+    parse_weight_dtype("q4_k_m");  // a llama-quantize mix, not one type
     ADD_FAILURE();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown weight type 'q4_0' (accepted: f32, f16, bf16, q8_0)"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unknown weight type 'q4_k_m' (accepted: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                                         "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k)"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(llama_file_type(GgmlType::BF16), 32u);
+  EXPECT_EQ(llama_file_type(GgmlType::Q4_K), 14u);
+  EXPECT_THROW(llama_file_type(GgmlType::IQ4_NL), std::invalid_argument);
 }
 
 }  // namespace

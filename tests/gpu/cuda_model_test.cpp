@@ -150,19 +150,6 @@ TEST(CudaModel, KvCacheDtypeFollowsTheWeightsAndRefusesOthers) {
   EXPECT_THROW(m.forward(b, kv, logits), std::invalid_argument);
 }
 
-/// Logits at the last token of a one-forward prefill of `prompt` in a fresh cache.
-std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& prompt) {
-  auto pool = make_pool(m, prompt.size());
-  KvCache kv(*pool);
-  const SeqId s = kv.create_sequence();
-  StepBatch b;
-  const size_t f = kv.append_slots(s, prompt.size());
-  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(f + i), s, i + 1 == prompt.size());
-  std::vector<float> logits;
-  m.forward(b, kv, logits);
-  return logits;
-}
-
 TEST(CudaModel, TensorCorePrefillAttentionCloseToFp32Tiles) {
   FDL_SKIP_WITHOUT_GPU();
   // F16 weights: tensor cores by default; FLASHDLLM_ATTN_TC=0 (read by the constructor)

@@ -61,6 +61,19 @@ inline std::unique_ptr<BlockPool> make_pool(const Model& m, size_t n_tokens, int
   return std::make_unique<BlockPool>(m.kv_shape(block_size), (n_tokens + block_size - 1) / block_size);
 }
 
+/// Logits at the last token of a one-forward prefill of `prompt` in a fresh cache.
+inline std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& prompt) {
+  auto pool = make_pool(m, prompt.size());
+  KvCache kv(*pool);
+  const SeqId s = kv.create_sequence();
+  StepBatch b;
+  const size_t f = kv.append_slots(s, prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(f + i), s, i + 1 == prompt.size());
+  std::vector<float> logits;
+  m.forward(b, kv, logits);
+  return logits;
+}
+
 /// Prefills `prompt` into a new sequence in one forward (no logits); returns the sequence.
 inline SeqId prefill_sequence(Model& m, KvCache& kv, const std::vector<int32_t>& prompt) {
   const SeqId seq = kv.create_sequence();
