@@ -80,10 +80,18 @@ nlohmann::json describe(const GgufFile& gguf) {
 
   uint64_t n_params = 0;
   std::map<std::string, int> tensor_types;  // sorted, so output is stable
+  const GgufTensorInfo* first_unsupported = nullptr;  // of a type no backend computes with
+  int n_unsupported = 0;
   for (const GgufTensorInfo& t : gguf.tensors()) {
     n_params += t.n_elements();
     ++tensor_types[ggml_type_name(t.type_id)];
+    if (!is_supported_weight_type(t.type()) && n_unsupported++ == 0) first_unsupported = &t;
   }
+  if (first_unsupported != nullptr)  // the loader's words for the same refusal
+    unsupported.push_back("tensor '" + first_unsupported->name + "' has unsupported type " +
+                          ggml_type_name(first_unsupported->type_id) +
+                          (n_unsupported > 1 ? " (and " + std::to_string(n_unsupported - 1) + " more tensors)" : "") +
+                          "; supported weight types: " + std::string(supported_weight_types()));
 
   nlohmann::json j;
   j["file"] = path;

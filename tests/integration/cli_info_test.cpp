@@ -1,9 +1,12 @@
 // `flashdllm info` on the shared models: the numbers must be the ones the README states.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <span>
 
 #include "cli_test_support.h"
+#include "flashdllm/gguf.h"
 
 namespace fdl::test {
 namespace {
@@ -76,6 +79,29 @@ TEST(CliInfo, ModelComesFromTheEnvironmentWhenNoFlagIsGiven) {
   const CliResult r = run_cli({"info", "--json"}, {"FLASHDLLM_MODEL=" + model.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(parse_cli_json(r).value("n_embd", 0), 384);
+}
+
+// A file whose tensors include a type no backend computes with (an IQ quant) is described,
+// with "supported: no" and the loader's reason, not "yes".
+TEST(CliInfo, UnsupportedTensorTypesMakeTheFileUnsupported) {
+  FDL_REQUIRE_CLI();
+  const auto path = scratch_dir() / "iq4.gguf";
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  auto zeros = [](std::span<uint8_t> b) { std::fill(b.begin(), b.end(), uint8_t{0}); };
+  w.add_tensor("blk.0.attn_q.weight", GgmlType::IQ4_NL, {64, 4}, zeros);
+  w.add_tensor("blk.0.attn_k.weight", GgmlType::IQ4_NL, {64, 4}, zeros);
+  w.add_tensor("blk.0.attn_norm.weight", GgmlType::F32, {64}, zeros);
+  w.write(path);
+  const CliResult r = run_cli({"info", "-m", path.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = parse_cli_json(r);
+  EXPECT_EQ(j.at("supported"), false);
+  EXPECT_NE(j.at("unsupported_reason").get<std::string>().find(
+                "tensor 'blk.0.attn_q.weight' has unsupported type IQ4_NL (and 1 more tensors); supported weight types:"),
+            std::string::npos)
+      << j.at("unsupported_reason");
+  EXPECT_EQ(j.at("tensor_types").at("IQ4_NL"), 2);
 }
 
 }  // namespace
