@@ -45,6 +45,7 @@ struct CheckOptions {
   int prompts = 64;
   int min_len = 16;
   int max_len = 1500;
+  bool max_len_given = false;  // --max-len on the command line; else the default, shrunk to the model's context
   int n_predict = 128;
   int wave = 7;
   int small_chunk = 64;
@@ -195,11 +196,19 @@ void run_check(CheckOptions o) {
                    ": give two sizes (the two chunked schedules would be the same)");
   check_int_in("--block-size", o.block_size, 1, kMaxBlockSize);
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
-  const int needed = o.max_len + o.n_predict;
-  const int n_ctx = (needed + o.block_size - 1) / o.block_size * o.block_size;
+  // The context the longest prompt and its tokens need, in whole blocks.
+  auto context_for = [&](int max_len) { return (max_len + o.n_predict + o.block_size - 1) / o.block_size * o.block_size; };
+  int n_ctx = context_for(o.max_len);
   const auto path = resolve_model_path(o.model);
   LoadedModel loaded = load_model(path, model_options(o.threads, o.mmap, n_ctx));
   const int n_ctx_train = loaded.model->config().n_ctx_train;
+  // The default longest prompt is cut to what the model's context holds beside -n (in whole
+  // blocks); a --max-len given on the command line is kept, and refused below if it does not fit.
+  if (!o.max_len_given && n_ctx_train > 0 && n_ctx > n_ctx_train) {
+    const int fits = (n_ctx_train / o.block_size) * o.block_size - o.n_predict;
+    if (fits >= o.min_len) o.max_len = std::min(o.max_len, fits), n_ctx = context_for(o.max_len);
+  }
+  const int needed = o.max_len + o.n_predict;
   if (n_ctx_train > 0 && n_ctx > n_ctx_train)
     throw CliError("--max-len + --n-predict need a context of " + std::to_string(needed) + " tokens (" +
                    std::to_string(n_ctx) + " in whole blocks of --block-size " + std::to_string(o.block_size) +
@@ -292,7 +301,10 @@ void add_check_invariance_command(CLI::App& tools_app) {
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--prompts", o->prompts, "Prompts (random token ids)")->capture_default_str();
   cmd->add_option("--min-len", o->min_len, "Shortest prompt (tokens, BOS included)")->capture_default_str();
-  cmd->add_option("--max-len", o->max_len, "Longest prompt (tokens)")->capture_default_str();
+  CLI::Option* max_len = cmd->add_option("--max-len", o->max_len,
+                                         "Longest prompt (tokens; the default is cut to what the model's context holds "
+                                         "beside -n)")
+                             ->capture_default_str();
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens generated per prompt")->capture_default_str();
   cmd->add_option("--wave", o->wave, "Requests per wave of the staggered schedule")->capture_default_str();
   cmd->add_option("--small-chunk", o->small_chunk, "Prompt tokens per step of the first chunked schedule")
@@ -304,7 +316,10 @@ void add_check_invariance_command(CLI::App& tools_app) {
   cmd->add_flag("--sampling", o->sampling, "Seeded sampling (temperature 0.8) instead of greedy decoding");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   add_mmap_flag(cmd, o->mmap);  // also --device, --kv-cache-dtype, --batch-invariant
-  cmd->callback([o] { run_check(*o); });
+  cmd->callback([o, max_len] {
+    o->max_len_given = max_len->count() > 0;
+    run_check(*o);
+  });
 }
 
 }  // namespace fdl::cli

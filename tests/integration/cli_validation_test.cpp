@@ -191,6 +191,19 @@ TEST(CliValidation, CheckInvarianceAgreesOnTheCpu) {
     }
   }
   expect_error(run_cli({"tools", "check-invariance", "-m", m, "--min-len", "10", "--max-len", "3"}), "--max-len");
+  // A --max-len the model's context cannot hold beside -n is refused; the default one is cut to
+  // fit (codelm-16m: 1024 tokens of context, against the default 1500 + 128).
+  const auto codelm = model_path("codelm-16m-f16.gguf");
+  FDL_REQUIRE_FILE(codelm);
+  expect_error(run_cli({"tools", "check-invariance", "-m", codelm.string(), "--prompts", "1", "--max-len", "1000",
+                        "-n", "64"}),
+               "--max-len + --n-predict need a context of 1064 tokens");
+  const CliResult cut = run_cli({"tools", "check-invariance", "-m", codelm.string(), "--prompts", "2", "-n", "2",
+                                 "--wave", "1", "--json"});
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  const auto cj = nlohmann::json::parse(cut.out);
+  EXPECT_EQ(cj["differing"], 0);
+  EXPECT_EQ(cj["prompt_lengths"][1], 1024 - 2) << cut.out;
   expect_error(run_cli({"tools", "check-invariance", "-m", m, "--prompts", "0"}), "--prompts");
 }
 
