@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <tuple>
 
+#include "backend/cpu/q8k.h"
 #include "cpu_test_util.h"
 
 namespace fdl::cpu {
@@ -46,6 +49,8 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<GgmlType, bool>> {
  protected:
   GgmlType type() const { return std::get<0>(GetParam()); }
   bool portable() const { return std::get<1>(GetParam()); }
+  // The K-quants on the AVX2 set: integer dot products with 8-bit activations (q8k.h).
+  bool integer() const { return !portable() && detail::q8k_weight_type(type()); }
   void SetUp() override {
     if (!portable() && !use_avx2_kernels()) GTEST_SKIP() << "AVX2 kernels unavailable here";
   }
@@ -75,7 +80,20 @@ TEST_P(MatmulTest, MatchesDoubleReference) {
       // fp32 accumulation: each lane adds cols/8 products, then 3 tree levels.
       const double steps = static_cast<double>(s.cols) / 8 + 4;
       for (size_t i = 0; i < y.size(); ++i) {
-        const double bound = steps * std::numeric_limits<float>::epsilon() * abs_sum[i] + 1e-30;
+        double bound = steps * std::numeric_limits<float>::epsilon() * abs_sum[i] + 1e-30;
+        if (integer()) {  // plus each activation's rounding: half a step of its block's 127 levels
+          const int64_t t = static_cast<int64_t>(i) / s.rows, r = static_cast<int64_t>(i) % s.rows;
+          double q = 0;
+          for (int64_t b = 0; b < s.cols / 256; ++b) {
+            double amax = 0, wsum = 0;
+            for (int64_t k = 256 * b; k < 256 * (b + 1); ++k) {
+              amax = std::max(amax, std::fabs(double(x[t * s.cols + k])));
+              wsum += std::fabs(double(w.widened[r * s.cols + k]));
+            }
+            q += wsum * amax * (0.5 / 127);
+          }
+          bound += 1.001 * q;
+        }
         ASSERT_NEAR(y[i], ref[i], bound) << "output " << i << " n_tokens " << n;
       }
     }
@@ -140,6 +158,7 @@ TEST_P(MatmulTest, RowResultsDoNotDependOnTilePosition) {
 TEST_P(MatmulTest, GivesTheF32BitsOfTheDequantizedRows) {
   // The kernels widen each type to its exact fp32 values (matmul.h): the same matrix written
   // as F32 must give the same bits, on every path (1-4 tokens stream, more pack panels).
+  if (integer()) GTEST_SKIP() << "8-bit activations: IntegerKQuantsGiveTheirReferenceSums";
   KernelSetGuard guard(portable());
   ThreadPool pool(2);
   for (int variant = 0; variant < kShapeVariants; ++variant) {
@@ -153,6 +172,57 @@ TEST_P(MatmulTest, GivesTheF32BitsOfTheDequantizedRows) {
       const auto a = run(pool, w, x.data(), n), b = run(pool, f32, x.data(), n);
       ASSERT_TRUE(same_bits(a.data(), b.data(), n * s.rows)) << "n_tokens " << n << " variant " << variant;
     }
+  }
+}
+
+TEST_P(MatmulTest, IntegerKQuantsGiveTheirReferenceSums) {
+  // The AVX2 integer kernels compute q8k_dot_reference's exact integer sums and float steps:
+  // the same bits for every output, on every token count.
+  if (!integer()) GTEST_SKIP() << "float kernels: GivesTheF32BitsOfTheDequantizedRows";
+  KernelSetGuard guard(false);
+  ThreadPool pool(2);
+  for (int variant = 0; variant < kShapeVariants; ++variant) {
+    const Shape s = odd_shape(type(), variant);
+    const auto w = make_weights(type(), s.rows, s.cols, 51 + variant);
+    const size_t row_bytes = weight_row_bytes(type(), s.cols);
+    for (int64_t n : {1, 3, 20}) {
+      const auto x = random_floats(static_cast<size_t>(n * s.cols), 13 + n);
+      const auto y = run(pool, w, x.data(), n);
+      std::vector<detail::BlockQ8K> xq(static_cast<size_t>(n * s.cols / 256));
+      detail::quantize_rows_q8k(x.data(), n, s.cols, xq.data());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          const float want = detail::q8k_dot_reference(type(), w.bytes.data() + r * row_bytes,
+                                                       xq.data() + t * (s.cols / 256), s.cols / 256);
+          ASSERT_EQ(std::memcmp(&y[t * s.rows + r], &want, sizeof(float)), 0)
+              << "token " << t << " row " << r << ": " << y[t * s.rows + r] << " vs " << want;
+        }
+    }
+  }
+}
+
+TEST(Matmul, Q8KActivationsAreTheSameBytesOnAvx2) {
+  if (!use_avx2_kernels()) GTEST_SKIP() << "AVX2 kernels unavailable here";
+  for (const float scale : {1.f, 1e-3f, 1e4f}) {
+    auto x = random_floats(4 * 512, 77, scale);
+    x[5] = 0.5f * scale, x[300] = -2.5f * scale;  // halfway cases of some scales
+    std::fill(x.begin() + 512, x.begin() + 768, 0.f);  // an all-zero block
+    x[1000] = std::numeric_limits<float>::quiet_NaN();  // a NaN or an infinity makes its block's scale NaN
+    x[1300] = std::numeric_limits<float>::infinity();
+    std::vector<detail::BlockQ8K> a(8), b(8);
+    detail::quantize_rows_q8k(x.data(), 4, 512, a.data());
+    detail::quantize_rows_q8k_avx2(x.data(), 4, 512, b.data());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(detail::BlockQ8K)), 0) << "scale " << scale;
+    EXPECT_TRUE(std::isnan(a[3].d));
+    EXPECT_TRUE(std::isnan(a[5].d));
+  }
+  // NaN and infinite activations reach the outputs as NaN, as with the float kernels.
+  ThreadPool pool(1);
+  const auto w = make_weights(GgmlType::Q4_K, 3, 512, 5);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    auto x = random_floats(512, 8);
+    x[100] = bad;
+    for (float y : run(pool, w, x.data(), 1)) EXPECT_TRUE(std::isnan(y)) << bad;
   }
 }
 

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/parallel_policy.h"
+#include "backend/cpu/q8k.h"
 
 namespace fdl::cpu {
 namespace {
@@ -29,8 +31,40 @@ void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("matmul: ") + what);
 }
 
-struct MatmulJob {
+// The activations of a call as the K-quants' integer kernels read them (q8k.h), quantized
+// once per call by the calling thread into its own scratch (grown, never shrunk), or null
+// where no matrix of the call takes that path.
+const detail::BlockQ8K* q8k_activations(const float* X, int64_t n_tokens, int64_t cols) {
+  thread_local std::vector<detail::BlockQ8K> scratch;
+  const auto n = static_cast<size_t>(n_tokens * (cols / 256));
+  if (scratch.size() < n) scratch.resize(n);
+  detail::quantize_rows_q8k_avx2(X, n_tokens, cols, scratch.data());
+  return scratch.data();
+}
+
+// Rows [r0, r1) of one matrix: the integer kernels for the K-quants where the call quantized
+// its activations (the AVX2 kernel set), else the kernel set's float kernels.
+struct RowsKernel {
   detail::MatmulRowsFn rows_fn;
+  const detail::BlockQ8K* xq;
+  void operator()(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const {
+    if (xq != nullptr && detail::q8k_weight_type(w.type))
+      detail::q8k_rows_avx2(w, xq, n_tokens, y, r0, r1);
+    else
+      rows_fn(w, x, n_tokens, y, r0, r1);
+  }
+};
+
+// Whether a call on these matrices quantizes its activations for the integer kernels.
+bool wants_q8k(const WeightMatrix* const* W, int n_mats) {
+  if (!use_avx2_kernels()) return false;
+  for (int i = 0; i < n_mats; ++i)
+    if (detail::q8k_weight_type(W[i]->type)) return true;
+  return false;
+}
+
+struct MatmulJob {
+  RowsKernel rows_fn;
   const WeightMatrix* w;
   const float* x;
   int64_t n_tokens;
@@ -73,7 +107,9 @@ void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_t
   }
   require(W.data != nullptr && X != nullptr, "null weights or input");
 
-  const MatmulJob job{rows_fn_for(n_tokens), &W, X, n_tokens, Y};
+  const WeightMatrix* const one[] = {&W};
+  const MatmulJob job{{rows_fn_for(n_tokens), wants_q8k(one, 1) ? q8k_activations(X, n_tokens, W.cols) : nullptr},
+                      &W, X, n_tokens, Y};
   const int64_t n_units = (W.rows + kRowGrain - 1) / kRowGrain;
   // Capturing one pointer keeps the std::function in its small buffer: no allocation.
   const MatmulJob* jp = &job;
@@ -114,7 +150,7 @@ void matmul_multi(ThreadPool& pool, const WeightMatrix* const* W, float* const* 
   // Row units of all matrices, numbered matrix after matrix; with swiglu a unit covers the
   // same rows of gate and up, and applies silu(gate) * up to them once both are done.
   struct Job {
-    detail::MatmulRowsFn rows_fn;
+    RowsKernel rows_fn;
     const WeightMatrix* const* w;
     float* const* y;
     int n_mats;
@@ -122,7 +158,8 @@ void matmul_multi(ThreadPool& pool, const WeightMatrix* const* W, float* const* 
     int64_t n_tokens;
     bool swiglu;
     int64_t first_unit[kMaxMultiMats + 1];
-  } job{rows_fn_for(n_tokens), W, Y, swiglu ? 1 : n_mats, X, n_tokens, swiglu, {}};
+  } job{{rows_fn_for(n_tokens), wants_q8k(W, n_mats) ? q8k_activations(X, n_tokens, W[0]->cols) : nullptr},
+        W, Y, swiglu ? 1 : n_mats, X, n_tokens, swiglu, {}};
   for (int i = 0; i < job.n_mats; ++i) job.first_unit[i + 1] = job.first_unit[i] + (W[i]->rows + kRowGrain - 1) / kRowGrain;
   const Job* jp = &job;
   pool.parallel_for(

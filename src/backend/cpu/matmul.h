@@ -14,6 +14,10 @@
 // The AVX2 kernels use fused multiply-add for each product; the portable kernels multiply
 // then add. The two kernel sets therefore differ in the last bits, but each is batch
 // invariant on its own (see cpu_features.h for how the set is chosen).
+// Exception, with the AVX2 set: Q4_K, Q5_K and Q6_K run in integers against each token's
+// activations quantized to 8 bits per 256-value block (q8k.h: exact int32 sums per block and
+// lane, then the same float steps for every token count), as llama.cpp's CPU kernels do; the
+// activations' rounding adds up to half of 1/127 of each block's largest value per product.
 //
 // Thread-safety: matmul may run concurrently from several threads on different pools; on
 // one pool, calls are serialized by the pool.
@@ -58,8 +62,10 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// rows at a time into an fp32 panel in L1 and sweep it with 4x3 register tiles over
 /// cache-sized token blocks (FMA-bound prefill). See matmul_driver_avx2.h.
 /// Block-quantized types are widened to their fp32 values in registers step by step (Q8_0,
-/// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) or one block of each row at a time (the others,
-/// core/quant_block_formats.h); up to 4 tokens stream them directly, more pack panels.
+/// Q4_0, Q4_1, Q5_0, Q5_1; Q4_K and Q6_K in the portable set) or one block of each row at a
+/// time (the others, core/quant_block_formats.h); up to 4 tokens stream them directly, more
+/// pack panels. With AVX2, Q4_K, Q5_K and Q6_K take the integer kernels of q8k.h instead
+/// (the activations quantized once per call by the calling thread).
 /// Throws std::invalid_argument if the type is unsupported, a dimension is negative, cols is
 /// not a whole number of the type's blocks, or a pointer is null while its size is > 0.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);
