@@ -249,6 +249,14 @@ TEST(Matmul, RejectsBadArguments) {
   EXPECT_THROW(matmul(pool, {GgmlType::F16, nullptr, 1, 8}, x, 1, y), std::invalid_argument);
   EXPECT_THROW(matmul(pool, {GgmlType::F16, wdata, 1, 8}, nullptr, 1, y), std::invalid_argument);
   EXPECT_NO_THROW(matmul(pool, {GgmlType::F16, wdata, 1, 8}, x, 0, nullptr));
+  // The K-quants' integer path quantizes the activations only after the shapes are checked:
+  // a row that is not whole 256-element blocks is refused in matmul_multi too.
+  const WeightMatrix q4k{GgmlType::Q4_K, wdata, 1, 288}, q8{GgmlType::Q8_0, wdata, 1, 288};
+  const WeightMatrix* const both[] = {&q8, &q4k};
+  float y0[64], y1[64];
+  float* const ys[] = {y0, y1};
+  std::vector<float> wide(288 * 64, 1.f);
+  EXPECT_THROW(matmul_multi(pool, both, ys, 2, wide.data(), 64), std::invalid_argument);
 }
 
 TEST(Matmul, ZeroColumnsGiveZeros) {

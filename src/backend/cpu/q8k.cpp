@@ -12,12 +12,6 @@
 namespace fdl::cpu::detail {
 namespace {
 
-float half_at(const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
-}
-
 // Level of element e of a Q4_K / Q5_K block (qh: Q5_K's fifth bits, else null).
 int k4_level(const unsigned char* qs, const unsigned char* qh, int e) {
   const int c = e / 64, l = e % 32, hi = (e % 64) / 32;

@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/matmul.h"
+#include "flashdllm/dtype.h"
 
 namespace fdl::cpu::detail {
 
@@ -29,6 +31,13 @@ struct BlockQ8K {
   int8_t qs[256];      ///< in [-127, 127]
   int16_t bsums[16];   ///< sum of qs[16j .. 16j + 15]
 };
+
+/// The fp16 at p (a block's unaligned d or dmin) as a float.
+inline float half_at(const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
 
 /// Q4_K / Q5_K's 6-bit scale and minimum of each 32-element group, from the block's 12 bytes
 /// at p (GGUF's K-quant layout).

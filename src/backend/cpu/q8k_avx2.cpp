@@ -16,12 +16,6 @@ namespace fdl::cpu::detail {
 #if FDL_HAVE_AVX2
 namespace {
 
-float half_at(const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
-}
-
 __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // The eight lane totals, combined as q8k_dot_reference combines them.
