@@ -25,6 +25,7 @@ CudaKnobs CudaKnobs::from_environment() {
   k.attn_block = !env_is("FLASHDLLM_ATTN_BLOCK", "0");
   k.ffn_block = !env_is("FLASHDLLM_FFN_BLOCK", "0");
   k.output_block = !env_is("FLASHDLLM_OUTPUT_BLOCK", "0");
+  k.quant = !env_is("FLASHDLLM_CUDA_QUANT", "0");
   k.decode_trace = env_is("FLASHDLLM_DECODE_TRACE", "1");
   k.profile = env_is("FLASHDLLM_CUDA_PROFILE", "1");
   return k;

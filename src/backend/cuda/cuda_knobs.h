@@ -58,6 +58,9 @@ struct CudaKnobs {
   /// FLASHDLLM_OUTPUT_BLOCK (default on; "0": off): the batch-1 final norm and output
   /// projection as the one decode_output_block kernel where the output matrix allows.
   bool output_block = true;
+  /// FLASHDLLM_CUDA_QUANT (default on; "0": off): Q8_0, Q4_K, Q5_K and Q6_K weights stay
+  /// block-quantized in device memory (gemv_quant); off, they are widened to F16 at load.
+  bool quant = true;
   /// FLASHDLLM_DECODE_TRACE (default off; "1": on): the batch-1 block kernels write
   /// globaltimer stamps at their phase edges (CudaModel::decode_trace).
   bool decode_trace = false;

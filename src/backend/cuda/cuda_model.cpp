@@ -53,11 +53,11 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   FDL_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, 0));
   size_t free_b = 0, total_b = 0;
   FDL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const uint64_t need = device_weight_bytes(host_weights_, c);
+  const uint64_t need = device_weight_bytes(host_weights_, c, knobs_.quant);
   if (need + (256u << 20) > free_b)
     throw ModelError(file_.path() + ": --device cuda: the weights need " + std::to_string(need >> 20) +
                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
-  weights_ = upload_weights(host_weights_, c);
+  weights_ = upload_weights(host_weights_, c, knobs_.quant);
   if (opt.batch_invariant) {
     int major = 0;
     FDL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <string>
 
 #include "flashdllm/dtype.h"
@@ -67,7 +69,133 @@ void upload_rows(const cpu::WeightMatrix& m, WType type, uint8_t* dst) {
   }
 }
 
-CudaMatrix fuse(const Parts& parts) {
+// Block-quantized matrices kept as they are (kernels.h: QType).
+
+std::optional<QType> device_quant_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return QType::Q8_0;
+    case GgmlType::Q4_K: return QType::Q4_K;
+    case GgmlType::Q5_K: return QType::Q5_K;
+    case GgmlType::Q6_K: return QType::Q6_K;
+    default: return std::nullopt;
+  }
+}
+
+/// The runs these parts would be stored as (consecutive parts of one type merged), or none
+/// when they are widened: a part of another type, or more than kMaxQuantRuns runs.
+std::vector<std::pair<QType, int64_t>> quant_runs(const Parts& parts, bool keep_quantized) {
+  std::vector<std::pair<QType, int64_t>> runs;
+  if (!keep_quantized) return runs;
+  for (const auto* p : parts) {
+    const auto t = device_quant_type(p->type);
+    if (!t) return {};
+    if (!runs.empty() && runs.back().first == *t)
+      runs.back().second += p->rows;
+    else
+      runs.emplace_back(*t, p->rows);
+  }
+  if (runs.size() > size_t(kMaxQuantRuns)) return {};
+  return runs;
+}
+
+/// The largest magnitude any value of block `b` of type t can have (from its scales).
+float block_bound(GgmlType t, const unsigned char* b) {
+  auto h = [](const unsigned char* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return std::fabs(fp16_to_fp32(v));
+  };
+  switch (t) {
+    case GgmlType::Q8_0: return h(b) * 128.f;
+    case GgmlType::Q4_K: return h(b) * 63.f * 15.f + h(b + 2) * 63.f;
+    case GgmlType::Q5_K: return h(b) * 63.f * 31.f + h(b + 2) * 63.f;
+    case GgmlType::Q6_K: return h(b + 208) * 128.f * 32.f;
+    default: return 0.f;
+  }
+}
+
+/// Steps above kGemvMaxTokens tokens multiply block-quantized weights as F16
+/// (dequantize_to_f16): every value must fit it. Blocks whose scales allow a larger value are
+/// dequantized and checked.
+void check_f16_range(const cpu::WeightMatrix& m) {
+  const auto traits = *ggml_type_traits(uint32_t(m.type));
+  const auto* p = static_cast<const unsigned char*>(m.data);
+  const size_t blocks = size_t(m.rows) * size_t(m.cols / traits.block_size);
+  std::vector<float> values(traits.block_size);
+  for (size_t i = 0; i < blocks; ++i, p += traits.type_size) {
+    if (block_bound(m.type, p) <= 65504.f) continue;
+    block_dequantizer(m.type)(p, values.data());
+    for (float v : values)
+      if (!(std::fabs(v) <= 65504.f))
+        throw ModelError("--device cuda: a " + ggml_type_name(uint32_t(m.type)) + " weight (" + std::to_string(v) +
+                         ") does not fit F16, the type block-quantized weights are multiplied in on the GPU");
+  }
+}
+
+/// Writes `m`'s rows in the device layout of t (kernels.h: QType) to dst (device), in chunks.
+void upload_quant_rows(const cpu::WeightMatrix& m, QType t, uint8_t* dst) {
+  const size_t in_row = cpu::weight_row_bytes(m.type, m.cols), out_row = size_t(quant_row_bytes(t, m.cols));
+  const auto* src = static_cast<const uint8_t*>(m.data);
+  if (t == QType::Q4_K || t == QType::Q5_K) {  // the file's blocks as they are
+    FDL_CUDA_CHECK(cudaMemcpy(dst, src, in_row * size_t(m.rows), cudaMemcpyHostToDevice));
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1, int64_t((16u << 20) / out_row));
+  std::vector<uint8_t> staged(out_row * size_t(chunk));
+  for (int64_t r0 = 0; r0 < m.rows; r0 += chunk) {
+    const int64_t nr = std::min(chunk, m.rows - r0);
+    std::fill(staged.begin(), staged.end(), uint8_t(0));
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint8_t* in = src + size_t(r0 + r) * in_row;
+      uint8_t* out = staged.data() + size_t(r) * out_row;
+      if (t == QType::Q8_0) {  // qs of every block, then every d
+        const int64_t nb = m.cols / 32;
+        for (int64_t b = 0; b < nb; ++b) {
+          std::memcpy(out + 32 * b, in + 34 * b + 2, 32);
+          std::memcpy(out + m.cols + 2 * b, in + 34 * b, 2);
+        }
+      } else {  // Q6_K: ql, qh, scales, d of every block
+        const int64_t nb = m.cols / 256;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = in + 210 * b;
+          std::memcpy(out + 128 * b, blk, 128);
+          std::memcpy(out + 128 * nb + 64 * b, blk + 128, 64);
+          std::memcpy(out + 192 * nb + 16 * b, blk + 192, 16);
+          std::memcpy(out + 208 * nb + 2 * b, blk + 208, 2);
+        }
+      }
+    }
+    FDL_CUDA_CHECK(cudaMemcpy(dst + size_t(r0) * out_row, staged.data(), size_t(nr) * out_row, cudaMemcpyHostToDevice));
+  }
+}
+
+CudaMatrix fuse_quantized(const Parts& parts, const std::vector<std::pair<QType, int64_t>>& runs) {
+  const int64_t cols = parts.front()->cols;
+  size_t bytes = 0;
+  for (const auto& [t, rows] : runs) bytes += size_t(rows) * size_t(quant_row_bytes(t, cols));
+  CudaMatrix out;
+  out.storage.grow(bytes);
+  uint8_t* at = out.storage.get();
+  int64_t total = 0;
+  size_t part = 0;
+  QuantRuns q;
+  for (const auto& [t, rows] : runs) {
+    q.run[q.n++] = QuantRun{t, at, rows};
+    for (int64_t left = rows; left > 0; ++part) {  // this run's parts
+      const cpu::WeightMatrix& m = *parts[part];
+      check_f16_range(m);
+      upload_quant_rows(m, t, at);
+      at += size_t(m.rows) * size_t(quant_row_bytes(t, cols));
+      left -= m.rows;
+    }
+    total += rows;
+  }
+  out.view = DeviceMatrix{WType::F16, q.run[0].data, total, cols, q};
+  return out;
+}
+
+CudaMatrix fuse(const Parts& parts, bool keep_quantized) {
+  if (const auto runs = quant_runs(parts, keep_quantized); !runs.empty()) return fuse_quantized(parts, runs);
   const WType type = fused_type(parts);
   const int64_t cols = parts.front()->cols;
   int64_t rows = 0;
@@ -89,7 +217,12 @@ DeviceBuffer<float> upload_vector(const float* v, int64_t n) {
   return out;
 }
 
-uint64_t matrix_bytes(const Parts& parts) {
+uint64_t matrix_bytes(const Parts& parts, bool keep_quantized) {
+  if (const auto runs = quant_runs(parts, keep_quantized); !runs.empty()) {
+    uint64_t bytes = 0;
+    for (const auto& [t, rows] : runs) bytes += uint64_t(rows) * uint64_t(quant_row_bytes(t, parts.front()->cols));
+    return bytes;
+  }
   uint64_t elems = 0;
   for (const auto* p : parts) elems += uint64_t(p->rows) * uint64_t(p->cols);
   return elems * wtype_size(fused_type(parts));
@@ -109,32 +242,37 @@ Parts expert_down(const LlamaLayerWeights& L) {
 }
 
 /// Bytes of a layer's FFN matrices on the device: the dense ones, or the router and every expert.
-uint64_t ffn_bytes(const LlamaLayerWeights& L) {
-  if (L.experts.empty()) return matrix_bytes({&L.w_gate, &L.w_up}) + matrix_bytes({&L.w_down});
-  return matrix_bytes({&L.router}) + matrix_bytes(expert_gate_up(L)) + matrix_bytes(expert_down(L));
+uint64_t ffn_bytes(const LlamaLayerWeights& L, bool q) {
+  if (L.experts.empty()) return matrix_bytes({&L.w_gate, &L.w_up}, q) + matrix_bytes({&L.w_down}, q);
+  // Experts are widened (the routed kernels read 16- and 32-bit rows).
+  return matrix_bytes({&L.router}, q) + matrix_bytes(expert_gate_up(L), false) + matrix_bytes(expert_down(L), false);
 }
 
 }  // namespace
 
+CudaMatrix upload_matrix(const std::vector<const cpu::WeightMatrix*>& parts, bool keep_quantized) {
+  return fuse(parts, keep_quantized);
+}
+
 WType device_qkv_type(const LlamaLayerWeights& L) { return fused_type({&L.wq, &L.wk, &L.wv}); }
 WType device_wo_type(const LlamaLayerWeights& L) { return fused_type({&L.wo}); }
 
-uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c) {
-  uint64_t total = matrix_bytes({&w.token_embd}) + (c.tied_output ? 0 : matrix_bytes({&w.output}));
+uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c, bool q) {
+  uint64_t total = matrix_bytes({&w.token_embd}, q) + (c.tied_output ? 0 : matrix_bytes({&w.output}, q));
   for (const LlamaLayerWeights& L : w.layers)
-    total += matrix_bytes({&L.wq, &L.wk, &L.wv}) + matrix_bytes({&L.wo}) + ffn_bytes(L) + 2 * uint64_t(c.n_embd) * 4 +
+    total += matrix_bytes({&L.wq, &L.wk, &L.wv}, q) + matrix_bytes({&L.wo}, q) + ffn_bytes(L, q) + 2 * uint64_t(c.n_embd) * 4 +
              (L.bq ? uint64_t(L.wq.rows + L.wk.rows + L.wv.rows) * 4 : 0) + (L.q_norm ? 2 * uint64_t(c.head_dim) * 4 : 0) +
              (L.post_attn_norm ? 2 * uint64_t(c.n_embd) * 4 : 0);
   return total + uint64_t(c.n_embd) * 4;
 }
 
-CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
+CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c, bool q) {
   CudaWeights out;
-  out.token_embd = fuse({&w.token_embd});
+  out.token_embd = fuse({&w.token_embd}, q);
   if (c.tied_output) {
     out.output.view = out.token_embd.view;
   } else {
-    out.output = fuse({&w.output});
+    out.output = fuse({&w.output}, q);
   }
   out.output_norm = upload_vector(w.output_norm, c.n_embd);
   out.layers.resize(w.layers.size());
@@ -143,17 +281,17 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
     CudaLayer& dst = out.layers[l];
     dst.attn_norm = upload_vector(src.attn_norm, c.n_embd);
     dst.ffn_norm = upload_vector(src.ffn_norm, c.n_embd);
-    dst.qkv = fuse({&src.wq, &src.wk, &src.wv});
-    dst.wo = fuse({&src.wo});
+    dst.qkv = fuse({&src.wq, &src.wk, &src.wv}, q);
+    dst.wo = fuse({&src.wo}, q);
     uint64_t ffn_step_bytes = 0;  // what one token's FFN streams
     if (src.experts.empty()) {
-      dst.gate_up = fuse({&src.w_gate, &src.w_up});
-      dst.down = fuse({&src.w_down});
+      dst.gate_up = fuse({&src.w_gate, &src.w_up}, q);
+      dst.down = fuse({&src.w_down}, q);
       ffn_step_bytes = dst.gate_up.storage.bytes() + dst.down.storage.bytes();
     } else {  // the router, then k of the n_expert experts per token
-      dst.router = fuse({&src.router});
-      dst.experts_gate_up = fuse(expert_gate_up(src));
-      dst.experts_down = fuse(expert_down(src));
+      dst.router = fuse({&src.router}, q);
+      dst.experts_gate_up = fuse(expert_gate_up(src), false);
+      dst.experts_down = fuse(expert_down(src), false);
       dst.n_expert = int(src.experts.size());
       ffn_step_bytes = dst.router.storage.bytes() + (dst.experts_gate_up.storage.bytes() + dst.experts_down.storage.bytes()) /
                                                         uint64_t(dst.n_expert) * uint64_t(c.n_expert_used);
@@ -176,9 +314,9 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c) {
                           dst.q_norm.bytes() + dst.k_norm.bytes() + dst.post_attn_norm.bytes() +
                           dst.post_ffn_norm.bytes();
   }
-  const uint64_t out_bytes = uint64_t(out.output.view.rows) * out.output.view.cols * wtype_size(out.output.view.type);
+  const uint64_t out_bytes = matrix_bytes({c.tied_output ? &w.token_embd : &w.output}, q);
   out.bytes_per_step += out_bytes + out.output_norm.bytes();
-  out.bytes = device_weight_bytes(w, c);
+  out.bytes = device_weight_bytes(w, c, q);
   return out;
 }
 

@@ -1,10 +1,13 @@
 // cuda_weights.h — a Llama model's weights in device memory (HBM).
 //
 // Dtypes: F32, F16 and BF16 matrices keep their GGUF type (so an F32 model computes in fp32
-// exactly like the CPU backend, and a BF16 model streams 2 bytes per weight); the
-// block-quantized types (Q8_0, Q4_0 ... Q6_K) are dequantized at load to F16 (their values
-// have up to ~21 significant bits, so this rounds; F16 keeps 11, BF16 would keep 8), so they
-// take F16's device memory. Norm vectors are fp32.
+// exactly like the CPU backend, and a BF16 model streams 2 bytes per weight). Q8_0, Q4_K, Q5_K
+// and Q6_K matrices stay block-quantized (kernels.h: QType; a fused matrix of several of these
+// types as runs of rows), unless keep_quantized is false; the other block-quantized types
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K), matrices fused with a part of another type and the
+// experts of a mixture are dequantized at load to F16 (their values have up to ~21 significant
+// bits, so this rounds; F16 keeps 11, BF16 would keep 8) and take F16's device memory. Norm
+// vectors are fp32.
 //
 // Fusion at load: Q, K and V are stored as one [q_dim + 2*kv_dim][n_embd] matrix, gate and up
 // as one [2*n_ff][n_embd] matrix, so a dense decode step launches 4 projections per layer, not
@@ -65,11 +68,15 @@ struct CudaWeights {
 WType device_qkv_type(const LlamaLayerWeights& L);
 WType device_wo_type(const LlamaLayerWeights& L);
 /// Device bytes upload_weights() will allocate for these host weights (for a fit check).
-uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c);
+uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c, bool keep_quantized);
+
+/// One matrix of `parts` fused by rows (every part `cols` wide), stored as upload_weights()
+/// stores a model's (tests use it to build matrices of given types). Same errors.
+CudaMatrix upload_matrix(const std::vector<const cpu::WeightMatrix*>& parts, bool keep_quantized);
 
 /// Copies (and where needed converts) every tensor to the current device.
-/// Throws ModelError for a block-quantized value outside the F16 range, CudaError on device
-/// failures.
-CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c);
+/// Throws ModelError for a block-quantized value outside the F16 range (longer steps multiply
+/// them as F16), CudaError on device failures.
+CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c, bool keep_quantized);
 
 }  // namespace fdl::cuda

@@ -334,6 +334,7 @@ const char* wtype_name(WType t) {
 void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
                 cudaStream_t stream, float scale) {
   if (n <= 0) return;
+  if (E.quantized()) return embed_quant_rows(E, ids, prev_ids, n, out, stream, scale);
   launch_pdl(embed_kernel, dim3(n), dim3(256), 0, stream, E.type, E.data, E.rows, E.cols, ids, prev_ids, out, scale);
 }
 

@@ -495,7 +495,9 @@ int pick_tiling(int n, int64_t rows, int64_t K, bool workspace) {
 
 }  // namespace
 
-bool gemm_k16_supported(const DeviceMatrix& W) { return W.type == WType::F16 || W.type == WType::BF16; }
+bool gemm_k16_supported(const DeviceMatrix& W) {
+  return !W.quantized() && (W.type == WType::F16 || W.type == WType::BF16);
+}
 
 int gemm_k16_tilings() { return kTilingCount; }
 

@@ -203,6 +203,7 @@ void dispatch_tokens(const DeviceMatrix& W, const float* X, int n, float* Y, cud
 
 void gemv(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t stream) {
   if (n <= 0 || W.rows == 0) return;
+  if (W.quantized()) throw CudaError("gemv: a block-quantized matrix (use gemv_quant)");
   if (n > kGemvMaxTokens) throw CudaError("gemv: " + std::to_string(n) + " tokens > " + std::to_string(kGemvMaxTokens));
   switch (W.type) {
     case WType::F32: return dispatch_tokens<float>(W, X, n, Y, stream);

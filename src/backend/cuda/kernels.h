@@ -22,12 +22,53 @@ enum class WType : int { F32 = 0, F16 = 1, BF16 = 2 };
 inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }
 const char* wtype_name(WType t);
 
+/// Block-quantized formats kept as they are in device memory (gemv_quant.cu): GGUF's Q8_0,
+/// Q4_K, Q5_K and Q6_K blocks (ggml's layouts). Q4_K and Q5_K rows are the file's blocks as
+/// they are (144 and 176 bytes, multiples of 16); Q8_0 and Q6_K blocks are not 16-byte
+/// multiples, so each of their rows is stored field by field ("planar"): Q8_0 as every
+/// block's 32 int8 then every block's fp16 scale, Q6_K as every block's ql (128 bytes), then
+/// qh (64), then scales (16), then d (fp16). Every row starts on 16 bytes
+/// (quant_row_bytes()).
+enum class QType : uint8_t { None = 0, Q8_0, Q4_K, Q5_K, Q6_K };
+const char* qtype_name(QType t);
+/// Bytes of one device row of `cols` values (a multiple of the type's block: 32 for Q8_0, 256
+/// for the K-quants), padded to 16. constexpr: device code calls it too.
+constexpr int64_t quant_row_bytes(QType t, int64_t cols) {
+  switch (t) {
+    case QType::Q8_0: return (cols + cols / 16 + 15) / 16 * 16;  // 32 int8 + one fp16 per 32 values
+    case QType::Q4_K: return cols / 256 * 144;
+    case QType::Q5_K: return cols / 256 * 176;
+    case QType::Q6_K: return (cols / 256 * 210 + 15) / 16 * 16;
+    default: return 0;
+  }
+}
+/// A run of consecutive rows of one quantized type.
+struct QuantRun {
+  QType type = QType::None;
+  const void* data = nullptr;  ///< rows x quant_row_bytes(type, cols) bytes
+  int64_t rows = 0;
+};
+/// Up to kMaxQuantRuns runs stacked by rows: a fused matrix whose parts have different types
+/// (Q4_K_M files keep some layers' V at Q6_K, so their QKV is a Q4_K run then a Q6_K run).
+constexpr int kMaxQuantRuns = 3;
+struct QuantRuns {
+  int n = 0;  ///< 0: the matrix is not block-quantized
+  QuantRun run[kMaxQuantRuns];
+};
+
 /// `rows` rows of `cols` elements of `type`, row-major, contiguous (W[r][k]).
+/// Block-quantized matrices (quant.n > 0) keep their blocks (QuantRuns); `data` is then the
+/// first run's and `type` is F16, the type their values are computed in where a kernel needs
+/// them widened (GEMMs above kGemvMaxTokens tokens dequantize to F16 tiles; the KV cache and
+/// attention tiles follow it). Only the launchers that say so accept them (gemv_quant,
+/// dequantize_to_f16, embed_rows); every other weight kernel needs quant.n == 0.
 struct DeviceMatrix {
   WType type = WType::F32;
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  QuantRuns quant = {};
+  bool quantized() const { return quant.n > 0; }
 };
 
 /// out[t][c] = float(E[id][c]) for t < n, where id = ids[t] when ids[t] >= 0, else
@@ -38,6 +79,10 @@ struct DeviceMatrix {
 /// Each value is multiplied by `scale` (Gemma: sqrt(n_embd)).
 void embed_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
                 cudaStream_t stream, float scale = 1.f);
+/// embed_rows of a block-quantized table (E.quantized()): each value as the CPU dequantizes it,
+/// times `scale`. embed_rows calls it for such tables.
+void embed_quant_rows(const DeviceMatrix& E, const int32_t* ids, const int32_t* prev_ids, int n, float* out,
+                      cudaStream_t stream, float scale);
 
 /// Residual add fused with RMSNorm, for r < n_rows (row width `width`):
 ///   src = row_idx ? row_idx[r] : r;   v = x[src] + (add ? add[src] : 0)
@@ -228,6 +273,28 @@ void silu_mul(const float* gu, void* out, int n, int n_ff, cudaStream_t stream, 
 /// kGemvMaxTokens; weight-bandwidth bound (each weight byte is read once per call).
 constexpr int kGemvMaxTokens = 16;
 void gemv(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t stream);
+
+/// Activations of up to kGemvMaxTokens tokens rounded to 8 bits for gemv_quant, per group of
+/// 32 values as llama.cpp's Q8_1: d = max|x| / 127, q = round-to-nearest-even(x / d) (a
+/// group of zeros: d = 0, q = 0; a group holding NaN or Inf gets a NaN d, so its rows come out
+/// NaN). Device buffers of n tokens' rows: q [n][cols] int8, d [n][cols / 32] fp32, s
+/// [n][cols / 16] int32 (the sum of q over each 16 values, for the formats' offsets).
+struct Q8Activations {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  int32_t* s = nullptr;
+  size_t capacity = 0;  ///< values the buffers hold (n x cols at most)
+};
+/// Y[t][r] = sum_k X[t][k] * W[r][k] for t < n (n <= kGemvMaxTokens) with a block-quantized W:
+/// X (fp32 [n][W.cols]) is first rounded into `xq` (Q8Activations), then each row's blocks are
+/// multiplied in integers (dp4a) and scaled in fp32, per 16 or 32 values in a fixed order:
+/// a token's result does not depend on n or on the other tokens. W.cols must be a multiple of
+/// 32 (Q8_0) or 256; X, Y device fp32. Throws CudaError for a matrix that is not quantized, n
+/// out of range or xq too small.
+void gemv_quant(const DeviceMatrix& W, const float* X, int n, float* Y, const Q8Activations& xq, cudaStream_t stream);
+/// Rows [row0, row0 + n_rows) of a block-quantized W as F16 into out ([n_rows][W.cols]): each
+/// value as the CPU's dequantizer computes it in fp32 (dtype.h), then rounded to nearest.
+void dequantize_to_f16(const DeviceMatrix& W, int64_t row0, int64_t n_rows, void* out, cudaStream_t stream);
 
 /// Input of the fused single-token projections below: the row v = x + add (add may be null)
 /// of `W.cols` floats, normalized as add_rms_norm does: xn = (v * scale) * w. When x_out is

@@ -15,6 +15,10 @@ std::string batch_invariant_support(const ModelConfig& c, const CudaWeights& wei
   if (c.attn_softcap > 0) return "soft-capped attention scores";
   if (!attention_tiles_supported(c.head_dim, c.n_head, c.n_head_kv))
     return "head_dim " + std::to_string(c.head_dim) + " (the attention tiles take 64 or 128)";
+  if (weights.output.view.quantized()) return "block-quantized weights";
+  for (const CudaLayer& L : weights.layers)
+    for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view})
+      if (m->quantized()) return "block-quantized weights";
   auto sixteen_bit = [](const DeviceMatrix& m) { return gemm_k16_supported(m); };
   if (!sixteen_bit(weights.output.view)) return "an output matrix that is not F16 or BF16";
   for (const CudaLayer& L : weights.layers)
@@ -38,7 +42,27 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   FDL_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   // The fused single-token kernels compute with fp32 activations on CUDA cores: not the
   // arithmetic of longer steps, so invariant steps of one token run the chain of longer ones.
-  fuse_enabled_ = knobs.fuse && !invariant_;
+  // Block-quantized matrices run through gemv_quant (and dequantized F16 tiles for longer
+  // steps); the fused single-token kernels and the block kernels read 16- and 32-bit rows only.
+  for (const CudaLayer& L : weights_.layers)
+    for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view, &L.router.view})
+      quantized_ = quantized_ || m->quantized();
+  quantized_ = quantized_ || weights_.output.view.quantized();
+  if (quantized_ || weights_.token_embd.view.quantized()) {
+    const size_t widest = size_t(std::max({c.n_embd, c.n_head * c.head_dim, c.n_ff}));
+    const size_t values = size_t(kGemvMaxTokens) * widest;
+    q8_q_.grow(values);
+    q8_d_.grow(values / 32);
+    q8_s_.grow(values / 16);
+    int64_t largest = 0;  // F16 bytes of the largest quantized matrix: the dequantized tiles never need more
+    for (const CudaLayer& L : weights_.layers)
+      for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view, &L.router.view})
+        if (m->quantized()) largest = std::max(largest, m->rows * m->cols * 2);
+    if (weights_.output.view.quantized())
+      largest = std::max(largest, weights_.output.view.rows * weights_.output.view.cols * 2);
+    dq_.grow(size_t(std::min<int64_t>(largest, kDequantTileBytes)) / 2);
+  }
+  fuse_enabled_ = knobs.fuse && !invariant_ && !quantized_;
   if (c.n_expert > 0) moe_offsets_host_.grow(size_t(c.n_expert) + 1);
   // Prefill attention on tensor cores (fp16 operands) where the prefill GEMMs already round
   // activations to 16 bits (F16/BF16 weights); an F32 model keeps the fp32 tiles, so it stays
@@ -190,6 +214,7 @@ WType LayerRunner::gemm_input_type(const DeviceMatrix& W, int n) const {
 void LayerRunner::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
   if (n <= 0) return;
   const auto* X = static_cast<const float*>(Xv);
+  if (W.quantized()) return matmul_quant(W, Xv, n, Y);
   if (invariant_) return gemm_k16(W, Xv, n, Y, stream_, -1, gemm_ws_.size() > 0 ? gemm_ws_.get() : nullptr);
   if (n <= kGemvMaxTokens) return gemv(W, X, n, Y, stream_);
   const float alpha = 1.f, beta = 0.f;
@@ -205,6 +230,28 @@ void LayerRunner::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y)
   const cudaDataType_t t = W.type == WType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   FDL_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, W.data, t, cols,
                                 Xv, t, cols, &beta, Y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// A block-quantized W: gemv_quant up to kGemvMaxTokens tokens (X fp32); longer steps (X F16,
+// gemm_input_type) dequantize W in tiles of rows (dq_) and multiply each tile on tensor cores
+// into its rows of Y.
+void LayerRunner::matmul_quant(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
+  if (n <= kGemvMaxTokens) {
+    const Q8Activations xq{q8_q_.get(), q8_d_.get(), q8_s_.get(), q8_q_.size()};
+    return gemv_quant(W, static_cast<const float*>(Xv), n, Y, xq, stream_);
+  }
+  const int64_t cols = W.cols;
+  // Whole multiples of 256 rows where the tile holds them, so the GEMM tiles evenly.
+  const int64_t fit = int64_t(dq_.size()) / cols;
+  const int64_t tile = fit >= 256 ? fit / 256 * 256 : std::max<int64_t>(1, fit);
+  const float alpha = 1.f, beta = 0.f;
+  for (int64_t r0 = 0; r0 < W.rows; r0 += tile) {
+    const int64_t rows = std::min(tile, W.rows - r0);
+    dequantize_to_f16(W, r0, rows, dq_.get(), stream_);
+    FDL_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n, int(cols), &alpha, dq_.get(),
+                                  CUDA_R_16F, int(cols), Xv, CUDA_R_16F, int(cols), &beta, Y + r0, CUDA_R_32F,
+                                  int(W.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
 }
 
 void LayerRunner::run(int n, int m, const StepInputs& in) {

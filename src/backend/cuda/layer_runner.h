@@ -143,6 +143,8 @@ class LayerRunner {
   /// producers of GEMM inputs write that type directly: no separate cast pass).
   void matmul(const DeviceMatrix& W, const void* X, int n, float* Y);
   WType gemm_input_type(const DeviceMatrix& W, int n) const;
+  /// matmul of a block-quantized W (see layer_runner.cpp).
+  void matmul_quant(const DeviceMatrix& W, const void* X, int n, float* Y);
   /// Batch-invariant steps of n tokens (m rows of logits): the most workspace any of the
   /// model's projections needs from gemm_k16.
   size_t gemm_workspace_floats(int n, int m) const;
@@ -178,6 +180,11 @@ class LayerRunner {
   std::unique_ptr<LtGemm> lt_gemm_;
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
   bool invariant_ = false;    // batch-invariant kernels for every step (ModelOptions::batch_invariant)
+  bool quantized_ = false;    // some projection is block-quantized (gemv_quant; no fused or block kernels)
+  // Longer steps dequantize a block-quantized matrix in tiles of at most this many bytes of F16
+  // (about half the H200's 50 MB L2: most of a tile is still there when the GEMM reads it).
+  static constexpr int64_t kDequantTileBytes = int64_t(24) << 20;
+
   int attn_block_groups_ = 0;  // > 0: batch-1 layers run decode_attention_block (blocks per KV head)
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
   int ffn_k16_blocks_ = 0;     // > 0: invariant batch-1 layers run decode_ffn_block_k16 on this many
@@ -193,6 +200,11 @@ class LayerRunner {
   DeviceBuffer<float> k_new_;  // decode_attention_block's raw new K, for families with per-head Q/K norms
   DeviceBuffer<uint16_t> xh_;  // activations rounded to F16/BF16 for cuBLAS
   DeviceBuffer<float> gemm_ws_;  // batch-invariant steps: gemm_k16's per-segment chains (its split tilings)
+  // Block-quantized weights: gemv_quant's rounded activations, the dequantized F16 tile.
+  DeviceBuffer<int8_t> q8_q_;
+  DeviceBuffer<float> q8_d_;
+  DeviceBuffer<int32_t> q8_s_;
+  DeviceBuffer<uint16_t> dq_;
   DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
   // Mixture of experts (moe.h): router logits, the pairs' experts and weights, the grouped
   // path's order (perm, slot, offsets) and gathered rows, each pair's expert output.

@@ -1,0 +1,225 @@
+// Block-quantized matrices on the GPU (kernels.h: gemv_quant, dequantize_to_f16, embed_rows of
+// a quantized table), uploaded as a model's are (upload_matrix), against host references built
+// from the CPU dequantizer (dtype.h): the values each kernel sees are the file's values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cuda/cuda_weights.h"
+#include "flashdllm/dtype.h"
+#include "gpu/gpu_test_util.h"
+
+namespace fdl {
+namespace {
+
+using cuda::DeviceBuffer;
+using test::to_device;
+using test::to_host;
+
+// A random matrix quantized by the project's quantizer (make-model's), its bytes kept alive.
+struct HostQuantMatrix {
+  std::vector<uint8_t> bytes;
+  cpu::WeightMatrix m;
+  std::vector<float> values;  // the dequantized values, row-major
+};
+
+HostQuantMatrix random_quant(GgmlType t, int64_t rows, int64_t cols) {
+  HostQuantMatrix h;
+  const size_t row_bytes = cpu::weight_row_bytes(t, cols);
+  h.bytes.resize(row_bytes * size_t(rows));
+  // Rows of different magnitudes, so scales vary across blocks.
+  std::vector<float> src = test::random_floats(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) src[size_t(r * cols + k)] *= 0.25f + float(r % 7);
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(t, src.data() + r * cols, h.bytes.data() + size_t(r) * row_bytes, size_t(cols));
+  h.m = cpu::WeightMatrix{t, h.bytes.data(), rows, cols};
+  h.values.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(t, h.bytes.data() + size_t(r) * row_bytes, h.values.data() + r * cols, size_t(cols));
+  return h;
+}
+
+// The activations as gemv_quant rounds them (kernels.h: Q8Activations), widened back.
+std::vector<float> q8_rounded(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t g = 0; g < x.size(); g += 32) {
+    float amax = 0.f;
+    for (size_t i = g; i < g + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.f;
+    for (size_t i = g; i < g + 32; ++i) out[i] = amax == 0.f ? 0.f : d * std::nearbyint(x[i] / d);
+  }
+  return out;
+}
+
+struct Q8Buffers {
+  DeviceBuffer<int8_t> q;
+  DeviceBuffer<float> d;
+  DeviceBuffer<int32_t> s;
+  explicit Q8Buffers(size_t values) : q(values), d(values / 32), s(values / 16) {}
+  cuda::Q8Activations view() { return {q.get(), d.get(), s.get(), q.size()}; }
+};
+
+const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+std::string name_of(GgmlType t) { return ggml_type_name(uint32_t(t)); }
+
+TEST(GemvQuant, EveryTypeMatchesTheDequantizedRowsOnRoundedActivations) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    for (int64_t cols : {int64_t(256), int64_t(1024), int64_t(2816)}) {
+      SCOPED_TRACE(name_of(t) + " cols " + std::to_string(cols));
+      const int64_t rows = 77;
+      const HostQuantMatrix h = random_quant(t, rows, cols);
+      const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+      ASSERT_TRUE(W.view.quantized());
+      for (int n : {1, 2, 3, 5, 8, 13, 16}) {
+        const std::vector<float> x = test::random_floats(size_t(n * cols), -2.f, 2.f);
+        const std::vector<float> xr = q8_rounded(x);
+        auto dx = to_device(x);
+        DeviceBuffer<float> dy(size_t(n * rows));
+        test::poison(dy);
+        Q8Buffers q8{size_t(n * cols)};
+        cuda::gemv_quant(W.view, dx.get(), n, dy.get(), q8.view(), nullptr);
+        const std::vector<float> y = to_host(dy, size_t(n * rows));
+        for (int tok = 0; tok < n; ++tok)
+          for (int64_t r = 0; r < rows; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < cols; ++k) {
+              ref += double(h.values[size_t(r * cols + k)]) * double(xr[size_t(tok * cols + k)]);
+              mag += std::fabs(double(h.values[size_t(r * cols + k)]) * double(xr[size_t(tok * cols + k)]));
+            }
+            ASSERT_NEAR(y[size_t(tok * rows + r)], ref, 2e-6 * mag + 1e-6) << "token " << tok << " row " << r;
+          }
+      }
+    }
+  }
+}
+
+TEST(GemvQuant, ATokensResultDoesNotDependOnTheOtherTokens) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    SCOPED_TRACE(name_of(t));
+    const int64_t rows = 40, cols = 512;
+    const HostQuantMatrix h = random_quant(t, rows, cols);
+    const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+    const std::vector<float> x = test::random_floats(size_t(16 * cols));
+    auto dx = to_device(x);
+    Q8Buffers q8{size_t(16 * cols)};
+    DeviceBuffer<float> all{size_t(16 * rows)}, one{size_t(rows)};
+    cuda::gemv_quant(W.view, dx.get(), 16, all.get(), q8.view(), nullptr);
+    const std::vector<float> together = to_host(all, size_t(16 * rows));
+    for (int tok = 0; tok < 16; ++tok) {
+      cuda::gemv_quant(W.view, dx.get() + tok * cols, 1, one.get(), q8.view(), nullptr);
+      const std::vector<float> alone = to_host(one, size_t(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(std::memcmp(&alone[size_t(r)], &together[size_t(tok * rows + r)], 4), 0) << "token " << tok;
+    }
+  }
+}
+
+TEST(GemvQuant, RunsOfDifferentTypesInOneMatrix) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int64_t cols = 768;
+  const HostQuantMatrix q = random_quant(GgmlType::Q4_K, 48, cols), k = random_quant(GgmlType::Q4_K, 16, cols),
+                        v = random_quant(GgmlType::Q6_K, 16, cols);
+  const cuda::CudaMatrix W = cuda::upload_matrix({&q.m, &k.m, &v.m}, true);
+  ASSERT_EQ(W.view.quant.n, 2);  // q and k merged into one Q4_K run
+  EXPECT_EQ(W.view.rows, 80);
+  const std::vector<float> x = test::random_floats(size_t(cols));
+  const std::vector<float> xr = q8_rounded(x);
+  auto dx = to_device(x);
+  Q8Buffers q8{size_t(cols)};
+  DeviceBuffer<float> dy(80);
+  cuda::gemv_quant(W.view, dx.get(), 1, dy.get(), q8.view(), nullptr);
+  const std::vector<float> y = to_host(dy, 80);
+  int64_t row = 0;
+  for (const HostQuantMatrix* part : {&q, &k, &v})
+    for (int64_t r = 0; r < part->m.rows; ++r, ++row) {
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        ref += double(part->values[size_t(r * cols + c)]) * xr[size_t(c)];
+        mag += std::fabs(double(part->values[size_t(r * cols + c)]) * xr[size_t(c)]);
+      }
+      ASSERT_NEAR(y[size_t(row)], ref, 2e-6 * mag + 1e-6) << "row " << row;
+    }
+  // A part of a type kept as is only by widening turns the whole matrix F16.
+  const HostQuantMatrix q40 = random_quant(GgmlType::Q4_0, 16, cols);
+  EXPECT_FALSE(cuda::upload_matrix({&q.m, &q40.m}, true).view.quantized());
+  EXPECT_FALSE(cuda::upload_matrix({&q.m}, false).view.quantized());
+}
+
+TEST(GemvQuant, NonFiniteActivationsGiveNaNRows) {
+  FDL_SKIP_WITHOUT_GPU();
+  const HostQuantMatrix h = random_quant(GgmlType::Q4_K, 8, 256);
+  const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x = test::random_floats(256);
+    x[100] = bad;
+    auto dx = to_device(x);
+    Q8Buffers q8(256);
+    DeviceBuffer<float> dy(8);
+    cuda::gemv_quant(W.view, dx.get(), 1, dy.get(), q8.view(), nullptr);
+    for (float v : to_host(dy, 8)) EXPECT_TRUE(std::isnan(v)) << bad;
+  }
+}
+
+TEST(GemvQuant, RefusesWhatItCannotRun) {
+  FDL_SKIP_WITHOUT_GPU();
+  const HostQuantMatrix h = random_quant(GgmlType::Q8_0, 8, 256);
+  const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+  DeviceBuffer<float> x(17 * 256), y(17 * 8);
+  Q8Buffers small(256);
+  EXPECT_THROW(cuda::gemv_quant(W.view, x.get(), 17, y.get(), small.view(), nullptr), cuda::CudaError);
+  EXPECT_THROW(cuda::gemv_quant(W.view, x.get(), 2, y.get(), small.view(), nullptr), cuda::CudaError);
+  EXPECT_THROW(cuda::gemv(W.view, x.get(), 1, y.get(), nullptr), cuda::CudaError);
+  const cuda::CudaMatrix F = cuda::upload_matrix({&h.m}, false);
+  EXPECT_THROW(cuda::gemv_quant(F.view, x.get(), 1, y.get(), small.view(), nullptr), cuda::CudaError);
+}
+
+TEST(DequantizeToF16, EveryValueIsTheCpuValueRounded) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    SCOPED_TRACE(name_of(t));
+    const int64_t rows = 37, cols = 512;
+    const HostQuantMatrix h = random_quant(t, rows, cols);
+    const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+    const int64_t row0 = 5, n_rows = 29;
+    DeviceBuffer<uint16_t> out(size_t(n_rows * cols));
+    test::poison(out);
+    cuda::dequantize_to_f16(W.view, row0, n_rows, out.get(), nullptr);
+    const std::vector<uint16_t> got = to_host(out, size_t(n_rows * cols));
+    for (int64_t i = 0; i < n_rows * cols; ++i)
+      ASSERT_EQ(got[size_t(i)], fp32_to_fp16(h.values[size_t(row0 * cols + i)])) << "value " << i;
+    EXPECT_THROW(cuda::dequantize_to_f16(W.view, 30, 8, out.get(), nullptr), cuda::CudaError);
+  }
+}
+
+TEST(EmbedRows, QuantizedTableGivesTheCpuValues) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    SCOPED_TRACE(name_of(t));
+    const int64_t rows = 50, cols = 512;
+    const HostQuantMatrix h = random_quant(t, rows, cols);
+    const cuda::CudaMatrix E = cuda::upload_matrix({&h.m}, true);
+    const std::vector<int32_t> ids = {3, 49, 0, 17};
+    auto dids = to_device(ids);
+    DeviceBuffer<float> out(ids.size() * size_t(cols));
+    for (float scale : {1.f, 1.5f}) {
+      cuda::embed_rows(E.view, dids.get(), nullptr, int(ids.size()), out.get(), nullptr, scale);
+      const std::vector<float> got = to_host(out, ids.size() * size_t(cols));
+      for (size_t i = 0; i < ids.size(); ++i)
+        for (int64_t c = 0; c < cols; ++c) {
+          const float want = h.values[size_t(ids[i] * cols + c)] * (scale == 1.f ? 1.f : scale);
+          ASSERT_EQ(got[i * size_t(cols) + size_t(c)], want) << "id " << ids[i] << " col " << c;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fdl
