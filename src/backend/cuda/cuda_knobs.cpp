@@ -26,6 +26,10 @@ CudaKnobs CudaKnobs::from_environment() {
   k.ffn_block = !env_is("FLASHDLLM_FFN_BLOCK", "0");
   k.output_block = !env_is("FLASHDLLM_OUTPUT_BLOCK", "0");
   k.quant = !env_is("FLASHDLLM_CUDA_QUANT", "0");
+  if (const char* t = std::getenv("FLASHDLLM_DEQUANT_TILE_MB"); t) {
+    const int mb = std::atoi(t);
+    if (mb >= 1 && mb <= 4096) k.dequant_tile_mb = mb;
+  }
   k.decode_trace = env_is("FLASHDLLM_DECODE_TRACE", "1");
   k.profile = env_is("FLASHDLLM_CUDA_PROFILE", "1");
   return k;

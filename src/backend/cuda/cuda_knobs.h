@@ -14,6 +14,8 @@
 //                                       "4,2"; default 8,1)
 //   FLASHDLLM_GEMV_MULTI   gemv.cu      shape of the 3-16 token GEMV kernels ("4,2", "2,4",
 //                                       "4,1"; default 2,2)
+//   FLASHDLLM_GEMV_QUANT   gemv_quant.cu units in flight per lane of the block-quantized GEMV
+//                                       ("4"; default 2)
 //   FLASHDLLM_ATTN_LANES   attention.cu lanes per position of the per-token attention kernel
 //                                       (8, 16, 32; head_dim 128 with 3-4 query heads per KV
 //                                       head only)
@@ -61,6 +63,10 @@ struct CudaKnobs {
   /// FLASHDLLM_CUDA_QUANT (default on; "0": off): Q8_0, Q4_K, Q5_K and Q6_K weights stay
   /// block-quantized in device memory (gemv_quant); off, they are widened to F16 at load.
   bool quant = true;
+  /// FLASHDLLM_DEQUANT_TILE_MB (default 512, 1..4096): steps above kGemvMaxTokens tokens
+  /// dequantize a block-quantized matrix to F16 in tiles of at most this many MiB before each
+  /// GEMM (docs/GPU.md: larger tiles measured faster than ones that stay in L2).
+  int dequant_tile_mb = 512;
   /// FLASHDLLM_DECODE_TRACE (default off; "1": on): the batch-1 block kernels write
   /// globaltimer stamps at their phase edges (CudaModel::decode_trace).
   bool decode_trace = false;

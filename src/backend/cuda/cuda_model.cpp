@@ -58,6 +58,23 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
     throw ModelError(file_.path() + ": --device cuda: the weights need " + std::to_string(need >> 20) +
                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
   weights_ = upload_weights(host_weights_, c, knobs_.quant);
+  {  // the model's resident bytes on this device
+    int quantized = 0, matrices = 0;
+    auto count = [&](const CudaMatrix& m) {
+      if (m.view.data == nullptr) return;
+      ++matrices;
+      quantized += m.view.quantized() ? 1 : 0;
+    };
+    count(weights_.token_embd);
+    count(weights_.output);
+    for (const CudaLayer& L : weights_.layers)
+      for (const CudaMatrix* m : {&L.qkv, &L.wo, &L.gate_up, &L.down, &L.router, &L.experts_gate_up, &L.experts_down})
+        count(*m);
+    spdlog::info("{}: {:.2f} GiB of weights on GPU 0 ({} of {} matrices block-quantized as in the file), {:.2f} GiB "
+                 "read per decode step",
+                 file_.path(), double(weights_.bytes) / double(1ull << 30), quantized, matrices,
+                 double(weights_.bytes_per_step) / double(1ull << 30));
+  }
   if (opt.batch_invariant) {
     int major = 0;
     FDL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));

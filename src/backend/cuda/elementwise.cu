@@ -14,6 +14,7 @@
 #include "backend/cuda/ffn_act.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_elem.cuh"
+#include "backend/cuda/embed_id.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/rms_norm_row.cuh"
 #include "backend/cuda/rope_qkv_item.cuh"
@@ -35,11 +36,7 @@ __global__ void embed_kernel(WType type, const void* E, int64_t rows, int64_t co
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.x;
-  int64_t row = ids[t];
-  if (row < 0) {
-    row = prev_ids[-1 - row];
-    if (row < 0 || row >= rows) row = 0;  // a failed row's id: the host fails this step
-  }
+  const int64_t row = embed_row_id(ids, prev_ids, t, rows);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     out[t * cols + c] = scale == 1.f ? load_as_float(E, row * cols + c, type) : load_as_float(E, row * cols + c, type) * scale;
 }

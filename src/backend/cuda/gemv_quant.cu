@@ -15,9 +15,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/embed_id.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/quant_units.cuh"
@@ -82,81 +84,66 @@ __device__ __forceinline__ const uint8_t* row_of(const QuantRuns& runs, int64_t 
   return static_cast<const uint8_t*>(run->data) + r * quant_row_bytes(type, cols);
 }
 
-// acc[t] += the products of one batch's units (units base + lane + 32 i) with token t's row.
+// Row r (of Y's leading dimension ldy) = W's row at `row` times each token's activations: one
+// warp, UNROLL units per lane loaded before any is used, summed per lane in unit order, then
+// reduced over the warp. The first row's loads go out before the PDL wait (`waited`).
 template <typename F, int NT, int UNROLL>
-__device__ __forceinline__ void consume(const typename F::Raw (&raw)[UNROLL], int base, int units, int cols,
-                                        const Q8Activations& x, int n, float (&acc)[NT]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int i = 0; i < UNROLL; ++i) {
-    const int u = base + lane + 32 * i;
-    if (u >= units) break;
-    Unit w;
-    F::unit(raw[i], u, w);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < n) {
-        const int8_t* xq = x.q + int64_t(t) * cols;
-        const float* xd = x.d + int64_t(t) * (cols / 32);
-        const int32_t* xs = x.s + int64_t(t) * (cols / 16);
-        acc[t] += half_dot(w.qa, w.ga, w.oa, w.da, w.ma, w.bias, xq, xd, xs);
-        acc[t] += half_dot(w.qb, w.gb, w.ob, w.db, w.mb, w.bias, xq, xd, xs);
-      }
-    }
-  }
-}
-
-// One run of rows of format F, which are rows [y0, y0 + run_rows) of Y (leading dimension
-// ldy). The grid is sized to what is resident, not to the rows: warp w takes rows w, w + warps,
-// ... and streams them as one sequence of batches (UNROLL units per lane each), the loads of
-// batch k + 1 in flight while batch k is multiplied, so a warp always has a batch coming. Each
-// row is one warp's, its units summed per lane in unit order, then reduced over the warp.
-template <typename F, int NT, int UNROLL>
-__global__ void __launch_bounds__(256, NT <= 2 ? 3 : 2)
-    gemv_quant_kernel(const uint8_t* __restrict__ data, int cols, Q8Activations x, float* __restrict__ Y,
-                      int64_t run_rows, int64_t y0, int64_t ldy, int n) {
-  launch_dependents();
+__device__ __forceinline__ void row_dot(const uint8_t* row, int cols, const Q8Activations& x, int n, float* Y,
+                                        int64_t ldy, int64_t r, bool& waited) {
   const int lane = threadIdx.x & 31, units = cols / 32;
-  const int64_t warps = int64_t(gridDim.x) * kRowsPerBlock;
-  const int64_t first = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  if (first >= run_rows) return;
-  const int64_t my_rows = (run_rows - first + warps - 1) / warps;
-  const int per_row = (units + 32 * UNROLL - 1) / (32 * UNROLL);
-  const int64_t total = my_rows * per_row, row_bytes = F::row_bytes(cols);
-  auto load = [&](typename F::Raw(&raw)[UNROLL], int64_t k) {
-    const uint8_t* row = data + (first + (k / per_row) * warps) * row_bytes;
-    const int base = int(k % per_row) * 32 * UNROLL;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  for (int base = 0; base < units; base += 32 * UNROLL) {
+    typename F::Raw raw[UNROLL];
 #pragma unroll
     for (int i = 0; i < UNROLL; ++i) {
       const int u = base + lane + 32 * i;
       if (u < units) F::load(row, u, cols, raw[i]);
     }
-  };
-  float acc[NT];
+    if (!waited) {  // the activations come from the previous kernel; the weights do not
+      grid_dependency_wait();
+      waited = true;
+    }
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  typename F::Raw buf[2][UNROLL];
-  load(buf[0], 0);
-  grid_dependency_wait();  // the activations come from the previous kernel; the weights do not
-  auto step = [&](typename F::Raw(&cur)[UNROLL], typename F::Raw(&next)[UNROLL], int64_t k) {
-    if (k + 1 < total) load(next, k + 1);
-    const int within = int(k % per_row);
-    consume<F, NT, UNROLL>(cur, within * 32 * UNROLL, units, cols, x, n, acc);
-    if (within == per_row - 1) {
-      const int64_t r = first + (k / per_row) * warps;
+    for (int i = 0; i < UNROLL; ++i) {
+      const int u = base + lane + 32 * i;
+      if (u >= units) break;
+      Unit w;
+      F::unit(raw[i], u, w);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        float v = acc[t];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && t < n) Y[int64_t(t) * ldy + y0 + r] = v;
-        acc[t] = 0.f;
+        if (t < n) {
+          const int8_t* xq = x.q + int64_t(t) * cols;
+          const float* xd = x.d + int64_t(t) * (cols / 32);
+          const int32_t* xs = x.s + int64_t(t) * (cols / 16);
+          acc[t] += half_dot(w.qa, w.ga, w.oa, w.da, w.ma, w.bias, xq, xd, xs);
+          acc[t] += half_dot(w.qb, w.gb, w.ob, w.db, w.mb, w.bias, xq, xd, xs);
+        }
       }
     }
-  };
-  for (int64_t k = 0; k < total; k += 2) {  // the two buffers swap roles by position: no copies
-    step(buf[0], buf[1], k);
-    if (k + 1 < total) step(buf[1], buf[0], k + 1);
   }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float v = acc[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && t < n) Y[int64_t(t) * ldy + r] = v;
+  }
+}
+
+// One run of rows of format F, which are rows [y0, y0 + run_rows) of Y (leading dimension
+// ldy). The grid is sized to what is resident, not to the rows: warp w takes rows w, w + warps,
+// ... (a software pipeline across a warp's rows measured slower: its registers cost a block
+// per SM, docs/GPU.md).
+template <typename F, int NT, int UNROLL>
+__global__ void __launch_bounds__(256, NT <= 2 ? 4 : 2)
+    gemv_quant_kernel(const uint8_t* __restrict__ data, int cols, Q8Activations x, float* __restrict__ Y,
+                      int64_t run_rows, int64_t y0, int64_t ldy, int n) {
+  launch_dependents();
+  bool waited = false;
+  const int64_t warps = int64_t(gridDim.x) * kRowsPerBlock, row_bytes = F::row_bytes(cols);
+  for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; r < run_rows; r += warps)
+    row_dot<F, NT, UNROLL>(data + r * row_bytes, cols, x, n, Y, ldy, y0 + r, waited);
 }
 
 // One thread per unit of rows [row0, row0 + n_rows).
@@ -221,11 +208,7 @@ __global__ void embed_quant_kernel(QuantRuns runs, int64_t rows, int cols, const
   launch_dependents();
   grid_dependency_wait();
   const int t = blockIdx.x;
-  int64_t id = ids[t];
-  if (id < 0) {
-    id = prev_ids[-1 - id];
-    if (id < 0 || id >= rows) id = 0;  // a failed row's id: the host fails this step
-  }
+  const int64_t id = embed_row_id(ids, prev_ids, t, rows);
   QType type;
   const uint8_t* row = row_of(runs, id, cols, type);
   float* dst = out + int64_t(t) * cols;
@@ -263,14 +246,25 @@ int sm_count() {
   return n;
 }
 
+/// Tuning knob: FLASHDLLM_GEMV_QUANT="UNROLL", units in flight per lane (2 default; 4), read
+/// once. Both sum every row in the same order: the results are bit-identical.
+int quant_unroll() {
+  static const int v = [] {
+    const char* e = std::getenv("FLASHDLLM_GEMV_QUANT");
+    return e != nullptr && std::string(e) == "4" ? 4 : 2;
+  }();
+  return v;
+}
+
 template <typename F, int NT>
 void launch_run(const QuantRun& run, int cols, const Q8Activations& xq, int n, float* Y, int64_t y0, int64_t ldy,
                 cudaStream_t stream) {
   // As many blocks as the launch bounds keep resident, fewer for short runs.
-  const int64_t resident = int64_t(sm_count()) * (NT <= 2 ? 3 : 2);
+  const int64_t resident = int64_t(sm_count()) * (NT <= 2 ? 4 : 2);
   const dim3 grid(unsigned(std::min<int64_t>((run.rows + kRowsPerBlock - 1) / kRowsPerBlock, resident)));
-  launch_pdl(gemv_quant_kernel<F, NT, 2>, grid, dim3(256), 0, stream, static_cast<const uint8_t*>(run.data), cols, xq,
-             Y, run.rows, y0, ldy, n);
+  auto* kernel = quant_unroll() == 4 ? gemv_quant_kernel<F, NT, 4> : gemv_quant_kernel<F, NT, 2>;
+  launch_pdl(kernel, grid, dim3(256), 0, stream, static_cast<const uint8_t*>(run.data), cols, xq, Y, run.rows, y0, ldy,
+             n);
 }
 
 template <int NT>

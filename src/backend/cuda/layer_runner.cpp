@@ -60,7 +60,9 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
         if (m->quantized()) largest = std::max(largest, m->rows * m->cols * 2);
     if (weights_.output.view.quantized())
       largest = std::max(largest, weights_.output.view.rows * weights_.output.view.cols * 2);
-    dq_.grow(size_t(std::min<int64_t>(largest, kDequantTileBytes)) / 2);
+    // Longer steps dequantize in tiles of knobs.dequant_tile_mb: fewer, larger GEMMs beat
+    // tiles small enough to stay in L2 (docs/GPU.md).
+    dq_.grow(size_t(std::min<int64_t>(largest, int64_t(knobs.dequant_tile_mb) << 20)) / 2);
   }
   fuse_enabled_ = knobs.fuse && !invariant_ && !quantized_;
   if (c.n_expert > 0) moe_offsets_host_.grow(size_t(c.n_expert) + 1);

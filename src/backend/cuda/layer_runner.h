@@ -181,9 +181,6 @@ class LayerRunner {
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
   bool invariant_ = false;    // batch-invariant kernels for every step (ModelOptions::batch_invariant)
   bool quantized_ = false;    // some projection is block-quantized (gemv_quant; no fused or block kernels)
-  // Longer steps dequantize a block-quantized matrix in tiles of at most this many bytes of F16
-  // (about half the H200's 50 MB L2: most of a tile is still there when the GEMM reads it).
-  static constexpr int64_t kDequantTileBytes = int64_t(24) << 20;
 
   int attn_block_groups_ = 0;  // > 0: batch-1 layers run decode_attention_block (blocks per KV head)
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
