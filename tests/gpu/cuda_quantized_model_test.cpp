@@ -1,6 +1,11 @@
 // codelm-16m's llama-quantize files on the GPU, whose Q8_0, Q4_K, Q5_K and Q6_K matrices stay
 // block-quantized in device memory (gemv_quant; dequantized F16 tiles for prompts), against
-// llama.cpp's greedy text (quant_reference_check.h).
+// llama.cpp's greedy text (quant_reference_check.h) and its KL divergence from the F16 file
+// (quant_kl_check.h).
+#include <cstdlib>
+
+#include "backend/cuda/cuda_model.h"
+#include "engine/quant_kl_check.h"
 #include "engine/quant_reference_check.h"
 #include "gpu/gpu_test_util.h"
 
@@ -13,6 +18,54 @@ TEST_P(CudaQuantized, CodeLmFollowsLlamaCppUpToNearTies) {
   FDL_SKIP_WITHOUT_GPU();
   test::expect_quantized_codelm_follows_llama_cpp(GetParam(),
                                                   ModelOptions{.device = Device::Cuda, .batch_invariant = false});
+}
+
+TEST_P(CudaQuantized, KlDivergenceFromF16WithinLlamaCpps) {
+  FDL_SKIP_WITHOUT_GPU();
+  test::expect_quantized_kl_within_llama_cpp(GetParam(), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
+}
+
+const cuda::CudaModel& as_cuda(const Model& m) { return dynamic_cast<const cuda::CudaModel&>(m); }
+
+// Q8_0 (every matrix Q8_0) stays block-quantized: about 34/64 of the F16 file's bytes, and no
+// batch invariance; Q4_0 (Q4_0 layers, widened; a Q8_0 embedding) is widened whole, so it keeps
+// the F16 file's bytes and the invariant kernels.
+TEST(CudaQuantizedResidency, KeptTypesStayQuantizedAndWidenedModelsStayInvariant) {
+  FDL_SKIP_WITHOUT_GPU();
+  const ModelOptions opt{.device = Device::Cuda, .batch_invariant = true};
+  const auto f16 = Model::load(test::model_path("codelm-16m-f16.gguf"), opt);
+  const auto q8 = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
+  const auto q4 = Model::load(test::model_path("codelm-16m-Q4_0.gguf"), opt);
+  EXPECT_LT(as_cuda(*q8).weight_bytes(), as_cuda(*f16).weight_bytes() * 6 / 10);
+  EXPECT_FALSE(q8->batch_invariant());
+  EXPECT_EQ(as_cuda(*q4).weight_bytes(), as_cuda(*f16).weight_bytes());
+  EXPECT_EQ(q4->batch_invariant(), f16->batch_invariant());
+}
+
+// Steps above 16 tokens dequantize in tiles (FLASHDLLM_DEQUANT_TILE_MB): many small tiles give
+// the logits of one large tile up to the GEMMs' summation order.
+TEST(CudaQuantizedResidency, DequantizedTilesOfAnySizeGiveTheSameLogits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const ModelOptions opt{.device = Device::Cuda, .batch_invariant = false};
+  const auto whole = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
+  ::setenv("FLASHDLLM_DEQUANT_TILE_MB", "1", 1);
+  const auto tiled = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
+  ::unsetenv("FLASHDLLM_DEQUANT_TILE_MB");
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(100 + 37 * i);
+  const std::vector<float> a = test::every_position_logits(*whole, ids), b = test::every_position_logits(*tiled, ids);
+  ASSERT_EQ(a.size(), b.size());
+  const int n_vocab = whole->config().n_vocab;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const float* ra = a.data() + t * size_t(n_vocab);
+    const float* rb = b.data() + t * size_t(n_vocab);
+    float scale = 0.f, diff = 0.f;
+    for (int i = 0; i < n_vocab; ++i) {
+      scale = std::max(scale, std::fabs(ra[i]));
+      diff = std::max(diff, std::fabs(ra[i] - rb[i]));
+    }
+    EXPECT_LE(diff, 1e-3f * scale) << "position " << t;
+  }
 }
 
 std::string file_test_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -147,6 +147,21 @@ TEST(GemvQuant, RunsOfDifferentTypesInOneMatrix) {
       }
       ASSERT_NEAR(y[size_t(row)], ref, 2e-6 * mag + 1e-6) << "row " << row;
     }
+  // Dequantization and the embedding gather cross the runs too.
+  DeviceBuffer<uint16_t> f16(size_t(80 * cols));
+  cuda::dequantize_to_f16(W.view, 0, 80, f16.get(), nullptr);
+  const std::vector<uint16_t> got = to_host(f16, size_t(80 * cols));
+  std::vector<float> all;
+  for (const HostQuantMatrix* part : {&q, &k, &v}) all.insert(all.end(), part->values.begin(), part->values.end());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(got[i], fp32_to_fp16(all[i])) << "value " << i;
+  const std::vector<int32_t> ids = {0, 63, 64, 79};
+  auto dids = to_device(ids);
+  DeviceBuffer<float> rows{ids.size() * size_t(cols)};
+  cuda::embed_rows(W.view, dids.get(), nullptr, int(ids.size()), rows.get(), nullptr, 1.f);
+  const std::vector<float> emb = to_host(rows, ids.size() * size_t(cols));
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(emb[i * size_t(cols) + size_t(c)], all[size_t(ids[i] * cols + c)]) << "id " << ids[i];
   // A part of a type kept as is only by widening turns the whole matrix F16.
   const HostQuantMatrix q40 = random_quant(GgmlType::Q4_0, 16, cols);
   EXPECT_FALSE(cuda::upload_matrix({&q.m, &q40.m}, true).view.quantized());

@@ -54,8 +54,10 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
   size_t free_b = 0, total_b = 0;
   FDL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const uint64_t need = device_weight_bytes(host_weights_, c, knobs_.quant);
-  if (need + (256u << 20) > free_b)
-    throw ModelError(file_.path() + ": --device cuda: the weights need " + std::to_string(need >> 20) +
+  // Block-quantized matrices kept as they are also need the F16 tile longer steps dequantize to.
+  const uint64_t tile = need < device_weight_bytes(host_weights_, c, false) ? uint64_t(knobs_.dequant_tile_mb) << 20 : 0;
+  if (need + tile + (256u << 20) > free_b)
+    throw ModelError(file_.path() + ": --device cuda: the weights need " + std::to_string((need + tile) >> 20) +
                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
   weights_ = upload_weights(host_weights_, c, knobs_.quant);
   {  // the model's resident bytes on this device
@@ -66,7 +68,7 @@ CudaModel::CudaModel(GgufFile file, const ModelOptions& opt)
       quantized += m.view.quantized() ? 1 : 0;
     };
     count(weights_.token_embd);
-    count(weights_.output);
+    if (!c.tied_output) count(weights_.output);
     for (const CudaLayer& L : weights_.layers)
       for (const CudaMatrix* m : {&L.qkv, &L.wo, &L.gate_up, &L.down, &L.router, &L.experts_gate_up, &L.experts_down})
         count(*m);

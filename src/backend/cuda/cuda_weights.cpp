@@ -248,6 +248,24 @@ uint64_t ffn_bytes(const LlamaLayerWeights& L, bool q) {
   return matrix_bytes({&L.router}, q) + matrix_bytes(expert_gate_up(L), false) + matrix_bytes(expert_down(L), false);
 }
 
+/// Whether any layer matrix stays block-quantized. Only then do the embedding and the output
+/// stay quantized too: a model whose layers are widened (Q4_0's, whose embedding is Q8_0) keeps
+/// the 16-bit kernels, block kernels and batch invariance included, for the price of one matrix.
+bool layers_stay_quantized(const LlamaWeights& w, bool keep_quantized) {
+  if (!keep_quantized) return false;
+  for (const LlamaLayerWeights& L : w.layers) {
+    for (const Parts& parts : {Parts{&L.wq, &L.wk, &L.wv}, Parts{&L.wo}})
+      if (!quant_runs(parts, true).empty()) return true;
+    if (L.experts.empty()) {
+      for (const Parts& parts : {Parts{&L.w_gate, &L.w_up}, Parts{&L.w_down}})
+        if (!quant_runs(parts, true).empty()) return true;
+    } else if (!quant_runs({&L.router}, true).empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 CudaMatrix upload_matrix(const std::vector<const cpu::WeightMatrix*>& parts, bool keep_quantized) {
@@ -257,7 +275,8 @@ CudaMatrix upload_matrix(const std::vector<const cpu::WeightMatrix*>& parts, boo
 WType device_qkv_type(const LlamaLayerWeights& L) { return fused_type({&L.wq, &L.wk, &L.wv}); }
 WType device_wo_type(const LlamaLayerWeights& L) { return fused_type({&L.wo}); }
 
-uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c, bool q) {
+uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c, bool keep_quantized) {
+  const bool q = layers_stay_quantized(w, keep_quantized);
   uint64_t total = matrix_bytes({&w.token_embd}, q) + (c.tied_output ? 0 : matrix_bytes({&w.output}, q));
   for (const LlamaLayerWeights& L : w.layers)
     total += matrix_bytes({&L.wq, &L.wk, &L.wv}, q) + matrix_bytes({&L.wo}, q) + ffn_bytes(L, q) + 2 * uint64_t(c.n_embd) * 4 +
@@ -266,7 +285,8 @@ uint64_t device_weight_bytes(const LlamaWeights& w, const ModelConfig& c, bool q
   return total + uint64_t(c.n_embd) * 4;
 }
 
-CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c, bool q) {
+CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c, bool keep_quantized) {
+  const bool q = layers_stay_quantized(w, keep_quantized);
   CudaWeights out;
   out.token_embd = fuse({&w.token_embd}, q);
   if (c.tied_output) {
@@ -316,7 +336,7 @@ CudaWeights upload_weights(const LlamaWeights& w, const ModelConfig& c, bool q) 
   }
   const uint64_t out_bytes = matrix_bytes({c.tied_output ? &w.token_embd : &w.output}, q);
   out.bytes_per_step += out_bytes + out.output_norm.bytes();
-  out.bytes = device_weight_bytes(w, c, q);
+  out.bytes = device_weight_bytes(w, c, keep_quantized);
   return out;
 }
 

@@ -4,8 +4,9 @@
 // exactly like the CPU backend, and a BF16 model streams 2 bytes per weight). Q8_0, Q4_K, Q5_K
 // and Q6_K matrices stay block-quantized (kernels.h: QType; a fused matrix of several of these
 // types as runs of rows), unless keep_quantized is false; the other block-quantized types
-// (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K), matrices fused with a part of another type and the
-// experts of a mixture are dequantized at load to F16 (their values have up to ~21 significant
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K), matrices fused with a part of another type, the
+// experts of a mixture, and the embedding and output of a model none of whose layer matrices
+// stays quantized are dequantized at load to F16 (their values have up to ~21 significant
 // bits, so this rounds; F16 keeps 11, BF16 would keep 8) and take F16's device memory. Norm
 // vectors are fp32.
 //

@@ -558,6 +558,7 @@ bool matrix_ok(const DeviceMatrix& W) {
 
 int attention_block_groups(const DeviceMatrix& Wqkv, const DeviceMatrix& Wo, int n_head, const KvLayerView& kv,
                            int n_sm, const AttentionBlockFeatures& features) {
+  if (Wqkv.quantized() || Wo.quantized()) return 0;  // 16- and 32-bit rows only
   const int hd = kv.head_dim, n_kv = kv.n_head_kv;
   // Query heads per KV head above 4 run in sub-groups of at most 4 (more would spill registers:
   // the 512-thread block caps them at 128); up to 16.

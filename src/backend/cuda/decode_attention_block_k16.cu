@@ -235,7 +235,7 @@ bool shape_ok(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, cons
 
 int attention_block_k16_blocks(const DeviceMatrix& wqkv, const DeviceMatrix& wo, int n_head, const KvLayerView& kv,
                                int n_sm) {
-  if (n_sm < 1 || !shape_ok(wqkv, wo, n_head, kv)) return 0;
+  if (n_sm < 1 || wqkv.quantized() || wo.quantized() || !shape_ok(wqkv, wo, n_head, kv)) return 0;
   const bool bf16 = wqkv.type == WType::BF16;
   const int hd = kv.head_dim;
   const int64_t q_dim = int64_t(n_head) * hd;

@@ -172,6 +172,7 @@ void launch_typed(const FfnBlockArgs& a, cudaStream_t stream) {
 }  // namespace
 
 int ffn_block_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm) {
+  if (w_gate_up.quantized() || w_down.quantized()) return 0;  // 16- and 32-bit rows only
   if (w_gate_up.type != w_down.type || !rows_ok(w_gate_up) || !rows_ok(w_down)) return 0;
   if (w_gate_up.rows % 2 != 0 || w_down.cols != w_gate_up.rows / 2 || w_gate_up.cols > 16384) return 0;
   const size_t smem = ffn_smem_bytes(int(w_gate_up.cols), int(w_down.cols));

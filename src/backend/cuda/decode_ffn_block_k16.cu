@@ -144,7 +144,7 @@ bool shape_ok(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down) {
 }  // namespace
 
 int ffn_block_k16_blocks(const DeviceMatrix& w_gate_up, const DeviceMatrix& w_down, int n_sm) {
-  if (n_sm < 1 || !shape_ok(w_gate_up, w_down)) return 0;
+  if (n_sm < 1 || w_gate_up.quantized() || w_down.quantized() || !shape_ok(w_gate_up, w_down)) return 0;
   const int64_t cols = w_gate_up.cols, n_ff = w_down.cols, down_rows = w_down.rows;
   const size_t smem = smem_bytes(int(cols), int(n_ff), max_units(int(cols), int(n_ff), int(down_rows), n_sm));
   const bool bf16 = w_gate_up.type == WType::BF16;

@@ -68,7 +68,7 @@ void launch_typed(const OutputBlockArgs& a, cudaStream_t stream) {
 
 bool output_block_supported(const DeviceMatrix& W) {
   // Up to 8192 columns: the widths tested on the H200 (64 KiB of shared memory per block).
-  return W.rows > 0 && W.cols > 0 && W.cols % 4 == 0 && W.cols <= 8192 &&
+  return !W.quantized() && W.rows > 0 && W.cols > 0 && W.cols % 4 == 0 && W.cols <= 8192 &&
          (W.cols * int64_t(wtype_size(W.type))) % 16 == 0 && reinterpret_cast<uintptr_t>(W.data) % 16 == 0;
 }
 

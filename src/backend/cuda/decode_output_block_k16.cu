@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 1) output_block_k16_kernel(OutputBlo
 }  // namespace
 
 bool output_block_k16_supported(const DeviceMatrix& W) {
-  return (W.type == WType::F16 || W.type == WType::BF16) && W.cols % k16::kBatchK == 0 && W.cols > 0 &&
+  return !W.quantized() && (W.type == WType::F16 || W.type == WType::BF16) && W.cols % k16::kBatchK == 0 && W.cols > 0 &&
          W.cols <= 8192 && W.rows % 8 == 0 && W.rows > 0 && W.rows / 8 <= (int64_t(1) << 30) &&
          reinterpret_cast<uintptr_t>(W.data) % 16 == 0;
 }

@@ -143,6 +143,7 @@ cublasLtMatmulAlgo_t LtGemm::fastest(const Plan& p, const std::vector<cublasLtMa
 }
 
 void LtGemm::run(const DeviceMatrix& W, const void* X, int n, float* Y) {
+  if (W.quantized()) throw CudaError("LtGemm: a block-quantized matrix (dequantize it first)");
   const Plan& p = plan_for(W, X, n, Y);
   launch(p, p.algo, W, X, Y);
 }

@@ -205,7 +205,8 @@ void dispatch(const DeviceMatrix& W, const NormIn& in, const RopeOut& ro, float*
 }  // namespace
 
 bool gemv_norm_supported(const DeviceMatrix& W) {
-  return W.cols > 0 && W.cols <= kMaxCols && W.cols % 4 == 0 && (W.cols * int64_t(wtype_size(W.type))) % 16 == 0 &&
+  return !W.quantized() && W.cols > 0 && W.cols <= kMaxCols && W.cols % 4 == 0 &&
+         (W.cols * int64_t(wtype_size(W.type))) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(W.data) % 16 == 0 && W.rows > 0 && W.rows % 2 == 0;
 }
 

@@ -1,7 +1,8 @@
 // Block-quantized weights on the GPU (kernels.h: QType, gemv_quant, dequantize_to_f16, and
 // embed_rows' quantized tables).
 //  - Activations are rounded to 8 bits per 32 values (Q8Activations), as llama.cpp's MMVQ
-//    kernels do, so each 32-weight unit is two 16-value integer dot products (dp4a) and a few
+//    kernels do (its Q8_1 rounds half away from zero and keeps the float sum of each 32; here
+//    ties go to even and the integer sum of each 16 is kept), so each 32-weight unit is two 16-value integer dot products (dp4a) and a few
 //    fp32 multiplies: about one instruction per weight, which keeps a 4-bit row HBM-bound
 //    (a float path needs a conversion and an FMA per weight, more than the H200's ~4.7
 //    instructions per Q4_K weight at full bandwidth leave once loads are counted).
@@ -259,6 +260,7 @@ int quant_unroll() {
 template <typename F, int NT>
 void launch_run(const QuantRun& run, int cols, const Q8Activations& xq, int n, float* Y, int64_t y0, int64_t ldy,
                 cudaStream_t stream) {
+  if (run.rows <= 0) return;
   // As many blocks as the launch bounds keep resident, fewer for short runs.
   const int64_t resident = int64_t(sm_count()) * (NT <= 2 ? 4 : 2);
   const dim3 grid(unsigned(std::min<int64_t>((run.rows + kRowsPerBlock - 1) / kRowsPerBlock, resident)));

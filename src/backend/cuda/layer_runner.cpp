@@ -47,8 +47,7 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
   for (const CudaLayer& L : weights_.layers)
     for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view, &L.router.view})
       quantized_ = quantized_ || m->quantized();
-  quantized_ = quantized_ || weights_.output.view.quantized();
-  if (quantized_ || weights_.token_embd.view.quantized()) {
+  if (quantized_ || weights_.output.view.quantized()) {
     const size_t widest = size_t(std::max({c.n_embd, c.n_head * c.head_dim, c.n_ff}));
     const size_t values = size_t(kGemvMaxTokens) * widest;
     q8_q_.grow(values);
@@ -210,6 +209,7 @@ size_t LayerRunner::gemm_workspace_floats(int n, int m) const {
 }
 
 WType LayerRunner::gemm_input_type(const DeviceMatrix& W, int n) const {
+  if (W.quantized()) return n > kGemvMaxTokens ? WType::F16 : WType::F32;  // matmul_quant's inputs
   return n > kGemvMaxTokens || invariant_ ? W.type : WType::F32;
 }
 

@@ -180,7 +180,7 @@ class LayerRunner {
   std::unique_ptr<LtGemm> lt_gemm_;
   bool fuse_enabled_ = true;  // FLASHDLLM_CUDA_FUSE=0: the unfused kernels for one token too
   bool invariant_ = false;    // batch-invariant kernels for every step (ModelOptions::batch_invariant)
-  bool quantized_ = false;    // some projection is block-quantized (gemv_quant; no fused or block kernels)
+  bool quantized_ = false;    // some layer matrix is block-quantized (gemv_quant; no fused or block kernels)
 
   int attn_block_groups_ = 0;  // > 0: batch-1 layers run decode_attention_block (blocks per KV head)
   int ffn_blocks_ = 0;         // > 0: batch-1 layers run decode_ffn_block on this many blocks
