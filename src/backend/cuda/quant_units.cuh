@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels.h"
+
 namespace fdl::cuda::quant {
 
 /// 32 weights as two halves (a: values pos_a .. pos_a + 15, b likewise); qa / qb hold one
@@ -42,7 +44,7 @@ __device__ __forceinline__ unsigned byte_of(const uint4& v, int i) {
 /// + 15 of the nibbles, whose low nibbles are values 64c + 16h + i (group 2c) and high nibbles
 /// values 64c + 32 + 16h + i (group 2c + 1).
 struct Q4K {
-  __host__ __device__ static int64_t row_bytes(int cols) { return cols / 256 * 144; }  // kernels.h: quant_row_bytes
+  __device__ static int64_t row_bytes(int cols) { return quant_row_bytes(QType::Q4_K, cols); }
   struct Raw {
     uint4 head, q;
   };
@@ -81,7 +83,7 @@ struct Q4K {
 /// Q5_K: 176-byte super-blocks: Q4_K's 16-byte head, 32 bytes of fifth bits (value 64c + l:
 /// bit 2c of byte l; value 64c + 32 + l: bit 2c + 1), then the nibbles as Q4_K's.
 struct Q5K {
-  __host__ __device__ static int64_t row_bytes(int cols) { return cols / 256 * 176; }  // kernels.h: quant_row_bytes
+  __device__ static int64_t row_bytes(int cols) { return quant_row_bytes(QType::Q5_K, cols); }
   struct Raw {
     uint4 head, qh, q;
   };
@@ -110,7 +112,7 @@ struct Q5K {
 /// ql bytes 64h + 32p + 16k .. + 15 give values 32p + 16k + i (r = p, low nibbles) and
 /// 32(p + 2) + 16k + i (r = p + 2, high nibbles) of half h.
 struct Q6K {
-  __host__ __device__ static int64_t row_bytes(int cols) { return (int64_t(cols) / 256 * 210 + 15) / 16 * 16; }  // kernels.h: quant_row_bytes
+  __device__ static int64_t row_bytes(int cols) { return quant_row_bytes(QType::Q6_K, cols); }
   struct Raw {
     uint4 ql, qh;
     int8_t sa, sb;
@@ -142,7 +144,7 @@ struct Q6K {
 
 /// Q8_0, planar rows: qs [nb][32] (int8), d [nb] (fp16). Unit u is block u.
 struct Q80 {
-  __host__ __device__ static int64_t row_bytes(int cols) { return (int64_t(cols) + cols / 16 + 15) / 16 * 16; }  // kernels.h: quant_row_bytes
+  __device__ static int64_t row_bytes(int cols) { return quant_row_bytes(QType::Q8_0, cols); }
   struct Raw {
     uint4 qa, qb;
     unsigned d;
