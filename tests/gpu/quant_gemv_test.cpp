@@ -3,13 +3,17 @@
 // from the CPU dequantizer (dtype.h): the values each kernel sees are the file's values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/gemv_quant_staged.h"
 #include "flashdllm/dtype.h"
 #include "gpu/gpu_test_util.h"
 
@@ -120,6 +124,132 @@ TEST(GemvQuant, ATokensResultDoesNotDependOnTheOtherTokens) {
         ASSERT_EQ(std::memcmp(&alone[size_t(r)], &together[size_t(tok * rows + r)], 4), 0) << "token " << tok;
     }
   }
+}
+
+// Steps of up to kStagedMaxTokens tokens run the staged kernel, longer ones the row kernel:
+// each token's values must have the same bits either way, on rows as long as an FFN's down
+// projection and on fewer rows than a block has warps.
+TEST(GemvQuant, StagedAndRowKernelsGiveTheSameBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 14336}, {7, 4096}, {300, 256}}) {
+      SCOPED_TRACE(name_of(t) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const HostQuantMatrix h = random_quant(t, rows, cols);
+      const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+      constexpr int kLong = cuda::kStagedMaxTokens + 1;
+      ASSERT_TRUE(cuda::gemv_quant_staged_fits(W.view, cuda::kStagedMaxTokens));
+      ASSERT_FALSE(cuda::gemv_quant_staged_fits(W.view, kLong));
+      const std::vector<float> x = test::random_floats(size_t(kLong * cols), -3.f, 3.f);
+      auto dx = to_device(x);
+      Q8Buffers q8{size_t(kLong * cols)};
+      DeviceBuffer<float> all{size_t(kLong * rows)}, some{size_t(kLong * rows)};
+      cuda::gemv_quant(W.view, dx.get(), kLong, all.get(), q8.view(), nullptr);
+      const std::vector<float> row_kernel = to_host(all, size_t(kLong * rows));
+      for (int n = 1; n <= cuda::kStagedMaxTokens; ++n) {
+        test::poison(some);
+        cuda::gemv_quant(W.view, dx.get(), n, some.get(), q8.view(), nullptr);
+        const std::vector<float> staged = to_host(some, size_t(n * rows));
+        for (int tok = 0; tok < n; ++tok)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(std::memcmp(&staged[size_t(tok * rows + r)], &row_kernel[size_t(tok * rows + r)], 4), 0)
+                << "n " << n << " token " << tok << " row " << r << ": " << staged[size_t(tok * rows + r)] << " vs "
+                << row_kernel[size_t(tok * rows + r)];
+      }
+    }
+  }
+}
+
+// gemv_quant_swiglu gives the bits of gemv_quant then silu_mul (SiLU and GeGLU).
+TEST(GemvQuant, SwigluGivesTheBitsOfTheGemvThenSiluMul) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    const int64_t n_ff = 333, cols = 1024;
+    SCOPED_TRACE(name_of(t));
+    const HostQuantMatrix gate = random_quant(t, n_ff, cols), up = random_quant(t, n_ff, cols);
+    const cuda::CudaMatrix W = cuda::upload_matrix({&gate.m, &up.m}, true);
+    ASSERT_EQ(W.view.quant.n, 1);
+    const std::vector<float> x = test::random_floats(size_t(cuda::kStagedMaxTokens * cols), -2.f, 2.f);
+    auto dx = to_device(x);
+    Q8Buffers q8{size_t(cuda::kStagedMaxTokens * cols)};
+    for (bool gelu : {false, true}) {
+      for (int n = 1; n <= cuda::kStagedMaxTokens; ++n) {
+        SCOPED_TRACE(std::string(gelu ? "gelu" : "silu") + " n " + std::to_string(n));
+        ASSERT_TRUE(cuda::gemv_quant_swiglu_fits(W.view, n));
+        DeviceBuffer<float> gu{size_t(n * 2 * n_ff)}, want{size_t(n * n_ff)}, got{size_t(n * n_ff)};
+        cuda::gemv_quant(W.view, dx.get(), n, gu.get(), q8.view(), nullptr);
+        cuda::silu_mul(gu.get(), want.get(), n, int(n_ff), nullptr, cuda::WType::F32, gelu);
+        test::poison(got);
+        cuda::gemv_quant_swiglu(W.view, dx.get(), n, got.get(), gelu, nullptr);
+        const std::vector<float> a = to_host(want, size_t(n * n_ff)), b = to_host(got, size_t(n * n_ff));
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "value " << i;
+      }
+    }
+  }
+  // Not for a gate and an up of different types, nor for longer steps.
+  const HostQuantMatrix g4 = random_quant(GgmlType::Q4_K, 16, 256), u6 = random_quant(GgmlType::Q6_K, 16, 256);
+  const cuda::CudaMatrix mixed = cuda::upload_matrix({&g4.m, &u6.m}, true);
+  EXPECT_FALSE(cuda::gemv_quant_swiglu_fits(mixed.view, 1));
+  const cuda::CudaMatrix same = cuda::upload_matrix({&g4.m, &g4.m}, true);
+  EXPECT_TRUE(cuda::gemv_quant_swiglu_fits(same.view, 1));
+  EXPECT_FALSE(cuda::gemv_quant_swiglu_fits(same.view, cuda::kStagedMaxTokens + 1));
+  DeviceBuffer<float> x(256), h(16);
+  EXPECT_THROW(cuda::gemv_quant_swiglu(mixed.view, x.get(), 1, h.get(), false, nullptr), cuda::CudaError);
+}
+
+// The one-token variants that normalize in the kernel against add_rms_norm then the staged
+// GEMV: the residual row written exactly, the products within what a last-place difference of
+// the norm can move through the 8-bit rounding. Runs of two types (the later run normalizes
+// the residual the first one wrote) and Gemma's post-norm of the addend included.
+TEST(GemvQuant, NormVariantsMatchAddRmsNormThenTheGemv) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int64_t cols = 2048, n_ff = 160;
+  const HostQuantMatrix q = random_quant(GgmlType::Q4_K, 96, cols), v = random_quant(GgmlType::Q6_K, 32, cols);
+  const HostQuantMatrix gate = random_quant(GgmlType::Q5_K, n_ff, cols), up = random_quant(GgmlType::Q5_K, n_ff, cols);
+  const cuda::CudaMatrix qkv = cuda::upload_matrix({&q.m, &v.m}, true);
+  const cuda::CudaMatrix gu = cuda::upload_matrix({&gate.m, &up.m}, true);
+  ASSERT_EQ(qkv.view.quant.n, 2);
+  ASSERT_TRUE(cuda::gemv_quant_norm_fits(qkv.view));
+  ASSERT_TRUE(cuda::gemv_quant_norm_swiglu_fits(gu.view));
+  EXPECT_FALSE(cuda::gemv_quant_norm_swiglu_fits(qkv.view));
+  const std::vector<float> x = test::random_floats(size_t(cols), -2.f, 2.f), add = test::random_floats(size_t(cols));
+  const std::vector<float> w = test::random_floats(size_t(cols), 0.5f, 1.5f), aw = test::random_floats(size_t(cols));
+  auto dx = to_device(x), dadd = to_device(add), dw = to_device(w), daw = to_device(aw);
+  for (bool post_norm : {false, true}) {
+    SCOPED_TRACE(post_norm ? "post-norm of the addend" : "plain");
+    const float* add_w = post_norm ? daw.get() : nullptr;
+    // Reference: add_rms_norm into xn (writing the residual into a copy of x), then the GEMVs.
+    auto ref_x = to_device(x);
+    DeviceBuffer<float> xn{size_t(cols)}, want_y{size_t(qkv.view.rows)}, want_h{size_t(n_ff)};
+    cuda::add_rms_norm(ref_x.get(), dadd.get(), dw.get(), xn.get(), nullptr, 1, int(cols), 1e-5f, true, nullptr,
+                       cuda::WType::F32, add_w);
+    cuda::gemv_quant_staged(qkv.view, xn.get(), 1, want_y.get(), nullptr);
+    cuda::gemv_quant_swiglu(gu.view, xn.get(), 1, want_h.get(), false, nullptr);
+    const std::vector<float> resid = to_host(ref_x, size_t(cols));
+
+    DeviceBuffer<float> x_out{size_t(cols)}, got_y{size_t(qkv.view.rows)}, got_h{size_t(n_ff)};
+    test::poison(x_out);
+    test::poison(got_y);
+    const cuda::NormIn in{dx.get(), dadd.get(), dw.get(), x_out.get(), 1e-5f, add_w};
+    cuda::gemv_quant_norm(qkv.view, in, got_y.get(), nullptr);
+    const std::vector<float> out = to_host(x_out, size_t(cols));
+    for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(out[size_t(i)], resid[size_t(i)]) << "residual " << i;
+    const cuda::NormIn in2{dx.get(), dadd.get(), dw.get(), nullptr, 1e-5f, add_w};
+    cuda::gemv_quant_norm_swiglu(gu.view, in2, got_h.get(), false, nullptr);
+
+    auto close = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+      float scale = 0.f;
+      for (float f : a) scale = std::max(scale, std::fabs(f));
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 3e-3f * scale) << what << " " << i;
+    };
+    close(to_host(want_y, size_t(qkv.view.rows)), to_host(got_y, size_t(qkv.view.rows)), "qkv row");
+    close(to_host(want_h, size_t(n_ff)), to_host(got_h, size_t(n_ff)), "h");
+  }
+  // x_out may not alias x: other blocks still read x.
+  DeviceBuffer<float> y{size_t(qkv.view.rows)};
+  auto dx2 = to_device(x);
+  EXPECT_THROW(cuda::gemv_quant_norm(qkv.view, cuda::NormIn{dx2.get(), dadd.get(), dw.get(), dx2.get(), 1e-5f, nullptr},
+                                     y.get(), nullptr),
+               cuda::CudaError);
 }
 
 TEST(GemvQuant, RunsOfDifferentTypesInOneMatrix) {

@@ -242,16 +242,6 @@ CUtensorMap tile_map(const void* data, bool bf16, int64_t rows, int64_t cols, in
   return map;
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int dev = 0, sms = 0;
-    FDL_CUDA_CHECK(cudaGetDevice(&dev));
-    FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return count;
-}
-
 template <int CONS, int TN, bool SPLIT>
 void launch(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStream_t stream) {
   const bool bf16 = W.type == WType::BF16;
@@ -268,7 +258,8 @@ void launch(const DeviceMatrix& W, const uint16_t* X, int n, float* Y, cudaStrea
   const int64_t items = (n + 64 * CONS - 1) / (64 * CONS) * ((W.rows + TN - 1) / TN) * segs;
   const CUtensorMap x_map = tile_map(X, bf16, n, W.cols, 64 * CONS);
   const CUtensorMap w_map = tile_map(W.data, bf16, W.rows, W.cols, TN);
-  launch_pdl(kernel, dim3(unsigned(std::min<int64_t>(items, multiprocessors()))), dim3(threads(CONS)),
+  const int64_t sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
+  launch_pdl(kernel, dim3(unsigned(std::min<int64_t>(items, sms))), dim3(threads(CONS)),
              smem_bytes(CONS, TN), stream, x_map, w_map, Y, n, int(W.rows), int(W.cols));
 }
 
@@ -293,7 +284,7 @@ bool gemm_k16_wgmma_prefers_wide(int64_t rows, int n) {
   // A round (one tile per SM) of 192-feature tiles takes about 1.5 times one of 128-feature
   // tiles (measured: the wider tile is no faster per feature), so it pays only where it needs
   // fewer feature-rounds: where 128-feature tiles leave a last round mostly empty.
-  const int64_t t_tiles = (n + 127) / 128, sms = multiprocessors();
+  const int64_t t_tiles = (n + 127) / 128, sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
   const int64_t rounds128 = (t_tiles * ((rows + 127) / 128) + sms - 1) / sms;
   const int64_t rounds192 = (t_tiles * ((rows + 191) / 192) + sms - 1) / sms;
   return rounds192 * 192 < rounds128 * 128;

@@ -2,15 +2,19 @@
 // embed_rows' quantized tables).
 //  - Activations are rounded to 8 bits per 32 values (Q8Activations), as llama.cpp's MMVQ
 //    kernels do (its Q8_1 rounds half away from zero and keeps the float sum of each 32; here
-//    ties go to even and the integer sum of each 16 is kept), so each 32-weight unit is two 16-value integer dot products (dp4a) and a few
-//    fp32 multiplies: about one instruction per weight, which keeps a 4-bit row HBM-bound
+//    ties go to even and the integer sum of each 16 is kept), so each 32-weight unit is two
+//    16-value integer dot products (dp4a) and a few fp32 multiplies: about one instruction per weight, which keeps a 4-bit row HBM-bound
 //    (a float path needs a conversion and an FMA per weight, more than the H200's ~4.7
 //    instructions per Q4_K weight at full bandwidth leave once loads are counted).
-//  - One warp per row, warps striding over the rows; each lane takes units lane, lane + 32, ...
-//    and issues UNROLL units' loads before using any. A unit's sum is
+//  - Steps of up to kStagedMaxTokens tokens run gemv_quant_staged.cu's kernel where its
+//    shared memory holds the activations; longer ones (and longer rows) round them in a kernel
+//    of their own into `xq`, then the kernel here reads them from global memory.
+//  - Here one warp takes a row, warps striding over the rows; each lane takes units lane,
+//    lane + 32, ... and issues UNROLL units' loads before using any. A unit's sum is
 //      dx_g * (da * (Σ q·xq - bias Σ xq) - ma Σ xq)
-//    per half, added in unit order per lane, then reduced over the warp: a token's result is
-//    the same whatever the number of tokens in the call.
+//    per half, added in unit order per lane, then reduced over the warp (q8_dot.cuh), the
+//    staged kernel's order: a token's result is the same whatever the number of tokens in the
+//    call and whichever kernel ran it.
 //  - dequantize_to_f16 writes each value as the CPU computes it, rounded to F16: the GEMM
 //    path of longer steps sees exactly what F16 weights widened at load would give.
 #include <cuda_fp16.h>
@@ -21,8 +25,10 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/embed_id.cuh"
+#include "backend/cuda/gemv_quant_staged.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/q8_dot.cuh"
 #include "backend/cuda/quant_units.cuh"
 
 namespace fdl::cuda {
@@ -32,7 +38,7 @@ using quant::Unit;
 
 constexpr int kRowsPerBlock = 8;
 
-// One warp per 32-value group: lane i rounds value i.
+// One warp per 32-value group: lane i rounds value i (q8_dot.cuh: round_group).
 __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restrict__ X, int n, int cols, int8_t* q,
                                                           float* d, int32_t* s) {
   launch_dependents();
@@ -40,33 +46,10 @@ __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restric
   const int lane = threadIdx.x & 31, groups = cols / 32;
   const int g = blockIdx.x * 8 + threadIdx.x / 32;
   if (g >= n * groups) return;
-  const int t = g / groups, gi = g % groups;
-  const float v = X[int64_t(t) * cols + 32 * gi + lane];
-  const bool bad = __any_sync(0xffffffffu, !isfinite(v));
-  float amax = fabsf(v);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = amax / 127.f;
-  const int qi = amax == 0.f || bad ? 0 : max(-127, min(127, __float2int_rn(v / scale)));
-  q[int64_t(t) * cols + 32 * gi + lane] = int8_t(qi);
-  int sum = qi;
-  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // within each half-warp
-  if (lane == 0) d[int64_t(t) * groups + gi] = bad ? __int_as_float(0x7fc00000) : scale;
-  if ((lane & 15) == 0) s[int64_t(t) * (cols / 16) + 2 * gi + lane / 16] = sum;
-}
-
-__device__ __forceinline__ int dot16(const uint4& w, const uint4& x) {
-  int acc = __dp4a(int(w.x), int(x.x), 0);
-  acc = __dp4a(int(w.y), int(x.y), acc);
-  acc = __dp4a(int(w.z), int(x.z), acc);
-  return __dp4a(int(w.w), int(x.w), acc);
-}
-
-// One half's contribution for token t (see the file comment).
-__device__ __forceinline__ float half_dot(const uint4& q, int g, int o, float dw, float mw, int bias,
-                                          const int8_t* xq, const float* xd, const int32_t* xs) {
-  const int isum = dot16(q, *reinterpret_cast<const uint4*>(xq + 32 * g + o));
-  const int qsum = xs[2 * g + o / 16];
-  return xd[g] * (dw * float(isum - bias * qsum) - mw * float(qsum));
+  const quant::Q8Group r = quant::round_group(X[int64_t(g) * 32 + lane]);  // row t, group gi: 32 (t groups + gi)
+  q[int64_t(g) * 32 + lane] = int8_t(r.q);
+  if (lane == 0) d[g] = r.d;
+  if ((lane & 15) == 0) s[int64_t(g) * 2 + lane / 16] = r.sum16;
 }
 
 // Row r's run type and first byte (runs are few; no dynamic indexing, which would copy the
@@ -118,8 +101,7 @@ __device__ __forceinline__ void row_dot(const uint8_t* row, int cols, const Q8Ac
           const int8_t* xq = x.q + int64_t(t) * cols;
           const float* xd = x.d + int64_t(t) * (cols / 32);
           const int32_t* xs = x.s + int64_t(t) * (cols / 16);
-          acc[t] += half_dot(w.qa, w.ga, w.oa, w.da, w.ma, w.bias, xq, xd, xs);
-          acc[t] += half_dot(w.qb, w.gb, w.ob, w.db, w.mb, w.bias, xq, xd, xs);
+          quant::unit_dot(w, xq, xd, xs, acc[t]);
         }
       }
     }
@@ -237,16 +219,6 @@ void check_quantized(const DeviceMatrix& W, const char* what) {
   if (W.cols > INT32_MAX) throw CudaError(std::string(what) + ": rows too long");
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    FDL_CUDA_CHECK(cudaGetDevice(&dev));
-    FDL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return n;
-}
-
 /// Tuning knob: FLASHDLLM_GEMV_QUANT="UNROLL", units in flight per lane (2 default; 4), read
 /// once. Both sum every row in the same order: the results are bit-identical.
 int quant_unroll() {
@@ -262,7 +234,8 @@ void launch_run(const QuantRun& run, int cols, const Q8Activations& xq, int n, f
                 cudaStream_t stream) {
   if (run.rows <= 0) return;
   // As many blocks as the launch bounds keep resident, fewer for short runs.
-  const int64_t resident = int64_t(sm_count()) * (NT <= 2 ? 4 : 2);
+  const int64_t sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
+  const int64_t resident = sms * (NT <= 2 ? 4 : 2);
   const dim3 grid(unsigned(std::min<int64_t>((run.rows + kRowsPerBlock - 1) / kRowsPerBlock, resident)));
   auto* kernel = quant_unroll() == 4 ? gemv_quant_kernel<F, NT, 4> : gemv_quant_kernel<F, NT, 2>;
   launch_pdl(kernel, grid, dim3(256), 0, stream, static_cast<const uint8_t*>(run.data), cols, xq, Y, run.rows, y0, ldy,
@@ -306,6 +279,7 @@ void gemv_quant(const DeviceMatrix& W, const float* X, int n, float* Y, const Q8
   if (size_t(n) * size_t(W.cols) > xq.capacity)
     throw CudaError("gemv_quant: the activation buffers hold " + std::to_string(xq.capacity) + " values, " +
                     std::to_string(size_t(n) * size_t(W.cols)) + " needed");
+  if (gemv_quant_staged_fits(W, n)) return gemv_quant_staged(W, X, n, Y, stream);
   const int groups = n * int(W.cols / 32);
   launch_pdl(quantize_q8_kernel, dim3(unsigned((groups + 7) / 8)), dim3(256), 0, stream, X, n, int(W.cols), xq.q, xq.d,
              xq.s);

@@ -41,6 +41,29 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   FDL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
 }
 
+/// An attribute of the device current at the first call, read once per process (per `attr`):
+/// launchers size grids with it on every call, and a process runs its kernels on one device.
+/// Throws CudaError.
+inline int device_attribute_once(cudaDeviceAttr attr) {
+  auto read = [](cudaDeviceAttr a) {
+    int dev = 0, v = 0;
+    FDL_CUDA_CHECK(cudaGetDevice(&dev));
+    FDL_CUDA_CHECK(cudaDeviceGetAttribute(&v, a, dev));
+    return v;
+  };
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: {
+      static const int sms = read(attr);
+      return sms;
+    }
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: {
+      static const int optin = read(attr);
+      return optin;
+    }
+    default: return read(attr);
+  }
+}
+
 }  // namespace fdl::cuda
 
 #ifdef __CUDACC__

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_k16.h"
+#include "backend/cuda/gemv_quant_staged.h"
 
 namespace fdl::cuda {
 
@@ -63,7 +64,15 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
     // tiles small enough to stay in L2 (docs/GPU.md).
     dq_.grow(size_t(std::min<int64_t>(largest, int64_t(knobs.dequant_tile_mb) << 20)) / 2);
   }
-  fuse_enabled_ = knobs.fuse && !invariant_ && !quantized_;
+  // Quantized layers run the fused one-token chain through gemv_quant_norm* where every layer's
+  // quantized matrices fit them (a gate/up of one type); otherwise the unfused chain.
+  bool quant_fusable = c.n_expert == 0;
+  for (const CudaLayer& L : weights_.layers) {
+    if (L.qkv.view.quantized() && !gemv_quant_norm_fits(L.qkv.view)) quant_fusable = false;
+    if (L.gate_up.view.quantized() && !gemv_quant_norm_swiglu_fits(L.gate_up.view)) quant_fusable = false;
+    if (L.qkv.view.quantized() != L.gate_up.view.quantized()) quant_fusable = false;
+  }
+  fuse_enabled_ = knobs.fuse && !invariant_ && (!quantized_ || quant_fusable);
   if (c.n_expert > 0) moe_offsets_host_.grow(size_t(c.n_expert) + 1);
   // Prefill attention on tensor cores (fp16 operands) where the prefill GEMMs already round
   // activations to 16 bits (F16/BF16 weights); an F32 model keeps the fp32 tiles, so it stays
@@ -331,12 +340,17 @@ void LayerRunner::run(int n, int m, const StepInputs& in) {
     add_rms_norm(resid, proj_.get(), L.ffn_norm.get(), xn2, nullptr, n, d, c.rms_eps, true, stream_, gu_in,
                  L.post_attn_norm.get());
     prof_.mark(kNorm);
-    matmul(L.gate_up.view, xn2, n, gu_.get());
-    prof_.mark(kGateUp);
     const WType down_in = gemm_input_type(L.down.view, n);
     void* h_in = down_in == WType::F32 ? static_cast<void*>(h_.get()) : static_cast<void*>(xh_.get());
-    silu_mul(gu_.get(), h_in, n, c.n_ff, stream_, down_in, c.ffn_gelu);
-    prof_.mark(kSilu);
+    if (down_in == WType::F32 && gu_in == WType::F32 && gemv_quant_swiglu_fits(L.gate_up.view, n)) {
+      gemv_quant_swiglu(L.gate_up.view, xn_.get(), n, h_.get(), c.ffn_gelu, stream_);  // silu_mul's bits
+      prof_.mark(kGateUp);
+    } else {
+      matmul(L.gate_up.view, xn2, n, gu_.get());
+      prof_.mark(kGateUp);
+      silu_mul(gu_.get(), h_in, n, c.n_ff, stream_, down_in, c.ffn_gelu);
+      prof_.mark(kSilu);
+    }
     matmul(L.down.view, h_in, n, proj_.get());
     prof_.mark(kDown);
   }
@@ -389,7 +403,11 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
   if (attn_block_groups_ > 0) {
     run_attention_block(l, in, kv, attn_in, att.scale);
   } else {
-    if (L.q_norm.get()) {  // per-head norms need whole heads: the projection, then the extras and RoPE
+    if (L.qkv.view.quantized()) {  // no RoPE epilogue in the quantized GEMV
+      gemv_quant_norm(L.qkv.view, attn_in, qkv_.get(), stream_);
+      rope_qkv_store(qkv_.get(), cos_sin(l, in), in.positions, in.dst_block, 1, c.n_head, c.rope_dim, kv, q_.get(),
+                     stream_, extras(L));
+    } else if (L.q_norm.get()) {  // per-head norms need whole heads: the projection, then the extras and RoPE
       gemv_norm_qkv(L.qkv.view, attn_in, qkv_.get(), stream_);
       rope_qkv_store(qkv_.get(), cos_sin(l, in), in.positions, in.dst_block, 1, c.n_head, c.rope_dim, kv, q_.get(),
                      stream_, extras(L));
@@ -402,7 +420,10 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
     paged_attention(att, stream_,
                     AttentionMasks{nullptr, nullptr, c.attention_window(l) > 0 ? in.first : nullptr, c.attn_softcap});
     prof_.mark(kAttention);
-    gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
+    if (L.wo.view.quantized())
+      matmul_quant(L.wo.view, attn_.get(), 1, proj_.get());
+    else
+      gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
     prof_.mark(kWo);
   }
   if (c.n_expert > 0) {
@@ -420,9 +441,15 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
   if (ffn_blocks_ > 0) {
     run_ffn_block(l, ffn_in);
   } else {
-    gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_, c.ffn_gelu);
+    if (L.gate_up.view.quantized())
+      gemv_quant_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), c.ffn_gelu, stream_);
+    else
+      gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_, c.ffn_gelu);
     prof_.mark(kGateUp);
-    gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
+    if (L.down.view.quantized())
+      matmul_quant(L.down.view, h_.get(), 1, proj_.get());
+    else
+      gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
     prof_.mark(kDown);
   }
 }

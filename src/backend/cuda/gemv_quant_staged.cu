@@ -1,0 +1,328 @@
+// The block-quantized GEMV for steps of up to kStagedMaxTokens tokens (gemv_quant_staged.h).
+//  - One block of 16 warps per SM takes a contiguous share of the rows; warp w takes the
+//    share's rows w, w + 16, ... as one stream of batches (UNROLL units per lane) through NB
+//    register buffers, as the F16 decode blocks stream their rows (decode_block.cuh:
+//    stream_rows): while a batch is multiplied, the next NB - 1 are in flight, across row
+//    boundaries, so a warp's HBM requests never drain at the end of a row.
+//  - Each block rounds the fp32 activations into shared memory itself (q8_dot.cuh:
+//    round_group) after the PDL wait, its first weight batches already in flight: no separate
+//    rounding kernel, and the dot products read the 8-bit activations from shared memory
+//    instead of once per row from L1.
+//  - A lane sums its units (lane, lane + 32, ...) in unit order, then the warp reduces: the
+//    order of gemv_quant.cu's kernel, so a token's result has the same bits whichever kernel
+//    or token count ran it (tests/gpu/quant_gemv_test.cpp).
+//  - Pairs mode (gemv_quant_swiglu): the warp's stream is gate row p, up row n_ff + p, ..., and
+//    it writes act(gate) * up (ffn_act.cuh) instead of the two dot products.
+//  - Norm mode (gemv_quant_norm*, one decode token): the block computes the residual add and
+//    RMSNorm itself before rounding, so a decode layer needs no norm kernel.
+
+#include "backend/cuda/gemv_quant_staged.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_block.cuh"
+#include "backend/cuda/ffn_act.cuh"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/q8_dot.cuh"
+#include "backend/cuda/quant_units.cuh"
+
+namespace fdl::cuda {
+namespace {
+
+constexpr int kWarps = 16, kThreads = 32 * kWarps;
+
+struct StagedArgs {
+  const uint8_t* data = nullptr;  // the run's first row
+  int cols = 0;
+  int64_t rows = 0;      // rows of the run; pairs mode: 2 * n_ff
+  int64_t per_block = 0; // rows (pairs) per block
+  const float* X = nullptr;  // fp32 [n][cols]
+  int n = 0;
+  float* Y = nullptr;  // Y[t * ldy + y0 + r]; pairs mode: h[t * ldy + p]
+  int64_t y0 = 0, ldy = 0;
+  bool gelu = false;
+  NormIn norm;  // kNorm: X is norm's row, normalized in the block (one token)
+};
+
+// Shared memory: the rounded activations of n tokens, q [n][cols] int8, d [n][cols / 32],
+// s [n][cols / 16].
+// kNorm adds the normalized fp32 row, xs [cols], after them.
+size_t staged_bytes(int n, int64_t cols) {
+  const size_t q = (size_t(n) * size_t(cols) + 15) / 16 * 16;
+  return q + size_t(n) * size_t(cols / 32) * sizeof(float) + size_t(n) * size_t(cols / 16) * sizeof(int32_t);
+}
+size_t norm_staged_bytes(int64_t cols) { return staged_bytes(1, cols) + size_t(cols) * sizeof(float); }
+
+// Rounds X's n rows into shared memory: warp w takes groups w, w + 16, ..., each lane issuing
+// kBatch groups' loads before it rounds any (one L2 round trip per kBatch x 16 groups).
+__device__ __forceinline__ void stage_activations(const float* X, int n, int cols, int8_t* sq, float* sd,
+                                                  int32_t* ss) {
+  constexpr int kBatch = 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int total = n * (cols / 32);
+  for (int g0 = warp; g0 < total; g0 += kBatch * kWarps) {
+    float v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int g = g0 + k * kWarps;
+      v[k] = g < total ? __ldcg(X + int64_t(g) * 32 + lane) : 0.f;  // written by the previous kernel
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int g = g0 + k * kWarps;
+      if (g >= total) break;
+      const quant::Q8Group r = quant::round_group(v[k]);
+      sq[g * 32 + lane] = int8_t(r.q);
+      if (lane == 0) sd[g] = r.d;
+      if ((lane & 15) == 0) ss[2 * g + lane / 16] = r.sum16;
+    }
+  }
+  __syncthreads();
+}
+
+// kNorm: the block normalizes the row itself (decode_block.cuh: norm_to_smem, as the fused F16
+// GEMVs do; block 0 writes the residual row to norm.x_out) into xs, then rounds it.
+__device__ __forceinline__ void stage_normalized(const NormIn& in, int cols, float* xs, int8_t* sq, float* sd,
+                                                 int32_t* ss) {
+  block::norm_to_smem<kThreads, true>(in, cols, in.w, xs);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int g = warp; g < cols / 32; g += kWarps) {
+    const quant::Q8Group r = quant::round_group(xs[g * 32 + lane]);
+    sq[g * 32 + lane] = int8_t(r.q);
+    if (lane == 0) sd[g] = r.d;
+    if ((lane & 15) == 0) ss[2 * g + lane / 16] = r.sum16;
+  }
+  __syncthreads();
+}
+
+template <typename F, int NT, int UNROLL, int NB, bool kPairs, bool kNorm>
+__global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedArgs a) {
+  extern __shared__ uint4 smem[];
+  launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cols = a.cols, units = cols / 32, n = a.n;
+  const int64_t row_bytes = F::row_bytes(cols);
+  // This block's rows (pairs) [r0, r1) and this warp's count of them.
+  const int64_t span = kPairs ? a.rows / 2 : a.rows;
+  const int64_t r0 = ::min(span, int64_t(blockIdx.x) * a.per_block), r1 = ::min(span, r0 + a.per_block);
+  const int mine = r0 + warp < r1 ? int((r1 - r0 - warp + kWarps - 1) / kWarps) : 0;
+  const int my_rows = kPairs ? 2 * mine : mine;
+  // Stream entry i: row r0 + warp + 16 i, or in pairs mode gate (even i) and up (odd i) of pair
+  // r0 + warp + 16 (i / 2).
+  auto row_index = [&](int i) -> int64_t {
+    if constexpr (kPairs) return (i & 1) * span + r0 + warp + int64_t(kWarps) * (i >> 1);
+    return r0 + warp + int64_t(kWarps) * i;
+  };
+  const int per_row = (units + 32 * UNROLL - 1) / (32 * UNROLL), total = my_rows * per_row;
+  using Raw = typename F::Raw;
+  Raw buf[NB][UNROLL];
+  auto load = [&](Raw(&w)[UNROLL], int k) {
+    if (k >= total) return;
+    const uint8_t* row = a.data + row_index(k / per_row) * row_bytes;
+    const int base = lane + (k % per_row) * 32 * UNROLL;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (base + 32 * u < units) F::load(row, base + 32 * u, cols, w[u]);
+  };
+#pragma unroll
+  for (int j = 0; j < NB - 1; ++j) load(buf[j], j);
+
+  int8_t* sq = reinterpret_cast<int8_t*>(smem);
+  float* sd = reinterpret_cast<float*>(sq + (size_t(n) * cols + 15) / 16 * 16);
+  int32_t* ss = reinterpret_cast<int32_t*>(sd + size_t(n) * (cols / 32));
+  grid_dependency_wait();  // the activations come from the previous kernel; the weights do not
+  if constexpr (kNorm) {
+    stage_normalized(a.norm, cols, reinterpret_cast<float*>(ss + size_t(n) * (cols / 16)), sq, sd, ss);
+  } else {
+    stage_activations(a.X, n, cols, sq, sd, ss);
+  }
+
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  [[maybe_unused]] float gate[NT];
+  auto consume = [&](const Raw(&w)[UNROLL], int k) {
+    const int base = lane + (k % per_row) * 32 * UNROLL;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int unit = base + 32 * u;
+      if (unit >= units) break;
+      quant::Unit q;
+      F::unit(w[u], unit, q);
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < n) quant::unit_dot(q, sq + t * cols, sd + t * (cols / 32), ss + t * (cols / 16), acc[t]);
+    }
+    if (k % per_row != per_row - 1) return;
+    const int i = k / per_row;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = acc[t];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      acc[t] = 0.f;
+      if constexpr (kPairs) {
+        if (!(i & 1)) {
+          gate[t] = v;
+        } else if (lane == 0 && t < n) {
+          a.Y[int64_t(t) * a.ldy + row_index(i) - span] = ffn_act(gate[t], v, a.gelu);
+        }
+      } else {
+        if (lane == 0 && t < n) a.Y[int64_t(t) * a.ldy + a.y0 + row_index(i)] = v;
+      }
+    }
+  };
+  for (int k = 0; k < total; k += NB) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {  // buffer indices are compile-time: the ring stays in registers
+      if (k + j >= total) break;
+      load(buf[(j + NB - 1) % NB], k + j + NB - 1);
+      consume(buf[j], k + j);
+    }
+  }
+}
+
+/// FLASHDLLM_GEMV_QUANT_STAGED, read once: "0" turns the staged kernels off (gemv_quant's other
+/// kernel, and silu_mul after it, run every step; for A/B timing); "4x2" is the other shape
+/// of the ring, UNROLLxNB (units per lane per batch x register buffers; "2x4" by default; "4x3"
+/// and "2x3" measured within 1% of them, docs/GPU.md). Every shape sums in the same order:
+/// the results are bit-identical.
+const std::string& staged_knob() {
+  static const std::string v = [] {
+    const char* e = std::getenv("FLASHDLLM_GEMV_QUANT_STAGED");
+    return std::string(e != nullptr ? e : "");
+  }();
+  return v;
+}
+bool staged_enabled() { return staged_knob() != "0"; }
+bool wide_batches() { return staged_knob() == "4x2"; }
+
+template <typename F, int NT, bool kPairs, bool kNorm>
+auto* kernel_for() {
+  return wide_batches() ? gemv_quant_staged_kernel<F, NT, 4, 2, kPairs, kNorm>
+                        : gemv_quant_staged_kernel<F, NT, 2, 4, kPairs, kNorm>;
+}
+
+template <typename F, int NT, bool kPairs, bool kNorm>
+void launch_typed(StagedArgs a, cudaStream_t stream) {
+  auto* kernel = kernel_for<F, NT, kPairs, kNorm>();
+  const size_t smem = kNorm ? norm_staged_bytes(a.cols) : staged_bytes(a.n, a.cols);
+  if (smem > 48 * 1024)
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t span = kPairs ? a.rows / 2 : a.rows;
+  const int64_t sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
+  const int64_t blocks = std::min<int64_t>(sms, (span + kWarps - 1) / kWarps);
+  a.per_block = (span + blocks - 1) / blocks;
+  launch_pdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
+}
+
+template <int NT, bool kPairs, bool kNorm>
+void launch_nt(QType type, const StagedArgs& a, cudaStream_t stream) {
+  switch (type) {
+    case QType::Q4_K: return launch_typed<quant::Q4K, NT, kPairs, kNorm>(a, stream);
+    case QType::Q5_K: return launch_typed<quant::Q5K, NT, kPairs, kNorm>(a, stream);
+    case QType::Q6_K: return launch_typed<quant::Q6K, NT, kPairs, kNorm>(a, stream);
+    case QType::Q8_0: return launch_typed<quant::Q80, NT, kPairs, kNorm>(a, stream);
+    default: throw CudaError("gemv_quant: a run of no type");
+  }
+}
+
+template <bool kPairs>
+void launch(QType type, const StagedArgs& a, cudaStream_t stream) {
+  if (a.norm.x != nullptr) return launch_nt<1, kPairs, true>(type, a, stream);
+  if (a.n == 1) return launch_nt<1, kPairs, false>(type, a, stream);
+  if (a.n == 2) return launch_nt<2, kPairs, false>(type, a, stream);
+  return launch_nt<4, kPairs, false>(type, a, stream);
+}
+
+size_t shared_memory_limit() { return size_t(device_attribute_once(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
+
+// The launch of one run of W's rows, rows y0 .. of Y ([n][ldy]).
+StagedArgs run_args(const QuantRun& run, int64_t cols, int n, float* Y, int64_t y0, int64_t ldy) {
+  StagedArgs a;
+  a.data = static_cast<const uint8_t*>(run.data);
+  a.cols = int(cols);
+  a.rows = run.rows;
+  a.n = n;
+  a.Y = Y;
+  a.y0 = y0;
+  a.ldy = ldy;
+  return a;
+}
+
+bool norm_ok(const NormIn& in) { return in.x != nullptr && in.w != nullptr && in.x_out != in.x; }
+
+}  // namespace
+
+bool gemv_quant_staged_fits(const DeviceMatrix& W, int n) {
+  return staged_enabled() && W.quantized() && n >= 1 && n <= kStagedMaxTokens && W.cols <= INT32_MAX / kStagedMaxTokens &&
+         staged_bytes(n, W.cols) <= shared_memory_limit();
+}
+
+void gemv_quant_staged(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t stream) {
+  if (!gemv_quant_staged_fits(W, n)) throw CudaError("gemv_quant_staged: the step does not fit (gemv_quant_staged_fits)");
+  int64_t y0 = 0;
+  for (int k = 0; k < W.quant.n; ++k) {
+    const QuantRun& run = W.quant.run[k];
+    if (run.rows > 0) {
+      StagedArgs a = run_args(run, W.cols, n, Y, y0, W.rows);
+      a.X = X;
+      launch<false>(run.type, a, stream);
+    }
+    y0 += run.rows;
+  }
+}
+
+bool gemv_quant_swiglu_fits(const DeviceMatrix& W, int n) {
+  return gemv_quant_staged_fits(W, n) && W.quant.n == 1 && W.rows % 2 == 0;
+}
+
+void gemv_quant_swiglu(const DeviceMatrix& W, const float* X, int n, float* H, bool gelu, cudaStream_t stream) {
+  if (!gemv_quant_swiglu_fits(W, n))
+    throw CudaError("gemv_quant_swiglu: the matrix or step does not fit (gemv_quant_swiglu_fits)");
+  StagedArgs a = run_args(W.quant.run[0], W.cols, n, H, 0, W.rows / 2);
+  a.X = X;
+  a.gelu = gelu;
+  launch<true>(W.quant.run[0].type, a, stream);
+}
+
+bool gemv_quant_norm_fits(const DeviceMatrix& W) {
+  return staged_enabled() && W.quantized() && norm_staged_bytes(W.cols) <= shared_memory_limit();
+}
+
+void gemv_quant_norm(const DeviceMatrix& W, const NormIn& in, float* Y, cudaStream_t stream) {
+  if (!gemv_quant_norm_fits(W)) throw CudaError("gemv_quant_norm: the matrix does not fit (gemv_quant_norm_fits)");
+  if (!norm_ok(in)) throw CudaError("gemv_quant_norm: no row, no norm weight, or x_out aliasing x");
+  NormIn run_in = in;
+  int64_t y0 = 0;
+  for (int k = 0; k < W.quant.n; ++k) {
+    const QuantRun& run = W.quant.run[k];
+    if (run.rows > 0) {
+      StagedArgs a = run_args(run, W.cols, 1, Y, y0, W.rows);
+      a.norm = run_in;
+      launch<false>(run.type, a, stream);
+      // Later runs normalize the residual row the first one wrote (the same v, so the same
+      // bits), and write nothing.
+      if (run_in.x_out != nullptr) run_in = NormIn{in.x_out, nullptr, in.w, nullptr, in.eps, nullptr};
+    }
+    y0 += run.rows;
+  }
+}
+
+bool gemv_quant_norm_swiglu_fits(const DeviceMatrix& W) {
+  return gemv_quant_norm_fits(W) && W.quant.n == 1 && W.rows % 2 == 0;
+}
+
+void gemv_quant_norm_swiglu(const DeviceMatrix& W, const NormIn& in, float* H, bool gelu, cudaStream_t stream) {
+  if (!gemv_quant_norm_swiglu_fits(W))
+    throw CudaError("gemv_quant_norm_swiglu: the matrix does not fit (gemv_quant_norm_swiglu_fits)");
+  if (!norm_ok(in)) throw CudaError("gemv_quant_norm_swiglu: no row, no norm weight, or x_out aliasing x");
+  StagedArgs a = run_args(W.quant.run[0], W.cols, 1, H, 0, W.rows / 2);
+  a.gelu = gelu;
+  a.norm = in;
+  launch<true>(W.quant.run[0].type, a, stream);
+}
+
+}  // namespace fdl::cuda
