@@ -14,10 +14,10 @@
 //                                       "4,2"; default 8,1)
 //   FLASHDLLM_GEMV_MULTI   gemv.cu      shape of the 3-16 token GEMV kernels ("4,2", "2,4",
 //                                       "4,1"; default 2,2)
-//   FLASHDLLM_GEMV_QUANT   gemv_quant.cu units in flight per lane of the 5-16 token
-//                                       block-quantized GEMV ("4"; default 2)
-//   FLASHDLLM_GEMV_QUANT_STAGED gemv_quant_staged.cu shape of the 1-4 token block-quantized
-//                                       GEMV ("4x2"; default 2x4), "0": off
+//   FLASHDLLM_GEMV_QUANT   gemv_quant.cu pairs in flight per lane of the 5-16 token
+//                                       block-quantized GEMV ("2"; default 1)
+//   FLASHDLLM_GEMV_QUANT_STAGED gemv_quant_staged.cu "0": the 1-4 token block-quantized GEMV
+//                                       off
 //   FLASHDLLM_ATTN_LANES   attention.cu lanes per position of the per-token attention kernel
 //                                       (8, 16, 32; head_dim 128 with 3-4 query heads per KV
 //                                       head only)

@@ -2,19 +2,19 @@
 // embed_rows' quantized tables).
 //  - Activations are rounded to 8 bits per 32 values (Q8Activations), as llama.cpp's MMVQ
 //    kernels do (its Q8_1 rounds half away from zero and keeps the float sum of each 32; here
-//    ties go to even and the integer sum of each 16 is kept), so each 32-weight unit is two
-//    16-value integer dot products (dp4a) and a few fp32 multiplies: about one instruction per weight, which keeps a 4-bit row HBM-bound
-//    (a float path needs a conversion and an FMA per weight, more than the H200's ~4.7
-//    instructions per Q4_K weight at full bandwidth leave once loads are counted).
+//    ties go to even and the integer sum of each 16 is kept), so the weights are multiplied in
+//    integers (dp4a, 16 values an instruction) and scaled in fp32 once per 32-value group:
+//    well under one instruction per weight, which keeps a 4-bit row HBM-bound (a float path
+//    needs a conversion and an FMA per weight, more than the H200's ~4.7 instructions per
+//    Q4_K weight at full bandwidth leave once loads are counted).
 //  - Steps of up to kStagedMaxTokens tokens run gemv_quant_staged.cu's kernel where its
 //    shared memory holds the activations; longer ones (and longer rows) round them in a kernel
 //    of their own into `xq`, then the kernel here reads them from global memory.
-//  - Here one warp takes a row, warps striding over the rows; each lane takes units lane,
-//    lane + 32, ... and issues UNROLL units' loads before using any. A unit's sum is
-//      dx_g * (da * (Σ q·xq - bias Σ xq) - ma Σ xq)
-//    per half, added in unit order per lane, then reduced over the warp (q8_dot.cuh), the
-//    staged kernel's order: a token's result is the same whatever the number of tokens in the
-//    call and whichever kernel ran it.
+//  - Here one warp takes a row, warps striding over the rows; each lane takes pairs lane,
+//    lane + 32, ... (quant_pairs.cuh: 64 weights, two whole activation groups) and issues
+//    UNROLL pairs' loads before using any, adds them in pair order, then the warp reduces: the
+//    staged kernel's order, so a token's result is the same whatever the number of tokens in
+//    the call and whichever kernel ran it.
 //  - dequantize_to_f16 writes each value as the CPU computes it, rounded to F16: the GEMM
 //    path of longer steps sees exactly what F16 weights widened at load would give.
 #include <cuda_fp16.h>
@@ -29,6 +29,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/q8_dot.cuh"
+#include "backend/cuda/quant_pairs.cuh"
 #include "backend/cuda/quant_units.cuh"
 
 namespace fdl::cuda {
@@ -69,21 +70,22 @@ __device__ __forceinline__ const uint8_t* row_of(const QuantRuns& runs, int64_t 
 }
 
 // Row r (of Y's leading dimension ldy) = W's row at `row` times each token's activations: one
-// warp, UNROLL units per lane loaded before any is used, summed per lane in unit order, then
-// reduced over the warp. The first row's loads go out before the PDL wait (`waited`).
+// warp, UNROLL pairs per lane (quant_pairs.cuh) loaded before any is used, summed per lane in
+// pair order, then reduced over the warp. The first row's loads go out before the PDL wait
+// (`waited`).
 template <typename F, int NT, int UNROLL>
 __device__ __forceinline__ void row_dot(const uint8_t* row, int cols, const Q8Activations& x, int n, float* Y,
                                         int64_t ldy, int64_t r, bool& waited) {
-  const int lane = threadIdx.x & 31, units = cols / 32;
+  const int lane = threadIdx.x & 31, pairs = quant::pairs_of(cols);
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  for (int base = 0; base < units; base += 32 * UNROLL) {
+  for (int base = 0; base < pairs; base += 32 * UNROLL) {
     typename F::Raw raw[UNROLL];
 #pragma unroll
     for (int i = 0; i < UNROLL; ++i) {
-      const int u = base + lane + 32 * i;
-      if (u < units) F::load(row, u, cols, raw[i]);
+      const int P = base + lane + 32 * i;
+      if (P < pairs) F::load(row, P, cols, raw[i]);
     }
     if (!waited) {  // the activations come from the previous kernel; the weights do not
       grid_dependency_wait();
@@ -91,19 +93,14 @@ __device__ __forceinline__ void row_dot(const uint8_t* row, int cols, const Q8Ac
     }
 #pragma unroll
     for (int i = 0; i < UNROLL; ++i) {
-      const int u = base + lane + 32 * i;
-      if (u >= units) break;
-      Unit w;
-      F::unit(raw[i], u, w);
+      const int P = base + lane + 32 * i;
+      if (P >= pairs) break;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t < n) {
-          const int8_t* xq = x.q + int64_t(t) * cols;
-          const float* xd = x.d + int64_t(t) * (cols / 32);
-          const int32_t* xs = x.s + int64_t(t) * (cols / 16);
-          quant::unit_dot(w, xq, xd, xs, acc[t]);
-        }
-      }
+      for (int t = 0; t < NT; ++t)
+        if (t < n)
+          F::dot(raw[i], P, cols,
+                 quant::Q8Row{x.q + int64_t(t) * cols, x.d + int64_t(t) * (cols / 32), x.s + int64_t(t) * (cols / 16)},
+                 acc[t]);
     }
   }
 #pragma unroll
@@ -124,7 +121,7 @@ __global__ void __launch_bounds__(256, NT <= 2 ? 4 : 2)
                       int64_t run_rows, int64_t y0, int64_t ldy, int n) {
   launch_dependents();
   bool waited = false;
-  const int64_t warps = int64_t(gridDim.x) * kRowsPerBlock, row_bytes = F::row_bytes(cols);
+  const int64_t warps = int64_t(gridDim.x) * kRowsPerBlock, row_bytes = quant_row_bytes(F::kType, cols);
   for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; r < run_rows; r += warps)
     row_dot<F, NT, UNROLL>(data + r * row_bytes, cols, x, n, Y, ldy, y0 + r, waited);
 }
@@ -219,12 +216,12 @@ void check_quantized(const DeviceMatrix& W, const char* what) {
   if (W.cols > INT32_MAX) throw CudaError(std::string(what) + ": rows too long");
 }
 
-/// Tuning knob: FLASHDLLM_GEMV_QUANT="UNROLL", units in flight per lane (2 default; 4), read
-/// once. Both sum every row in the same order: the results are bit-identical.
+/// Tuning knob: FLASHDLLM_GEMV_QUANT="2", pairs in flight per lane (1 default; 2), read once.
+/// Both sum every row in the same order: the results are bit-identical.
 int quant_unroll() {
   static const int v = [] {
     const char* e = std::getenv("FLASHDLLM_GEMV_QUANT");
-    return e != nullptr && std::string(e) == "4" ? 4 : 2;
+    return e != nullptr && std::string(e) == "2" ? 2 : 1;
   }();
   return v;
 }
@@ -237,7 +234,7 @@ void launch_run(const QuantRun& run, int cols, const Q8Activations& xq, int n, f
   const int64_t sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
   const int64_t resident = sms * (NT <= 2 ? 4 : 2);
   const dim3 grid(unsigned(std::min<int64_t>((run.rows + kRowsPerBlock - 1) / kRowsPerBlock, resident)));
-  auto* kernel = quant_unroll() == 4 ? gemv_quant_kernel<F, NT, 4> : gemv_quant_kernel<F, NT, 2>;
+  auto* kernel = quant_unroll() == 2 ? gemv_quant_kernel<F, NT, 2> : gemv_quant_kernel<F, NT, 1>;
   launch_pdl(kernel, grid, dim3(256), 0, stream, static_cast<const uint8_t*>(run.data), cols, xq, Y, run.rows, y0, ldy,
              n);
 }
@@ -249,10 +246,10 @@ void launch_gemv(const DeviceMatrix& W, const Q8Activations& xq, int n, float* Y
     const QuantRun& run = W.quant.run[k];
     const int cols = int(W.cols);
     switch (run.type) {
-      case QType::Q4_K: launch_run<quant::Q4K, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
-      case QType::Q5_K: launch_run<quant::Q5K, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
-      case QType::Q6_K: launch_run<quant::Q6K, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
-      case QType::Q8_0: launch_run<quant::Q80, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
+      case QType::Q4_K: launch_run<quant::Q4KPair, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
+      case QType::Q5_K: launch_run<quant::Q5KPair, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
+      case QType::Q6_K: launch_run<quant::Q6KPair, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
+      case QType::Q8_0: launch_run<quant::Q80Pair, NT>(run, cols, xq, n, Y, y0, W.rows, stream); break;
       default: throw CudaError("gemv_quant: a run of no type");
     }
     y0 += run.rows;

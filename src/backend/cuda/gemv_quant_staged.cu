@@ -1,14 +1,14 @@
 // The block-quantized GEMV for steps of up to kStagedMaxTokens tokens (gemv_quant_staged.h).
 //  - One block of 16 warps per SM takes a contiguous share of the rows; warp w takes the
-//    share's rows w, w + 16, ... as one stream of batches (UNROLL units per lane) through NB
-//    register buffers, as the F16 decode blocks stream their rows (decode_block.cuh:
+//    share's rows w, w + 16, ... as one stream of batches (UNROLL pairs per lane,
+//    quant_pairs.cuh) through NB register buffers, as the F16 decode blocks stream their rows (decode_block.cuh:
 //    stream_rows): while a batch is multiplied, the next NB - 1 are in flight, across row
 //    boundaries, so a warp's HBM requests never drain at the end of a row.
 //  - Each block rounds the fp32 activations into shared memory itself (q8_dot.cuh:
 //    round_group) after the PDL wait, its first weight batches already in flight: no separate
 //    rounding kernel, and the dot products read the 8-bit activations from shared memory
 //    instead of once per row from L1.
-//  - A lane sums its units (lane, lane + 32, ...) in unit order, then the warp reduces: the
+//  - A lane sums its pairs (lane, lane + 32, ...) in pair order, then the warp reduces: the
 //    order of gemv_quant.cu's kernel, so a token's result has the same bits whichever kernel
 //    or token count ran it (tests/gpu/quant_gemv_test.cpp).
 //  - Pairs mode (gemv_quant_swiglu): the warp's stream is gate row p, up row n_ff + p, ..., and
@@ -27,7 +27,7 @@
 #include "backend/cuda/ffn_act.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/q8_dot.cuh"
-#include "backend/cuda/quant_units.cuh"
+#include "backend/cuda/quant_pairs.cuh"
 
 namespace fdl::cuda {
 namespace {
@@ -103,8 +103,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedAr
   extern __shared__ uint4 smem[];
   launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int cols = a.cols, units = cols / 32, n = a.n;
-  const int64_t row_bytes = F::row_bytes(cols);
+  const int cols = a.cols, pairs = quant::pairs_of(cols), n = a.n;
+  const int64_t row_bytes = quant_row_bytes(F::kType, cols);
   // This block's rows (pairs) [r0, r1) and this warp's count of them.
   const int64_t span = kPairs ? a.rows / 2 : a.rows;
   const int64_t r0 = ::min(span, int64_t(blockIdx.x) * a.per_block), r1 = ::min(span, r0 + a.per_block);
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedAr
     if constexpr (kPairs) return (i & 1) * span + r0 + warp + int64_t(kWarps) * (i >> 1);
     return r0 + warp + int64_t(kWarps) * i;
   };
-  const int per_row = (units + 32 * UNROLL - 1) / (32 * UNROLL), total = my_rows * per_row;
+  const int per_row = (pairs + 32 * UNROLL - 1) / (32 * UNROLL), total = my_rows * per_row;
   using Raw = typename F::Raw;
   Raw buf[NB][UNROLL];
   auto load = [&](Raw(&w)[UNROLL], int k) {
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedAr
     const int base = lane + (k % per_row) * 32 * UNROLL;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
-      if (base + 32 * u < units) F::load(row, base + 32 * u, cols, w[u]);
+      if (base + 32 * u < pairs) F::load(row, base + 32 * u, cols, w[u]);
   };
 #pragma unroll
   for (int j = 0; j < NB - 1; ++j) load(buf[j], j);
@@ -148,13 +148,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedAr
     const int base = lane + (k % per_row) * 32 * UNROLL;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const int unit = base + 32 * u;
-      if (unit >= units) break;
-      quant::Unit q;
-      F::unit(w[u], unit, q);
+      const int P = base + 32 * u;
+      if (P >= pairs) break;
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        if (t < n) quant::unit_dot(q, sq + t * cols, sd + t * (cols / 32), ss + t * (cols / 16), acc[t]);
+        if (t < n) F::dot(w[u], P, cols, quant::Q8Row{sq + t * cols, sd + t * (cols / 32), ss + t * (cols / 16)}, acc[t]);
     }
     if (k % per_row != per_row - 1) return;
     const int i = k / per_row;
@@ -184,25 +182,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedAr
   }
 }
 
-/// FLASHDLLM_GEMV_QUANT_STAGED, read once: "0" turns the staged kernels off (gemv_quant's other
-/// kernel, and silu_mul after it, run every step; for A/B timing); "4x2" is the other shape
-/// of the ring, UNROLLxNB (units per lane per batch x register buffers; "2x4" by default; "4x3"
-/// and "2x3" measured within 1% of them, docs/GPU.md). Every shape sums in the same order:
-/// the results are bit-identical.
-const std::string& staged_knob() {
-  static const std::string v = [] {
+/// FLASHDLLM_GEMV_QUANT_STAGED=0 (read once) turns the staged kernels off: gemv_quant's other
+/// kernel, and silu_mul after it, run every step (for A/B timing).
+bool staged_enabled() {
+  static const bool on = [] {
     const char* e = std::getenv("FLASHDLLM_GEMV_QUANT_STAGED");
-    return std::string(e != nullptr ? e : "");
+    return !(e != nullptr && std::string(e) == "0");
   }();
-  return v;
+  return on;
 }
-bool staged_enabled() { return staged_knob() != "0"; }
-bool wide_batches() { return staged_knob() == "4x2"; }
 
+// One pair per lane per batch, four register buffers: three batches in flight while one is
+// multiplied (docs/GPU.md: deeper or wider rings measured within 1-2%).
 template <typename F, int NT, bool kPairs, bool kNorm>
 auto* kernel_for() {
-  return wide_batches() ? gemv_quant_staged_kernel<F, NT, 4, 2, kPairs, kNorm>
-                        : gemv_quant_staged_kernel<F, NT, 2, 4, kPairs, kNorm>;
+  return gemv_quant_staged_kernel<F, NT, 1, 4, kPairs, kNorm>;
 }
 
 template <typename F, int NT, bool kPairs, bool kNorm>
@@ -221,10 +215,10 @@ void launch_typed(StagedArgs a, cudaStream_t stream) {
 template <int NT, bool kPairs, bool kNorm>
 void launch_nt(QType type, const StagedArgs& a, cudaStream_t stream) {
   switch (type) {
-    case QType::Q4_K: return launch_typed<quant::Q4K, NT, kPairs, kNorm>(a, stream);
-    case QType::Q5_K: return launch_typed<quant::Q5K, NT, kPairs, kNorm>(a, stream);
-    case QType::Q6_K: return launch_typed<quant::Q6K, NT, kPairs, kNorm>(a, stream);
-    case QType::Q8_0: return launch_typed<quant::Q80, NT, kPairs, kNorm>(a, stream);
+    case QType::Q4_K: return launch_typed<quant::Q4KPair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q5_K: return launch_typed<quant::Q5KPair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q6_K: return launch_typed<quant::Q6KPair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q8_0: return launch_typed<quant::Q80Pair, NT, kPairs, kNorm>(a, stream);
     default: throw CudaError("gemv_quant: a run of no type");
   }
 }

@@ -1,7 +1,7 @@
-// q8_dot.cuh — the 8-bit activations of the block-quantized GEMVs (kernels.h: Q8Activations)
-// and a unit's dot product with them, one definition for every kernel that rounds or
-// multiplies them (gemv_quant.cu, gemv_quant_staged.cu): whichever kernel runs a token, its
-// activations and its sums have the same bits. Device code only; include from .cu files.
+// q8_dot.cuh — the 8-bit activations of the block-quantized GEMVs (kernels.h: Q8Activations),
+// one rounding for every kernel that makes them (gemv_quant.cu, gemv_quant_staged.cu), and the
+// 16-value integer dot product the formats' pairs (quant_pairs.cuh) are built from.
+// Device code only; include from .cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,24 +38,6 @@ __device__ __forceinline__ int dot16(const uint4& w, const uint4& x) {
   acc = __dp4a(int(w.y), int(x.y), acc);
   acc = __dp4a(int(w.z), int(x.z), acc);
   return __dp4a(int(w.w), int(x.w), acc);
-}
-
-/// One half's contribution to a token's dot product: the half's 16 integers q (group g, offset
-/// o) against the token's rounded activations xq [cols], xd [cols / 32], xs [cols / 16]:
-///   xd[g] * (dw * (Σ q·xq - bias Σ xq) - mw Σ xq)
-/// The pointers may be global or shared memory.
-__device__ __forceinline__ float half_dot(const uint4& q, int g, int o, float dw, float mw, int bias,
-                                          const int8_t* xq, const float* xd, const int32_t* xs) {
-  const int isum = dot16(q, *reinterpret_cast<const uint4*>(xq + 32 * g + o));
-  const int qsum = xs[2 * g + o / 16];
-  return xd[g] * (dw * float(isum - bias * qsum) - mw * float(qsum));
-}
-
-/// A whole unit (both halves, a then b) added to acc: the order every GEMV keeps.
-__device__ __forceinline__ void unit_dot(const Unit& w, const int8_t* xq, const float* xd, const int32_t* xs,
-                                         float& acc) {
-  acc += half_dot(w.qa, w.ga, w.oa, w.da, w.ma, w.bias, xq, xd, xs);
-  acc += half_dot(w.qb, w.gb, w.ob, w.db, w.mb, w.bias, xq, xd, xs);
 }
 
 }  // namespace fdl::cuda::quant
