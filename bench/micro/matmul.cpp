@@ -1,5 +1,6 @@
 // Micro-benchmarks for the CPU kernels: matmul (GEMV and GEMM) on the shapes of a 110M-param
-// Llama (dim 768, ffn 2048, vocab 32000), plus the machine's ceilings to compare against:
+// Llama (dim 768, ffn 2048, vocab 32000) and, for the K-quants, a 1B one (dim 2048, ffn 5632),
+// plus the machine's ceilings to compare against:
 // streaming-read memory bandwidth and peak fp32 FMA throughput, with the same thread count.
 //
 //   bench_matmul --benchmark_filter=... [--benchmark_repetitions=5 --benchmark_report_aggregates_only]
@@ -58,7 +59,9 @@ std::vector<unsigned char> make_weight_bytes(GgmlType type, int64_t rows, int64_
       case GgmlType::Q8_0:
         fdl::quantize_row_q8_0(row.data(), reinterpret_cast<fdl::BlockQ8_0*>(d), static_cast<size_t>(cols));
         break;
-      default: break;
+      default:  // the block-quantized types: the project's quantizer (make-model's)
+        if (fdl::has_quantizer(type)) fdl::quantize_row(type, row.data(), d, static_cast<size_t>(cols));
+        break;
     }
   }
   return bytes;
@@ -98,6 +101,12 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     b->Args({type, 768, 768, 1, 0});                      // decode from cache (small models)
     for (int n : {4, 16}) b->Args({type, 2048, 768, n, 1});  // small batches (drafts, sequences)
   }
+  // The K-quants' integer kernels (Q4_K, Q6_K) on a 1B shape's projections: prefill, decode.
+  for (int type : {12, 14})
+    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}}) {
+      b->Args({type, rows, cols, 128, 0});
+      b->Args({type, rows, cols, 1, 1});
+    }
   b->UseRealTime();
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs);

@@ -185,7 +185,7 @@ TEST_P(MatmulTest, IntegerKQuantsGiveTheirReferenceSums) {
     const Shape s = odd_shape(type(), variant);
     const auto w = make_weights(type(), s.rows, s.cols, 51 + variant);
     const size_t row_bytes = weight_row_bytes(type(), s.cols);
-    for (int64_t n : {1, 3, 20}) {
+    for (int64_t n : {1, 3, 20, 45}) {  // 45: groups of 16 (AVX-512VL), 8, 4 and 1
       const auto x = random_floats(static_cast<size_t>(n * s.cols), 13 + n);
       const auto y = run(pool, w, x.data(), n);
       std::vector<detail::BlockQ8K> xq(static_cast<size_t>(n * s.cols / 256));

@@ -17,6 +17,8 @@ CpuFeatures detect() {
   f.f16c = __builtin_cpu_supports("f16c");
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
 #endif
   return f;
 }
@@ -61,6 +63,11 @@ void force_portable_kernels(bool force) { g_force_portable.store(force, std::mem
 
 bool use_avx512_tiles() {
   return use_avx2_kernels() && avx512_allowed() && !g_force_avx2_tiles.load(std::memory_order_relaxed);
+}
+
+bool use_avx512_vnni() {
+  const CpuFeatures& f = cpu_features();
+  return use_avx512_tiles() && f.avx512bw && f.avx512vnni;
 }
 
 void force_avx2_tiles(bool force) { g_force_avx2_tiles.store(force, std::memory_order_relaxed); }

@@ -25,6 +25,8 @@ struct CpuFeatures {
   bool f16c = false;
   bool avx512f = false;
   bool avx512vl = false;
+  bool avx512bw = false;
+  bool avx512vnni = false;
 };
 
 /// What the CPU supports (detected once, cached).
@@ -33,6 +35,10 @@ const CpuFeatures& cpu_features();
 /// True if the AVX2/FMA/F16C kernels are in use: the CPU supports them, FLASHDLLM_NO_AVX2
 /// is not set, and force_portable_kernels(true) is not in effect.
 bool use_avx2_kernels();
+
+/// True where the K-quants' integer kernels may use AVX-512 VNNI (q8k_vnni.cpp, the same sums
+/// bit for bit): use_avx512_tiles() and the CPU has AVX-512BW and AVX-512 VNNI.
+bool use_avx512_vnni();
 
 /// Forces (true) or releases (false) the portable kernels process-wide. Releasing never
 /// enables AVX2 on a CPU without it or when FLASHDLLM_NO_AVX2 is set.

@@ -24,8 +24,10 @@ constexpr int64_t kRowGrain = 16;
 // with another process (a fixed half per thread would run at the slowest thread's pace);
 // slices stay large enough (>= 16 rows) to stream weights efficiently.
 constexpr int kChunksPerThread = 4;
-// Smallest batch that uses the AVX-512VL tiles (see matmul()).
+// Smallest batch that uses the AVX-512VL tiles (see matmul()), and the K-quants' integer
+// kernels' groups of 16 (q8k_avx512.cpp; shorter steps have no group of 16 to gain).
 constexpr int64_t kMinTokensForAvx512Tiles = 4;
+constexpr int64_t kMinTokensForAvx512Q8K = 16;
 
 void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("matmul: ") + what);
@@ -34,12 +36,23 @@ void require(bool ok, const char* what) {
 // The activations of a call as the K-quants' integer kernels read them (q8k.h), quantized
 // once per call by the calling thread into its own scratch (grown, never shrunk), or null
 // where no matrix of the call takes that path.
+// Block-major (q8k.h: to_block_major) for the kernels.
 const detail::BlockQ8K* q8k_activations(const float* X, int64_t n_tokens, int64_t cols) {
-  thread_local std::vector<detail::BlockQ8K> scratch;
+  thread_local std::vector<detail::BlockQ8K> rows, block_major;
   const auto n = static_cast<size_t>(n_tokens * (cols / 256));
-  if (scratch.size() < n) scratch.resize(n);
-  detail::quantize_rows_q8k_avx2(X, n_tokens, cols, scratch.data());
-  return scratch.data();
+  if (rows.size() < n) rows.resize(n);
+  detail::quantize_rows_q8k_avx2(X, n_tokens, cols, rows.data());
+  if (n_tokens == 1) return rows.data();  // one token: the same order
+  if (block_major.size() < n) block_major.resize(n);
+  detail::to_block_major(rows.data(), n_tokens, cols / 256, block_major.data());
+  return block_major.data();
+}
+
+// The K-quants' integer kernels for a call of n_tokens (q8k.h: all give the same bits).
+using Q8kRowsFn = void (*)(const WeightMatrix&, const detail::BlockQ8K*, int64_t, float*, int64_t, int64_t);
+Q8kRowsFn q8k_rows_for(int64_t n_tokens) {
+  if (n_tokens < kMinTokensForAvx512Q8K || !use_avx512_tiles()) return detail::q8k_rows_avx2;
+  return use_avx512_vnni() ? detail::q8k_rows_vnni : detail::q8k_rows_avx512;
 }
 
 // Rows [r0, r1) of one matrix: the integer kernels for the K-quants where the call quantized
@@ -49,7 +62,7 @@ struct RowsKernel {
   const detail::BlockQ8K* xq;
   void operator()(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const {
     if (xq != nullptr && detail::q8k_weight_type(w.type))
-      detail::q8k_rows_avx2(w, xq, n_tokens, y, r0, r1);
+      q8k_rows_for(n_tokens)(w, xq, n_tokens, y, r0, r1);
     else
       rows_fn(w, x, n_tokens, y, r0, r1);
   }

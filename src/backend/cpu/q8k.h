@@ -62,10 +62,25 @@ void quantize_rows_q8k(const float* x, int64_t n_tokens, int64_t cols, BlockQ8K*
 void quantize_rows_q8k_avx2(const float* x, int64_t n_tokens, int64_t cols, BlockQ8K* out);
 
 /// Y[t * W.rows + r] for t < n_tokens, r in [row_begin, row_end): W (Q4_K, Q5_K or Q6_K)
-/// against the quantized rows xq (n_tokens x W.cols / 256 blocks). AVX2; only call when
-/// use_avx2_kernels() is true.
+/// against the quantized activations xq, block-major: block b of token t at
+/// xq[b * n_tokens + t] (to_block_major), so a group of tokens' blocks lie at fixed offsets.
+/// AVX2; only call when use_avx2_kernels() is true.
 void q8k_rows_avx2(const WeightMatrix& W, const BlockQ8K* xq, int64_t n_tokens, float* Y, int64_t row_begin,
                    int64_t row_end);
+/// The same outputs, bit for bit, with token groups of up to 16 (AVX-512F/VL's 32 vector
+/// registers); only call when use_avx512_tiles() is true.
+void q8k_rows_avx512(const WeightMatrix& W, const BlockQ8K* xq, int64_t n_tokens, float* Y, int64_t row_begin,
+                     int64_t row_end);
+/// The same outputs, bit for bit, with AVX-512 VNNI's vpdpwssd; only call when
+/// use_avx512_vnni() is true.
+void q8k_rows_vnni(const WeightMatrix& W, const BlockQ8K* xq, int64_t n_tokens, float* Y, int64_t row_begin,
+                   int64_t row_end);
+
+/// Rearranges n_tokens rows of nb blocks each (quantize_rows_q8k's order) block-major into out.
+inline void to_block_major(const BlockQ8K* rows, int64_t n_tokens, int64_t nb, BlockQ8K* out) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t b = 0; b < nb; ++b) out[b * n_tokens + t] = rows[t * nb + b];
+}
 
 /// The same sums block by block in plain C++: the reference the tests hold the AVX2 code to
 /// (the integer sums are exact, so the two agree bit for bit).

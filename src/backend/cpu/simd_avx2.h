@@ -15,7 +15,9 @@
 
 #include "flashdllm/dtype.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512VNNI__)
+#define FDL_ISA_NS isa_avx512vnni
+#elif defined(__AVX512F__)
 #define FDL_ISA_NS isa_avx512
 #else
 #define FDL_ISA_NS isa_avx2
