@@ -9,7 +9,10 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <utility>
+#include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/q8k.h"
 #include "cpu_test_util.h"
 
@@ -223,6 +226,40 @@ TEST(Matmul, Q8KActivationsAreTheSameBytesOnAvx2) {
     auto x = random_floats(512, 8);
     x[100] = bad;
     for (float y : run(pool, w, x.data(), 1)) EXPECT_TRUE(std::isnan(y)) << bad;
+  }
+}
+
+// Each build of the K-quants' integer kernels this CPU can run (AVX2's groups of 8, AVX-512VL's
+// of 16, AVX-512 VNNI's vpdpwssd), called directly on block-major activations, against
+// q8k_dot_reference: the same bits from every build, whatever the dispatch would pick here.
+TEST(Matmul, EveryIntegerKernelBuildGivesTheReferenceBits) {
+  if (!use_avx2_kernels()) GTEST_SKIP() << "AVX2 kernels unavailable here";
+  const CpuFeatures& f = cpu_features();
+  std::vector<std::pair<const char*, void (*)(const WeightMatrix&, const detail::BlockQ8K*, int64_t, float*, int64_t,
+                                              int64_t)>>
+      builds = {{"avx2", detail::q8k_rows_avx2}};
+  if (f.avx512f && f.avx512vl) builds.push_back({"avx512", detail::q8k_rows_avx512});
+  if (f.avx512f && f.avx512vl && f.avx512bw && f.avx512vnni) builds.push_back({"vnni", detail::q8k_rows_vnni});
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const int64_t rows = 37, cols = 512, nb = cols / 256;
+    const auto w = make_weights(type, rows, cols, 61);
+    const size_t row_bytes = weight_row_bytes(type, cols);
+    for (int64_t n : {1, 5, 16, 45}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), 17 + static_cast<uint32_t>(n));
+      std::vector<detail::BlockQ8K> xq(static_cast<size_t>(n * nb)), block_major(xq.size());
+      detail::quantize_rows_q8k(x.data(), n, cols, xq.data());
+      detail::to_block_major(xq.data(), n, nb, block_major.data());
+      for (const auto& [name, rows_fn] : builds) {
+        std::vector<float> y(static_cast<size_t>(n * rows), -1.f);
+        rows_fn(w.view(), block_major.data(), n, y.data(), 0, rows);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = detail::q8k_dot_reference(type, w.bytes.data() + r * row_bytes, xq.data() + t * nb, nb);
+            ASSERT_EQ(std::memcmp(&y[static_cast<size_t>(t * rows + r)], &want, sizeof(float)), 0)
+                << test::type_label(type) << " " << name << " n " << n << " token " << t << " row " << r;
+          }
+      }
+    }
   }
 }
 

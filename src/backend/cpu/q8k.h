@@ -15,6 +15,9 @@
 //     and the eight lanes combined as the float kernels combine theirs (matmul.h).
 // Compared with fp32 activations (the other types' kernels), the activations' rounding adds a
 // relative error of up to 1/254 of each block's largest value to every product.
+// The inline helpers below are `static`: the *_avx512 / *_vnni files compile them with
+// AVX-512 enabled, and an out-of-line copy the linker could share with the AVX2 or portable
+// callers (a build without inlining) might hold AVX-512 instructions.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +36,7 @@ struct BlockQ8K {
 };
 
 /// The fp16 at p (a block's unaligned d or dmin) as a float.
-inline float half_at(const unsigned char* p) {
+static inline float half_at(const unsigned char* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return fp16_to_fp32(h);
@@ -41,7 +44,7 @@ inline float half_at(const unsigned char* p) {
 
 /// Q4_K / Q5_K's 6-bit scale and minimum of each 32-element group, from the block's 12 bytes
 /// at p (GGUF's K-quant layout).
-inline void k4_scales(const unsigned char* p, int (&sc)[8], int (&m)[8]) {
+static inline void k4_scales(const unsigned char* p, int (&sc)[8], int (&m)[8]) {
   for (int j = 0; j < 4; ++j) sc[j] = p[j] & 63, m[j] = p[j + 4] & 63;
   for (int j = 4; j < 8; ++j) {
     sc[j] = (p[j + 4] & 0x0f) | ((p[j - 4] >> 6) << 4);
@@ -50,10 +53,10 @@ inline void k4_scales(const unsigned char* p, int (&sc)[8], int (&m)[8]) {
 }
 
 /// A row's eight lane totals combined in matmul.h's order.
-inline float combine_lanes(const float (&l)[8]) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+static inline float combine_lanes(const float (&l)[8]) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
 
 /// Whether matmul runs `t` through these integer dot products (with the AVX2 kernel set).
-inline bool q8k_weight_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
+static inline bool q8k_weight_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
 
 /// Quantizes n_tokens rows of `cols` floats (cols a multiple of 256) into cols / 256 blocks
 /// each, row after row (q = x * (127 / max|x|) rounded to nearest, ties to even). Pure;
@@ -77,7 +80,7 @@ void q8k_rows_vnni(const WeightMatrix& W, const BlockQ8K* xq, int64_t n_tokens, 
                    int64_t row_end);
 
 /// Rearranges n_tokens rows of nb blocks each (quantize_rows_q8k's order) block-major into out.
-inline void to_block_major(const BlockQ8K* rows, int64_t n_tokens, int64_t nb, BlockQ8K* out) {
+static inline void to_block_major(const BlockQ8K* rows, int64_t n_tokens, int64_t nb, BlockQ8K* out) {
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int64_t b = 0; b < nb; ++b) out[b * n_tokens + t] = rows[t * nb + b];
 }

@@ -8,7 +8,7 @@
 // pair sums, which cannot saturate at these ranges: 2 x 63 x 127 at most) and one madd by
 // the group's integer scale into 32-bit lanes; per 256-weight block one float step per lane,
 // in block order, exactly as q8k_dot_reference writes it.
-// Include only from a *_avx2.cpp / *_avx512.cpp file: everything here is TU-local.
+// Include only from a *_avx2.cpp / *_avx512.cpp / *_vnni.cpp file: everything here is TU-local.
 #pragma once
 
 #include <cstring>

@@ -33,6 +33,9 @@ namespace fdl::cuda {
 namespace {
 
 constexpr int kWarps = 16, kThreads = 32 * kWarps;
+// An upper bound on the kernels' static shared memory (norm mode: norm_to_smem's two arrays
+// of kWarps doubles), counted with the dynamic bytes against the device's limits.
+constexpr size_t kStaticSmemBound = 1024;
 
 struct StagedArgs {
   const uint8_t* data = nullptr;  // the run's first row
@@ -203,7 +206,9 @@ template <typename F, int NT, bool kPairs, bool kNorm>
 void launch_typed(StagedArgs a, cudaStream_t stream) {
   auto* kernel = kernel_for<F, NT, kPairs, kNorm>();
   const size_t smem = kNorm ? norm_staged_bytes(a.cols) : staged_bytes(a.n, a.cols);
-  if (smem > 48 * 1024)
+  // The 48 KiB default counts static shared memory too (norm_to_smem's reductions): opt in
+  // before the sum could pass it.
+  if (smem + kStaticSmemBound > 48 * 1024)
     FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t span = kPairs ? a.rows / 2 : a.rows;
   const int64_t sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
@@ -252,7 +257,7 @@ bool norm_ok(const NormIn& in) { return in.x != nullptr && in.w != nullptr && in
 
 bool gemv_quant_staged_fits(const DeviceMatrix& W, int n) {
   return staged_enabled() && W.quantized() && n >= 1 && n <= kStagedMaxTokens && W.cols <= INT32_MAX / kStagedMaxTokens &&
-         staged_bytes(n, W.cols) <= shared_memory_limit();
+         staged_bytes(n, W.cols) + kStaticSmemBound <= shared_memory_limit();
 }
 
 void gemv_quant_staged(const DeviceMatrix& W, const float* X, int n, float* Y, cudaStream_t stream) {
@@ -283,7 +288,7 @@ void gemv_quant_swiglu(const DeviceMatrix& W, const float* X, int n, float* H, b
 }
 
 bool gemv_quant_norm_fits(const DeviceMatrix& W) {
-  return staged_enabled() && W.quantized() && norm_staged_bytes(W.cols) <= shared_memory_limit();
+  return staged_enabled() && W.quantized() && norm_staged_bytes(W.cols) + kStaticSmemBound <= shared_memory_limit();
 }
 
 void gemv_quant_norm(const DeviceMatrix& W, const NormIn& in, float* Y, cudaStream_t stream) {

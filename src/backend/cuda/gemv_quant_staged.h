@@ -17,7 +17,8 @@ constexpr int kStagedMaxTokens = 4;
 
 /// Whether gemv_quant_staged can run W (block-quantized) for n tokens: 1 <= n <=
 /// kStagedMaxTokens and n rows of rounded activations (1.375 bytes per value) fit in one
-/// block's shared memory (W.cols up to ~40,000 for one token on an H200). False when
+/// block's shared memory (W.cols up to ~169,000 for one token on an H200; the _norm variants
+/// below, which also hold the fp32 row, ~43,000). False when
 /// FLASHDLLM_GEMV_QUANT_STAGED=0 (for A/B timing: gemv_quant's other kernel then runs).
 bool gemv_quant_staged_fits(const DeviceMatrix& W, int n);
 

@@ -1,7 +1,7 @@
 // quant_pairs.cuh — the block-quantized GEMVs' unit of work: a "pair", units 2P and 2P + 1 of
 // a row (quant_units.cuh), 64 weights whose halves fall in two 32-value activation groups
 // whole, multiplied with a token's 8-bit activations (q8_dot.cuh) as
-//   Σ over the pair's groups g:  xd[g] * (d * float(S_g) - dm * float(M_g))
+//   Σ over the pair's groups g:  xd[g] * (d * float(S_g) - dm * float(M_g))   (group_step)
 // where S_g is an exact int32 sum of the format's integer scales times dp4a dot products and
 // M_g the offsets' integer sum (Q4_K, Q5_K; 0 for the others). Both GEMVs (gemv_quant.cu,
 // gemv_quant_staged.cu) add a lane's pairs in pair order with these formulas, so a token's
@@ -51,6 +51,12 @@ __device__ __forceinline__ uint4 with_high_bits(const uint4& q, const uint4& qh,
   return make_uint4(f(q.x, qh.x), f(q.y, qh.y), f(q.z, qh.z), f(q.w, qh.w));
 }
 
+/// acc + xd * (d * S - dm * M), every rounding written out (no contraction into FMAs), so
+/// the bits do not depend on how the compiler schedules the kernel around it.
+__device__ __forceinline__ float group_step(float acc, float xd, float d, int S, float dm, int M) {
+  return __fadd_rn(acc, __fmul_rn(xd, __fsub_rn(__fmul_rn(d, float(S)), __fmul_rn(dm, float(M)))));
+}
+
 /// Q4_K's 6-bit scale and min of groups 2c, 2c + 1 of a super-block (Q4K::finish's decode).
 struct ChunkScales {
   int sc0, sc1, m0, m1;
@@ -73,8 +79,8 @@ __device__ __forceinline__ void kquant_chunk_dot(const uint4& head, const uint4 
   const float d = half_bits(head.x), dmin = half_bits(head.x >> 16);
   const int i0 = dot16(lo[1], x.q16(32 * g0 + 16)) + dot16(lo[0], x.q16(32 * g0));
   const int i1 = dot16(hi[1], x.q16(32 * g0 + 48)) + dot16(hi[0], x.q16(32 * g0 + 32));
-  acc += x.d[g0] * (d * float(s.sc0 * i0) - dmin * float(s.m0 * x.sum32(g0)));
-  acc += x.d[g0 + 1] * (d * float(s.sc1 * i1) - dmin * float(s.m1 * x.sum32(g0 + 1)));
+  acc = group_step(acc, x.d[g0], d, s.sc0 * i0, dmin, s.m0 * x.sum32(g0));
+  acc = group_step(acc, x.d[g0 + 1], d, s.sc1 * i1, dmin, s.m1 * x.sum32(g0 + 1));
 }
 
 struct Q4KPair {
@@ -157,8 +163,8 @@ struct Q6KPair {
       return total;
     };
     const float d = half_bits(r.d);
-    acc += x.d[ga] * (d * float(group(ga, lo_shift, r.sa, false)));
-    acc += x.d[gb] * (d * float(group(gb, hi_shift, r.sb, true)));
+    acc = group_step(acc, x.d[ga], d, group(ga, lo_shift, r.sa, false), 0.f, 0);
+    acc = group_step(acc, x.d[gb], d, group(gb, hi_shift, r.sb, true), 0.f, 0);
   }
 };
 
@@ -179,10 +185,11 @@ struct Q80Pair {
   }
   __device__ static void dot(const Raw& r, int P, int cols, const Q8Row& x, float& acc) {
     const int g = 2 * P;
-    acc += x.d[g] * (half_bits(r.d) * float(dot16(r.q[1], x.q16(32 * g + 16)) + dot16(r.q[0], x.q16(32 * g))));
+    acc = group_step(acc, x.d[g], half_bits(r.d), dot16(r.q[1], x.q16(32 * g + 16)) + dot16(r.q[0], x.q16(32 * g)),
+                     0.f, 0);
     if (g + 1 < cols / 32)
-      acc += x.d[g + 1] *
-             (half_bits(r.d >> 16) * float(dot16(r.q[3], x.q16(32 * g + 48)) + dot16(r.q[2], x.q16(32 * g + 32))));
+      acc = group_step(acc, x.d[g + 1], half_bits(r.d >> 16),
+                       dot16(r.q[3], x.q16(32 * g + 48)) + dot16(r.q[2], x.q16(32 * g + 32)), 0.f, 0);
   }
 };
 
