@@ -34,6 +34,24 @@ __m256i add_pair_products(__m256i acc, __m256i p, __m256i s) {
 #endif
 }
 
+// The fp16 at p as a float (exact, as half_at), by F16C instead of a call per block.
+inline float half_f16c(const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// A block's 8 scales (bytes 0-7 of out) and 8 minimums (bytes 8-15) from GGUF's 12-byte
+// K-quant packing (k4_scales' values): word-wide masks and shifts instead of a loop per group.
+inline void k4_unpack(const unsigned char* p, uint8_t (&out)[16]) {
+  uint32_t u[3];
+  std::memcpy(u, p, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3fu, kLow4 = 0x0f0f0f0fu, kTop2 = 0x03030303u;
+  const uint32_t o[4] = {u[0] & kLow6, (u[2] & kLow4) | (((u[0] >> 6) & kTop2) << 4), u[1] & kLow6,
+                         ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kTop2) << 4)};
+  std::memcpy(out, o, 16);
+}
+
 // The eight lane totals, combined as q8k_dot_reference combines them.
 float combined(__m256 v) {
   float l[8];
@@ -54,8 +72,8 @@ void dot_k4(const unsigned char* row, const BlockQ8K* x, int64_t ld, int64_t nb,
   for (int64_t b = 0; b < nb; ++b) {
     const unsigned char* w = row + b * kBytes;
     const unsigned char* qs = w + (kQ5 ? 48 : 16);
-    int sc[8], m[8];
-    k4_scales(w + 4, sc, m);
+    uint8_t sm[16];  // scales, then minimums
+    k4_unpack(w + 4, sm);
     [[maybe_unused]] const __m256i qh = kQ5 ? load32(w + 16) : _mm256_setzero_si256();
     __m256i acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_si256();
@@ -66,21 +84,18 @@ void dot_k4(const unsigned char* row, const BlockQ8K* x, int64_t ld, int64_t nb,
         lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
       }
-      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
-      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
+      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(sm[2 * c]));
+      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sm[2 * c + 1]));
       for (int t = 0; t < T; ++t) {
         const int8_t* q8 = x[b * ld + t].qs + 64 * c;
         const __m256i p0 = _mm256_maddubs_epi16(lo, load32(q8)), p1 = _mm256_maddubs_epi16(hi, load32(q8 + 32));
         acc[t] = add_pair_products(add_pair_products(acc[t], p0, s0), p1, s1);
       }
     }
-    const float d = half_at(w), dmin = half_at(w + 2);
+    const float d = half_f16c(w), dmin = half_f16c(w + 2);
     // m[g] beside both 16-value sums of group g: one madd gives m[g] * (bsums[2g] + bsums[2g + 1]).
-    const __m256i mv = _mm256_setr_epi16(
-        static_cast<int16_t>(m[0]), static_cast<int16_t>(m[0]), static_cast<int16_t>(m[1]), static_cast<int16_t>(m[1]),
-        static_cast<int16_t>(m[2]), static_cast<int16_t>(m[2]), static_cast<int16_t>(m[3]), static_cast<int16_t>(m[3]),
-        static_cast<int16_t>(m[4]), static_cast<int16_t>(m[4]), static_cast<int16_t>(m[5]), static_cast<int16_t>(m[5]),
-        static_cast<int16_t>(m[6]), static_cast<int16_t>(m[6]), static_cast<int16_t>(m[7]), static_cast<int16_t>(m[7]));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+    const __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
     for (int t = 0; t < T; ++t) {
       const BlockQ8K& xb = x[b * ld + t];
       const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(load32(xb.bsums), mv));
@@ -119,7 +134,7 @@ void dot_q6k(const unsigned char* row, const BlockQ8K* x, int64_t ld, int64_t nb
         }
       }
     }
-    const float d = half_at(w + 208);
+    const float d = half_f16c(w + 208);
     const __m256i sv16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
     for (int t = 0; t < T; ++t) {
       const BlockQ8K& xb = x[b * ld + t];
