@@ -47,10 +47,8 @@ __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restric
   const int lane = threadIdx.x & 31, groups = cols / 32;
   const int g = blockIdx.x * 8 + threadIdx.x / 32;
   if (g >= n * groups) return;
-  const quant::Q8Group r = quant::round_group(X[int64_t(g) * 32 + lane]);  // row t, group gi: 32 (t groups + gi)
-  q[int64_t(g) * 32 + lane] = int8_t(r.q);
-  if (lane == 0) d[g] = r.d;
-  if ((lane & 15) == 0) s[int64_t(g) * 2 + lane / 16] = r.sum16;
+  // Row t, group gi is group g = t groups + gi of the whole buffer.
+  quant::store_group(quant::round_group(X[int64_t(g) * 32 + lane]), g, lane, q, d, s);
 }
 
 // Row r's run type and first byte (runs are few; no dynamic indexing, which would copy the

@@ -77,10 +77,7 @@ __device__ __forceinline__ void stage_activations(const float* X, int n, int col
     for (int k = 0; k < kBatch; ++k) {
       const int g = g0 + k * kWarps;
       if (g >= total) break;
-      const quant::Q8Group r = quant::round_group(v[k]);
-      sq[g * 32 + lane] = int8_t(r.q);
-      if (lane == 0) sd[g] = r.d;
-      if ((lane & 15) == 0) ss[2 * g + lane / 16] = r.sum16;
+      quant::store_group(quant::round_group(v[k]), g, lane, sq, sd, ss);
     }
   }
   __syncthreads();
@@ -92,12 +89,8 @@ __device__ __forceinline__ void stage_normalized(const NormIn& in, int cols, flo
                                                  int32_t* ss) {
   block::norm_to_smem<kThreads, true>(in, cols, in.w, xs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < cols / 32; g += kWarps) {
-    const quant::Q8Group r = quant::round_group(xs[g * 32 + lane]);
-    sq[g * 32 + lane] = int8_t(r.q);
-    if (lane == 0) sd[g] = r.d;
-    if ((lane & 15) == 0) ss[2 * g + lane / 16] = r.sum16;
-  }
+  for (int g = warp; g < cols / 32; g += kWarps)
+    quant::store_group(quant::round_group(xs[g * 32 + lane]), g, lane, sq, sd, ss);
   __syncthreads();
 }
 
@@ -202,14 +195,21 @@ auto* kernel_for() {
   return gemv_quant_staged_kernel<F, NT, 1, 4, kPairs, kNorm>;
 }
 
+size_t shared_memory_limit() { return size_t(device_attribute_once(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
+
 template <typename F, int NT, bool kPairs, bool kNorm>
 void launch_typed(StagedArgs a, cudaStream_t stream) {
   auto* kernel = kernel_for<F, NT, kPairs, kNorm>();
   const size_t smem = kNorm ? norm_staged_bytes(a.cols) : staged_bytes(a.n, a.cols);
-  // The 48 KiB default counts static shared memory too (norm_to_smem's reductions): opt in
-  // before the sum could pass it.
-  if (smem + kStaticSmemBound > 48 * 1024)
-    FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // Opted in once per kernel to all the dynamic shared memory the fits() checks allow (the 48
+  // KiB default counts the static reductions of norm mode too), not with a runtime call per
+  // launch.
+  static const bool opted_in = [&] {
+    const int most = int(shared_memory_limit() - kStaticSmemBound);
+    FDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    return true;
+  }();
+  (void)opted_in;
   const int64_t span = kPairs ? a.rows / 2 : a.rows;
   const int64_t sms = device_attribute_once(cudaDevAttrMultiProcessorCount);
   const int64_t blocks = std::min<int64_t>(sms, (span + kWarps - 1) / kWarps);
@@ -236,7 +236,6 @@ void launch(QType type, const StagedArgs& a, cudaStream_t stream) {
   return launch_nt<4, kPairs, false>(type, a, stream);
 }
 
-size_t shared_memory_limit() { return size_t(device_attribute_once(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
 // The launch of one run of W's rows, rows y0 .. of Y ([n][ldy]).
 StagedArgs run_args(const QuantRun& run, int64_t cols, int n, float* Y, int64_t y0, int64_t ldy) {

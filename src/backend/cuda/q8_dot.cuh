@@ -33,6 +33,14 @@ __device__ __forceinline__ Q8Group round_group(float v) {
   return Q8Group{qi, sum, bad ? __int_as_float(0x7fc00000) : scale};
 }
 
+/// Lane i's share of storing group g's rounding into Q8Activations' layout (q [.][32], d [.],
+/// s [.][2]; g counts groups across the tokens' rows).
+__device__ __forceinline__ void store_group(const Q8Group& r, int64_t g, int lane, int8_t* q, float* d, int32_t* s) {
+  q[g * 32 + lane] = int8_t(r.q);
+  if (lane == 0) d[g] = r.d;
+  if ((lane & 15) == 0) s[g * 2 + lane / 16] = r.sum16;
+}
+
 __device__ __forceinline__ int dot16(const uint4& w, const uint4& x) {
   int acc = __dp4a(int(w.x), int(x.x), 0);
   acc = __dp4a(int(w.y), int(x.y), acc);
