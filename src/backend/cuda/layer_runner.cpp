@@ -420,10 +420,7 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
     paged_attention(att, stream_,
                     AttentionMasks{nullptr, nullptr, c.attention_window(l) > 0 ? in.first : nullptr, c.attn_softcap});
     prof_.mark(kAttention);
-    if (L.wo.view.quantized())
-      matmul_quant(L.wo.view, attn_.get(), 1, proj_.get());
-    else
-      gemv(L.wo.view, attn_.get(), 1, proj_.get(), stream_);
+    matmul(L.wo.view, attn_.get(), 1, proj_.get());  // gemv, or gemv_quant for a quantized wo
     prof_.mark(kWo);
   }
   if (c.n_expert > 0) {
@@ -446,10 +443,7 @@ void LayerRunner::run_fused_layer(int l, const StepInputs& in, const KvLayerView
     else
       gemv_norm_swiglu(L.gate_up.view, ffn_in, h_.get(), stream_, c.ffn_gelu);
     prof_.mark(kGateUp);
-    if (L.down.view.quantized())
-      matmul_quant(L.down.view, h_.get(), 1, proj_.get());
-    else
-      gemv(L.down.view, h_.get(), 1, proj_.get(), stream_);
+    matmul(L.down.view, h_.get(), 1, proj_.get());
     prof_.mark(kDown);
   }
 }
