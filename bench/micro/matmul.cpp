@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/q8k_panels.h"
 #include "flashdllm/dtype.h"
 
 #if defined(__x86_64__)
@@ -67,20 +68,31 @@ std::vector<unsigned char> make_weight_bytes(GgmlType type, int64_t rows, int64_
   return bytes;
 }
 
-// Args: {ggml type id, rows, cols, n_tokens, cold}. cold = 1 cycles through 256 MiB of weight
-// copies so every call reads its weights from DRAM, as in a model much larger than the L3
-// cache; cold = 0 re-reads one cache-resident matrix.
+// Args: {ggml type id, rows, cols, n_tokens, cold, panels}. cold = 1 cycles through 256 MiB of
+// weight copies so every call reads its weights from DRAM, as in a model much larger than the
+// L3 cache; cold = 0 re-reads one cache-resident matrix. panels = 1: a K-quant matrix in the
+// AVX-512 VNNI kernels' panels (q8k_panels.h), as a loaded model holds it (skipped where
+// those kernels cannot run).
 void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
-  const bool cold = state.range(4) != 0;
+  const bool cold = state.range(4) != 0, panels = state.range(5) != 0;
+  if (panels && !fdl::cpu::use_avx512_vnni()) {
+    state.SkipWithError("no AVX-512 VNNI kernels here");
+    return;
+  }
   const size_t one = fdl::cpu::weight_row_bytes(type, cols) * static_cast<size_t>(rows);
   const int copies = cold ? static_cast<int>(std::max<size_t>(1, (256u << 20) / one)) : 1;
-  std::vector<std::vector<unsigned char>> weights(static_cast<size_t>(copies), make_weight_bytes(type, rows, cols));
+  std::vector<unsigned char> bytes = make_weight_bytes(type, rows, cols);
+  if (panels) fdl::cpu::detail::to_panels(type, bytes.data(), rows, cols);
+  std::vector<std::vector<unsigned char>> weights(static_cast<size_t>(copies), bytes);
   std::vector<float> x(static_cast<size_t>(n * cols), 0.01f), y(static_cast<size_t>(n * rows));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> act(0.f, 1.f);
+  for (float& v : x) v = act(rng);  // the integer kernels see every activation level
   int c = 0;
   for (auto _ : state) {
-    const fdl::cpu::WeightMatrix w{type, weights[static_cast<size_t>(c)].data(), rows, cols};
+    const fdl::cpu::WeightMatrix w{type, weights[static_cast<size_t>(c)].data(), rows, cols, panels};
     fdl::cpu::matmul(pool(), w, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % copies;
@@ -89,24 +101,26 @@ void BM_Matmul(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(one) * iters / 1e9, benchmark::Counter::kIsRate);
   state.SetLabel(std::string(fdl::ggml_type_name(static_cast<uint32_t>(type))) + " " +
-                 fdl::cpu::kernel_set_name() + " threads=" + std::to_string(pool().size()));
+                 (panels ? "panels" : fdl::cpu::kernel_set_name()) + " threads=" + std::to_string(pool().size()));
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"type", "rows", "cols", "tok", "cold"});
+  b->ArgNames({"type", "rows", "cols", "tok", "cold", "panels"});
   for (int type : {0, 1, 30, 8}) {
     for (int n : {1, 128})
       for (auto [rows, cols] : {std::pair{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}})
-        b->Args({type, rows, cols, n, n == 1 ? 1 : 0});  // decode streams from DRAM
-    b->Args({type, 768, 768, 1, 0});                      // decode from cache (small models)
-    for (int n : {4, 16}) b->Args({type, 2048, 768, n, 1});  // small batches (drafts, sequences)
+        b->Args({type, rows, cols, n, n == 1 ? 1 : 0, 0});  // decode streams from DRAM
+    b->Args({type, 768, 768, 1, 0, 0});                      // decode from cache (small models)
+    for (int n : {4, 16}) b->Args({type, 2048, 768, n, 1, 0});  // small batches (drafts, sequences)
   }
-  // The K-quants' integer kernels (Q4_K, Q6_K) on a 1B shape's projections: prefill, decode.
-  for (int type : {12, 14})
-    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}}) {
-      b->Args({type, rows, cols, 128, 0});
-      b->Args({type, rows, cols, 1, 1});
-    }
+  // The K-quants' integer kernels (Q4_K, Q5_K, Q6_K) on a 1B shape's projections, in rows and
+  // in panels: prefill, decode.
+  for (int panels : {0, 1})
+    for (int type : {12, 13, 14})
+      for (auto [rows, cols] : {std::pair{2048, 2048}, {8192, 2048}, {2048, 8192}}) {
+        b->Args({type, rows, cols, 128, 0, panels});
+        b->Args({type, rows, cols, 1, 1, panels});
+      }
   b->UseRealTime();
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs);

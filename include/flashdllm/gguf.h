@@ -159,6 +159,14 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const;
   const GgufTensorInfo* find_tensor(std::string_view name) const;  ///< nullptr if absent
+
+  /// Runs `edit` on the `n` held bytes at `p` (within the tensor data) made writable for the
+  /// call, for a backend that rearranges a tensor in place into its kernels' layout. Returns
+  /// false without running it where the bytes are a zero-copy mapping of the file
+  /// (GgufBacking::Mmap: the pages stay shared with the page cache); the file on disk is
+  /// never written. Throws std::invalid_argument if [p, p + n) is not within the tensor
+  /// data. Not thread-safe: no other thread may read those bytes during the call.
+  bool edit_in_place(const void* p, size_t n, const std::function<void(uint8_t*)>& edit);
   const GgufTensorInfo& tensor(std::string_view name) const;       ///< throws if absent
 
  private:

@@ -18,6 +18,7 @@ struct GgufFile::Impl {
   // Backing storage: exactly one of `mapping` (mmap'ed file) or `owned` (from_bytes) is used.
   void* mapping = nullptr;
   uint64_t mapping_size = 0;
+  bool mapping_is_copy = false;  ///< `mapping` holds a private copy (GgufBacking::HugePageCopy)
   std::vector<uint8_t> owned;
   const uint8_t* base = nullptr;
   uint64_t size = 0;

@@ -381,6 +381,7 @@ GgufFile GgufFile::open(const std::filesystem::path& path, const GgufLimits& lim
       auto [p, length] = read_into_huge_pages(fd, impl->size, impl->path);
       impl->mapping = p;
       impl->mapping_size = length;
+      impl->mapping_is_copy = true;
       impl->base = static_cast<const uint8_t*>(p);
     } catch (...) {
       ::close(fd);
@@ -424,6 +425,32 @@ uint64_t GgufFile::alignment() const { return impl_->alignment; }
 uint64_t GgufFile::data_offset() const { return impl_->data_offset; }
 uint64_t GgufFile::file_size() const { return impl_->size; }
 const std::string& GgufFile::path() const { return impl_->path; }
+
+bool GgufFile::edit_in_place(const void* p, size_t n, const std::function<void(uint8_t*)>& edit) {
+  const auto* at = static_cast<const uint8_t*>(p);
+  const uint8_t* data = impl_->base + impl_->data_offset;
+  const uint8_t* end = impl_->base + impl_->size;
+  if (at < data || at > end || n > size_t(end - at))
+    throw std::invalid_argument(impl_->path + ": edit_in_place: the bytes are not within the tensor data");
+  auto* bytes = const_cast<uint8_t*>(at);  // the held copy is ours; only a file mapping is refused below
+  if (!impl_->owned.empty()) {
+    edit(bytes);
+    return true;
+  }
+  if (impl_->mapping == nullptr || !impl_->mapping_is_copy) return false;
+  // The copy is read-only between edits (read_into_huge_pages). The whole mapping opens for
+  // the call: protecting part of it would split it, and with it its huge pages.
+  if (::mprotect(impl_->mapping, impl_->mapping_size, PROT_READ | PROT_WRITE) != 0)
+    throw GgufError(impl_->path + ": cannot make the weights writable: " + std::strerror(errno));
+  try {
+    edit(bytes);
+  } catch (...) {
+    ::mprotect(impl_->mapping, impl_->mapping_size, PROT_READ);
+    throw;
+  }
+  ::mprotect(impl_->mapping, impl_->mapping_size, PROT_READ);
+  return true;
+}
 
 const std::vector<std::pair<std::string, GgufValue>>& GgufFile::metadata() const {
   return impl_->metadata;

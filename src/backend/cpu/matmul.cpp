@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/parallel_policy.h"
 #include "backend/cpu/q8k.h"
+#include "backend/cpu/q8k_panels.h"
 
 namespace fdl::cpu {
 namespace {
@@ -48,6 +49,19 @@ const detail::BlockQ8K* q8k_activations(const float* X, int64_t n_tokens, int64_
   return block_major.data();
 }
 
+// The same activations as the panel kernels read them (q8k_panels.h), from the rows
+// q8k_activations left in this thread's scratch.
+const detail::Q8Panel* q8k_panel_activations(const float* X, int64_t n_tokens, int64_t cols) {
+  thread_local std::vector<detail::BlockQ8K> rows;
+  thread_local std::vector<detail::Q8Panel> panels;
+  const auto n = static_cast<size_t>(n_tokens * (cols / 256));
+  if (rows.size() < n) rows.resize(n);
+  if (panels.size() < n) panels.resize(n);
+  detail::quantize_rows_q8k_avx2(X, n_tokens, cols, rows.data());
+  detail::to_panel_activations(rows.data(), n_tokens, cols / 256, panels.data());
+  return panels.data();
+}
+
 // The K-quants' integer kernels for a call of n_tokens (q8k.h: all give the same bits).
 using Q8kRowsFn = void (*)(const WeightMatrix&, const detail::BlockQ8K*, int64_t, float*, int64_t, int64_t);
 Q8kRowsFn q8k_rows_for(int64_t n_tokens) {
@@ -57,24 +71,37 @@ Q8kRowsFn q8k_rows_for(int64_t n_tokens) {
 
 // Rows [r0, r1) of one matrix: the integer kernels for the K-quants where the call quantized
 // its activations (the AVX2 kernel set), else the kernel set's float kernels.
+// Matrices in panels take the panel kernels.
 struct RowsKernel {
   detail::MatmulRowsFn rows_fn;
   const detail::BlockQ8K* xq;
+  const detail::Q8Panel* xp;
   void operator()(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const {
-    if (xq != nullptr && detail::q8k_weight_type(w.type))
+    if (w.panels)
+      detail::q8k_panels_vnni(w, xp, n_tokens, y, r0, r1);
+    else if (xq != nullptr && detail::q8k_weight_type(w.type))
       q8k_rows_for(n_tokens)(w, xq, n_tokens, y, r0, r1);
     else
       rows_fn(w, x, n_tokens, y, r0, r1);
   }
 };
 
-// Whether a call on these matrices quantizes its activations for the integer kernels.
+// Whether a call on these matrices quantizes its activations for the integer row kernels.
 bool wants_q8k(const WeightMatrix* const* W, int n_mats) {
   if (!use_avx2_kernels()) return false;
   for (int i = 0; i < n_mats; ++i)
-    if (detail::q8k_weight_type(W[i]->type)) return true;
+    if (detail::q8k_weight_type(W[i]->type) && !W[i]->panels) return true;
   return false;
 }
+
+// Whether a call on these matrices runs the panel kernels. Panels exist only where
+// prepare_panels found the AVX-512 VNNI kernels usable (q8k_panels.h).
+bool wants_panels(const WeightMatrix* const* W, int n_mats) {
+  for (int i = 0; i < n_mats; ++i)
+    if (W[i]->panels) return true;
+  return false;
+}
+
 
 struct MatmulJob {
   RowsKernel rows_fn;
@@ -92,6 +119,13 @@ detail::MatmulRowsFn rows_fn_for(int64_t n_tokens) {
   return !use_avx2_kernels()                                          ? detail::matmul_rows_portable
          : use_avx512_tiles() && n_tokens >= kMinTokensForAvx512Tiles ? detail::matmul_rows_avx512
                                                                       : detail::matmul_rows_avx2;
+}
+
+// The kernel of a call: its activations quantized once, by the calling thread.
+RowsKernel rows_kernel_for(const WeightMatrix* const* W, int n_mats, const float* X, int64_t n_tokens) {
+  const int64_t cols = W[0]->cols;
+  return RowsKernel{rows_fn_for(n_tokens), wants_q8k(W, n_mats) ? q8k_activations(X, n_tokens, cols) : nullptr,
+                    wants_panels(W, n_mats) ? q8k_panel_activations(X, n_tokens, cols) : nullptr};
 }
 
 }  // namespace
@@ -121,8 +155,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_t
   require(W.data != nullptr && X != nullptr, "null weights or input");
 
   const WeightMatrix* const one[] = {&W};
-  const MatmulJob job{{rows_fn_for(n_tokens), wants_q8k(one, 1) ? q8k_activations(X, n_tokens, W.cols) : nullptr},
-                      &W, X, n_tokens, Y};
+  const MatmulJob job{rows_kernel_for(one, 1, X, n_tokens), &W, X, n_tokens, Y};
   const int64_t n_units = (W.rows + kRowGrain - 1) / kRowGrain;
   // Capturing one pointer keeps the std::function in its small buffer: no allocation.
   const MatmulJob* jp = &job;
@@ -171,8 +204,7 @@ void matmul_multi(ThreadPool& pool, const WeightMatrix* const* W, float* const* 
     int64_t n_tokens;
     bool swiglu;
     int64_t first_unit[kMaxMultiMats + 1];
-  } job{{rows_fn_for(n_tokens), wants_q8k(W, n_mats) ? q8k_activations(X, n_tokens, W[0]->cols) : nullptr},
-        W, Y, swiglu ? 1 : n_mats, X, n_tokens, swiglu, {}};
+  } job{rows_kernel_for(W, n_mats, X, n_tokens), W, Y, swiglu ? 1 : n_mats, X, n_tokens, swiglu, {}};
   for (int i = 0; i < job.n_mats; ++i) job.first_unit[i + 1] = job.first_unit[i] + (W[i]->rows + kRowGrain - 1) / kRowGrain;
   const Job* jp = &job;
   pool.parallel_for(

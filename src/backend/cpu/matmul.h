@@ -18,6 +18,8 @@
 // activations quantized to 8 bits per 256-value block (q8k.h: exact int32 sums per block and
 // lane, then the same float steps for every token count), as llama.cpp's CPU kernels do; the
 // activations' rounding adds up to half of 1/127 of each block's largest value per product.
+// A K-quant matrix in panels (WeightMatrix::panels, where the CPU has AVX-512 VNNI) takes
+// q8k_panels.h's kernels instead: the same integers, one float step per block and row.
 //
 // Thread-safety: matmul may run concurrently from several threads on different pools; on
 // one pool, calls are serialized by the pool.
@@ -35,11 +37,15 @@ namespace fdl::cpu {
 /// A row-major weight matrix as stored in GGUF: `rows` rows of `cols` elements of ggml type
 /// `type` (ggml tensor ne = {cols, rows}); rows are contiguous, no padding between them.
 /// The data is only read and must outlive the call.
+/// With `panels`, the same bytes hold a K-quant matrix rearranged into panels of 16 rows
+/// (q8k_panels.h: prepare_panels does it where the AVX-512 VNNI kernels run); a view of rows
+/// [16i, 16j) of it is again such a matrix.
 struct WeightMatrix {
   GgmlType type;
   const void* data;
   int64_t rows;
   int64_t cols;
+  bool panels = false;
 };
 
 /// Bytes of one weight row of `cols` elements of `type` (Q8_0: cols/32 blocks of 34 bytes;

@@ -1,0 +1,100 @@
+// A CPU model's K-quant matrices rearranged into panels at load (model/kquant_panels.h): which
+// matrices move, that a zero-copy mapping stays untouched, and that the model's outputs stay
+// those of its rows up to the kernels' last bits.
+#include "model/kquant_panels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "flashdllm/model.h"
+#include "model/model_test_util.h"
+#include "test_support.h"
+#include "tools/make_model.h"
+
+namespace fdl::test {
+namespace {
+
+// A Q4_K model: 2 layers, every layer matrix a whole number of panels; a vocab of 600 rows
+// (not a multiple of 16) keeps the output in rows.
+std::filesystem::path q4k_model() {
+  tools::MakeModelOptions opt;
+  opt.output = scratch_dir() / "kquant-panels.gguf";
+  opt.dtype = GgmlType::Q4_K;
+  opt.dim = 256, opt.ffn_dim = 512, opt.vocab = 600, opt.n_layers = 2;
+  opt.weight_std = 0.05f;
+  tools::make_model(opt);
+  return opt.output;
+}
+
+// The file held as `backing`, and its weights bound (views into the file's bytes, which stay
+// where they are when the GgufFile moves).
+struct Bound {
+  GgufFile file;
+  LlamaWeights weights;
+};
+Bound bind(const std::filesystem::path& path, GgufBacking backing) {
+  GgufFile f = GgufFile::open(path, {}, backing);
+  LlamaWeights w = bind_llama_weights(f, ModelConfig::from_gguf(f));
+  return Bound{std::move(f), std::move(w)};
+}
+
+TEST(KQuantPanels, LayerMatricesMoveAndTheRestStaysInRows) {
+  auto [f, w] = bind(q4k_model(), GgufBacking::HugePageCopy);
+  cpu::ThreadPool pool(2);
+  const int marked = prepare_kquant_panels(w, f, pool);
+  if (!cpu::use_avx512_vnni()) {
+    EXPECT_EQ(marked, 0);
+    GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here: every matrix stays in rows";
+  }
+  EXPECT_EQ(marked, 2 * 7);  // q, k, v, o, gate, up, down per layer
+  for (const LlamaLayerWeights& L : w.layers)
+    for (const cpu::WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) EXPECT_TRUE(m->panels);
+  EXPECT_FALSE(w.output.panels);
+  EXPECT_FALSE(w.token_embd.panels);
+  EXPECT_EQ(prepare_kquant_panels(w, f, pool), 0);  // nothing left to move
+}
+
+TEST(KQuantPanels, ZeroCopyMappingStaysInRows) {
+  const auto path = q4k_model();
+  auto [f, w] = bind(path, GgufBacking::Mmap);
+  cpu::ThreadPool pool(1);
+  EXPECT_EQ(prepare_kquant_panels(w, f, pool), 0);
+  EXPECT_FALSE(w.layers[0].wq.panels);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* t = f.find_tensor("blk.0.attn_q.weight");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(std::memcmp(t->data, disk.data() + f.data_offset() + t->offset, t->n_bytes), 0);
+  EXPECT_THROW(f.edit_in_place(disk.data(), 1, [](uint8_t*) {}), std::invalid_argument);  // not the file's bytes
+}
+
+// The same model with its matrices in rows (FLASHDLLM_NO_KQUANT_PANELS) and in panels: the two
+// kernels' arithmetic differs in float steps only (exact integer block sums), so the logits
+// agree to float rounding.
+TEST(KQuantPanels, PanelsGiveTheLogitsOfTheRowsUpToRounding) {
+  if (!cpu::use_avx512_vnni()) GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here";
+  const auto path = q4k_model();
+  const std::vector<int32_t> prompt = {1, 300, 17, 42, 599, 5, 77, 123};
+  ::setenv("FLASHDLLM_NO_KQUANT_PANELS", "1", 1);
+  auto rows = Model::load(path, ModelOptions{.n_threads = 2});
+  ::unsetenv("FLASHDLLM_NO_KQUANT_PANELS");
+  auto panels = Model::load(path, ModelOptions{.n_threads = 2});
+  const std::vector<float> a = prefill_logits(*rows, prompt), b = prefill_logits(*panels, prompt);
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(a[i]) * a[i];
+  EXPECT_LT(std::sqrt(diff / norm), 1e-4);
+  EXPECT_NE(a, b);  // the panel kernels really ran
+}
+
+}  // namespace
+}  // namespace fdl::test
