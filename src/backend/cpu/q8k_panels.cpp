@@ -114,22 +114,29 @@ void gguf_levels(GgmlType t, const uint8_t* blk, uint8_t (&u)[256]) {
     }
 }
 
-// One panel block from the 16 rows' GGUF blocks (row r's at rows + r * row_bytes).
+// Bit 0 of each byte of v, gathered into bits 0-3 (byte i to bit i): one multiply places the
+// four bits side by side in the top byte, with no carries between the partial products.
+uint64_t four_bits(uint32_t v) { return (((v & 0x01010101u) * 0x01020408u) >> 24) & 15u; }
+
+// One panel block from the 16 rows' GGUF blocks (row r's at rows + r * row_bytes), a step's 4
+// levels at a time.
 void write_panel_block(GgmlType t, const PanelFormat& f, const uint8_t* rows, size_t row_bytes, uint8_t* pb) {
-  uint64_t masks[32][4] = {};
+  uint64_t masks[32][4] = {};  // [step][half * (masks / 2) + bit]
   for (int r = 0; r < 16; ++r) {
     const uint8_t* blk = rows + size_t(r) * row_bytes;
     uint8_t u[256];
     gguf_levels(t, blk, u);
-    for (int s = 0; s < 32; ++s)
-      for (int j = 0; j < 4; ++j) {
-        const int lo = u[8 * s + j], hi = u[8 * s + 4 + j], bit = 4 * r + j;
-        pb[64 * s + 4 * r + j] = uint8_t((lo & 15) | ((hi & 15) << 4));
-        for (int b = 0; b < f.masks / 2; ++b) {
-          masks[s][(f.masks / 2) * 0 + b] |= uint64_t((lo >> (4 + b)) & 1) << bit;
-          masks[s][(f.masks / 2) * 1 + b] |= uint64_t((hi >> (4 + b)) & 1) << bit;
-        }
+    for (int s = 0; s < 32; ++s) {
+      uint32_t lo, hi;  // elements 8s .. 8s + 3 and 8s + 4 .. 8s + 7 (little-endian bytes)
+      std::memcpy(&lo, u + 8 * s, 4);
+      std::memcpy(&hi, u + 8 * s + 4, 4);
+      const uint32_t nib = (lo & 0x0f0f0f0fu) | ((hi & 0x0f0f0f0fu) << 4);
+      std::memcpy(pb + 64 * s + 4 * r, &nib, 4);
+      for (int b = 0; b < f.masks / 2; ++b) {
+        masks[s][b] |= four_bits(lo >> (4 + b)) << (4 * r);
+        masks[s][f.masks / 2 + b] |= four_bits(hi >> (4 + b)) << (4 * r);
       }
+    }
     panel_fields_from_gguf(t, f, blk, r, pb);
   }
   for (int s = 0; s < 32; ++s)
