@@ -113,10 +113,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     b->Args({type, 768, 768, 1, 0, 0});                      // decode from cache (small models)
     for (int n : {4, 16}) b->Args({type, 2048, 768, n, 1, 0});  // small batches (drafts, sequences)
   }
-  // The K-quants' integer kernels (Q4_K, Q5_K, Q6_K) on a 1B shape's projections, in rows and
+  // The integer kernels (Q8_0, Q4_K, Q5_K, Q6_K) on a 1B shape's projections, in rows and
   // in panels: prefill, decode.
   for (int panels : {0, 1})
-    for (int type : {12, 13, 14})
+    for (int type : {8, 12, 13, 14})
       for (auto [rows, cols] : {std::pair{2048, 2048}, {8192, 2048}, {2048, 8192}}) {
         b->Args({type, rows, cols, 128, 0, panels});
         b->Args({type, rows, cols, 1, 1, panels});

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "flashdllm/sampling.h"
-#include "model/kquant_panels.h"
+#include "model/weight_panels.h"
 
 namespace fdl {
 
@@ -15,7 +15,7 @@ LlamaModel::LlamaModel(GgufFile file, const ModelOptions& opt)
       config_(ModelConfig::from_gguf(file_)),
       weights_(bind_llama_weights(file_, config_)),
       threads_(opt.n_threads) {
-  prepare_kquant_panels(weights_, file_, threads_);
+  prepare_weight_panels(weights_, file_, threads_);
   rope_ = global_rope_params(config_, weights_, opt.n_ctx);
   rope_swa_.head_dim = config_.head_dim;
   rope_swa_.rope_dim = config_.rope_dim;

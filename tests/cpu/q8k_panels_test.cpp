@@ -1,5 +1,5 @@
-// K-quant matrices in panels of 16 rows (q8k_panels.h): the in-place rearrangement, the
-// reference arithmetic, and the AVX-512 VNNI kernels held to it bit for bit.
+// Block-quantized matrices in panels of 16 rows (q8k_panels.h): the in-place rearrangement,
+// the reference arithmetic, and the AVX-512 VNNI kernels held to it bit for bit.
 #include "backend/cpu/q8k_panels.h"
 
 #include <gtest/gtest.h>
@@ -45,7 +45,7 @@ float reference(GgmlType type, const std::vector<unsigned char>& panels, int64_t
 }
 
 TEST(KQuantPanels, RearrangingInPlaceIsReversibleAndKeepsTheSize) {
-  for (GgmlType type : kTypes) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
     const auto w = make_weights(type, 48, 768, 5);
     std::vector<unsigned char> bytes = w.bytes;
     detail::to_panels(type, bytes.data(), 48, 768);
@@ -63,7 +63,8 @@ TEST(KQuantPanels, RearrangingInPlaceIsReversibleAndKeepsTheSize) {
 TEST(KQuantPanels, RefusesMatricesWithoutPanels) {
   std::vector<unsigned char> bytes(weight_row_bytes(GgmlType::Q4_K, 256) * 40);
   EXPECT_THROW(detail::to_panels(GgmlType::Q4_K, bytes.data(), 40, 256), std::invalid_argument);  // 40 rows
-  EXPECT_THROW(detail::to_panels(GgmlType::Q8_0, bytes.data(), 16, 256), std::invalid_argument);
+  EXPECT_THROW(detail::to_panels(GgmlType::Q4_0, bytes.data(), 16, 256), std::invalid_argument);
+  EXPECT_FALSE(detail::panels_fit(WeightMatrix{GgmlType::Q8_0, bytes.data(), 16, 96}));  // 96 columns: no 256
   EXPECT_FALSE(detail::panels_fit(WeightMatrix{GgmlType::Q4_K, bytes.data(), 16, 256, true}));  // already in panels
   EXPECT_TRUE(detail::panels_fit(WeightMatrix{GgmlType::Q6_K, bytes.data(), 16, 256}));
 }
@@ -137,7 +138,7 @@ TEST(KQuantPanels, VnniKernelsGiveTheReferenceBitsForEveryTokenCount) {
 // on any number of threads.
 TEST(KQuantPanels, MatmulOfPanelsIsBatchInvariant) {
   if (!use_avx512_vnni()) GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here";
-  for (GgmlType type : kTypes) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
     const int64_t rows = 256, cols = 512, n = 37;
     const auto w = make_weights(type, rows, cols, 7);
     std::vector<unsigned char> panels = w.bytes;
@@ -152,6 +153,52 @@ TEST(KQuantPanels, MatmulOfPanelsIsBatchInvariant) {
       ASSERT_EQ(std::memcmp(single.data(), all.data() + t * rows, sizeof(float) * size_t(rows)), 0)
           << test::type_label(type) << " token " << t;
     }
+  }
+}
+
+// Q8_0 in panels: 16-bit activations (the vectorized rounding gives the portable bytes), the
+// reference against the dequantized weights, and the kernel bit for bit.
+TEST(Q80Panels, KernelGivesTheReferenceBitsCloseToTheExactSums) {
+  const int64_t rows = 48, cols = 768, nb = cols / 256;
+  const auto w = make_weights(GgmlType::Q8_0, rows, cols, 3);
+  std::vector<unsigned char> panels = w.bytes;
+  detail::to_panels(GgmlType::Q8_0, panels.data(), rows, cols);
+  const size_t panel_bytes = weight_row_bytes(GgmlType::Q8_0, cols) * 16, row_bytes = weight_row_bytes(GgmlType::Q8_0, cols);
+  std::vector<float> deq(static_cast<size_t>(cols));
+  for (int64_t n : {1, 2, 3, 8, 13, 45}) {
+    std::vector<float> x = random_floats(size_t(n * cols), 5 + uint32_t(n));
+    if (n == 3) x[7] = std::nanf("");  // token 0, block 0: NaN outputs for that token only
+    std::vector<detail::Q16Panel> a(size_t(n * nb)), b(a.size());
+    detail::quantize_rows_q16(x.data(), n, cols, a.data());
+    if (use_avx512_vnni()) {
+      detail::quantize_rows_q16_vnni(x.data(), n, cols, b.data());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_TRUE(std::memcmp(a[i].qs, b[i].qs, sizeof a[i].qs) == 0 &&
+                    (std::memcmp(&a[i].d, &b[i].d, 4) == 0 || (std::isnan(a[i].d) && std::isnan(b[i].d))))
+            << "block " << i;
+    }
+    std::vector<float> y(static_cast<size_t>(n * rows), -1.f);
+    if (use_avx512_vnni()) {
+      const WeightMatrix W{GgmlType::Q8_0, panels.data(), rows, cols, true};
+      detail::q80_panels_vnni(W, a.data(), n, y.data(), 0, rows);
+    }
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = detail::q80_panel_dot_reference(panels.data() + size_t(r / 16) * panel_bytes, nb, int(r % 16),
+                                                           a.data() + t, n);
+        if (n == 3 && t == 0) {
+          EXPECT_TRUE(std::isnan(want));
+          continue;
+        }
+        dequantize_row(GgmlType::Q8_0, w.bytes.data() + r * row_bytes, deq.data(), size_t(cols));
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < cols; ++k)
+          exact += double(deq[size_t(k)]) * x[size_t(t * cols + k)], magnitude += std::fabs(double(deq[size_t(k)]) * x[size_t(t * cols + k)]);
+        EXPECT_NEAR(want, exact, 1e-4 * magnitude) << "n " << n << " token " << t << " row " << r;
+        if (use_avx512_vnni()) {
+          ASSERT_EQ(std::memcmp(&y[size_t(t * rows + r)], &want, sizeof(float)), 0) << "n " << n << " token " << t << " row " << r;
+        }
+      }
   }
 }
 

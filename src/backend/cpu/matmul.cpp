@@ -62,6 +62,15 @@ const detail::Q8Panel* q8k_panel_activations(const float* X, int64_t n_tokens, i
   return panels.data();
 }
 
+// The 16-bit activations of Q8_0 matrices in panels, block-major in this thread's scratch.
+const detail::Q16Panel* q16_panel_activations(const float* X, int64_t n_tokens, int64_t cols) {
+  thread_local std::vector<detail::Q16Panel> blocks;
+  const auto n = static_cast<size_t>(n_tokens * (cols / 256));
+  if (blocks.size() < n) blocks.resize(n);
+  detail::quantize_rows_q16_vnni(X, n_tokens, cols, blocks.data());
+  return blocks.data();
+}
+
 // The K-quants' integer kernels for a call of n_tokens (q8k.h: all give the same bits).
 using Q8kRowsFn = void (*)(const WeightMatrix&, const detail::BlockQ8K*, int64_t, float*, int64_t, int64_t);
 Q8kRowsFn q8k_rows_for(int64_t n_tokens) {
@@ -76,8 +85,11 @@ struct RowsKernel {
   detail::MatmulRowsFn rows_fn;
   const detail::BlockQ8K* xq;
   const detail::Q8Panel* xp;
+  const detail::Q16Panel* x16;
   void operator()(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const {
-    if (w.panels)
+    if (w.panels && w.type == GgmlType::Q8_0)
+      detail::q80_panels_vnni(w, x16, n_tokens, y, r0, r1);
+    else if (w.panels)
       detail::q8k_panels_vnni(w, xp, n_tokens, y, r0, r1);
     else if (xq != nullptr && detail::q8k_weight_type(w.type))
       q8k_rows_for(n_tokens)(w, xq, n_tokens, y, r0, r1);
@@ -94,11 +106,11 @@ bool wants_q8k(const WeightMatrix* const* W, int n_mats) {
   return false;
 }
 
-// Whether a call on these matrices runs the panel kernels. Panels exist only where
-// prepare_panels found the AVX-512 VNNI kernels usable (q8k_panels.h).
-bool wants_panels(const WeightMatrix* const* W, int n_mats) {
+// Whether a call on these matrices runs the K-quant (q8_0 false) or Q8_0 (true) panel kernels.
+// Panels exist only where prepare_weight_panels found the AVX-512 VNNI kernels usable.
+bool wants_panels(const WeightMatrix* const* W, int n_mats, bool q8_0) {
   for (int i = 0; i < n_mats; ++i)
-    if (W[i]->panels) return true;
+    if (W[i]->panels && (W[i]->type == GgmlType::Q8_0) == q8_0) return true;
   return false;
 }
 
@@ -125,7 +137,8 @@ detail::MatmulRowsFn rows_fn_for(int64_t n_tokens) {
 RowsKernel rows_kernel_for(const WeightMatrix* const* W, int n_mats, const float* X, int64_t n_tokens) {
   const int64_t cols = W[0]->cols;
   return RowsKernel{rows_fn_for(n_tokens), wants_q8k(W, n_mats) ? q8k_activations(X, n_tokens, cols) : nullptr,
-                    wants_panels(W, n_mats) ? q8k_panel_activations(X, n_tokens, cols) : nullptr};
+                    wants_panels(W, n_mats, false) ? q8k_panel_activations(X, n_tokens, cols) : nullptr,
+                    wants_panels(W, n_mats, true) ? q16_panel_activations(X, n_tokens, cols) : nullptr};
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ namespace fdl::cpu {
 /// `type` (ggml tensor ne = {cols, rows}); rows are contiguous, no padding between them.
 /// The data is only read and must outlive the call.
 /// With `panels`, the same bytes hold a K-quant matrix rearranged into panels of 16 rows
-/// (q8k_panels.h: prepare_panels does it where the AVX-512 VNNI kernels run); a view of rows
+/// (model/weight_panels.h rearranges a loaded model's where the AVX-512 VNNI kernels run); a view of rows
 /// [16i, 16j) of it is again such a matrix.
 struct WeightMatrix {
   GgmlType type;

@@ -2,7 +2,10 @@
 // activations' panel blocks, and the reference dot product the VNNI kernels are held to.
 #include "backend/cpu/q8k_panels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,6 +26,7 @@ PanelFormat format_of(GgmlType t) {
     case GgmlType::Q4_K: return {144, 0, 2048, 2048 + 192};
     case GgmlType::Q5_K: return {176, 2, 2560, 2560 + 192};
     case GgmlType::Q6_K: return {210, 4, 3072, 3072 + 256};
+    case GgmlType::Q8_0: return {8 * 34, 0, 0, 4096};  // a "block": 256 columns, eight Q8_0 blocks
     default: throw std::invalid_argument("q8k panels: " + ggml_type_name(static_cast<uint32_t>(t)) + " has no panel layout");
   }
 }
@@ -118,9 +122,28 @@ void gguf_levels(GgmlType t, const uint8_t* blk, uint8_t (&u)[256]) {
 // four bits side by side in the top byte, with no carries between the partial products.
 uint64_t four_bits(uint32_t v) { return (((v & 0x01010101u) * 0x01020408u) >> 24) & 15u; }
 
+// Q8_0: the 16 rows' eight blocks of 256 columns (row r's at rows + r * row_bytes), or back.
+void write_q80_panel_block(const uint8_t* rows, size_t row_bytes, uint8_t* pb) {
+  for (int r = 0; r < 16; ++r)
+    for (int g = 0; g < 8; ++g) {
+      const uint8_t* blk = rows + size_t(r) * row_bytes + 34 * g;
+      std::memcpy(pb + 4096 + 32 * g + 2 * r, blk, 2);
+      for (int s = 0; s < 16; ++s) std::memcpy(pb + 512 * g + 32 * s + 2 * r, blk + 2 + 2 * s, 2);
+    }
+}
+void read_q80_panel_block(const uint8_t* pb, uint8_t* rows, size_t row_bytes) {
+  for (int r = 0; r < 16; ++r)
+    for (int g = 0; g < 8; ++g) {
+      uint8_t* blk = rows + size_t(r) * row_bytes + 34 * g;
+      std::memcpy(blk, pb + 4096 + 32 * g + 2 * r, 2);
+      for (int s = 0; s < 16; ++s) std::memcpy(blk + 2 + 2 * s, pb + 512 * g + 32 * s + 2 * r, 2);
+    }
+}
+
 // One panel block from the 16 rows' GGUF blocks (row r's at rows + r * row_bytes), a step's 4
 // levels at a time.
 void write_panel_block(GgmlType t, const PanelFormat& f, const uint8_t* rows, size_t row_bytes, uint8_t* pb) {
+  if (t == GgmlType::Q8_0) return write_q80_panel_block(rows, row_bytes, pb);
   uint64_t masks[32][4] = {};  // [step][half * (masks / 2) + bit]
   for (int r = 0; r < 16; ++r) {
     const uint8_t* blk = rows + size_t(r) * row_bytes;
@@ -145,6 +168,7 @@ void write_panel_block(GgmlType t, const PanelFormat& f, const uint8_t* rows, si
 }
 
 void read_panel_block(GgmlType t, const PanelFormat& f, const uint8_t* pb, uint8_t* rows, size_t row_bytes) {
+  if (t == GgmlType::Q8_0) return read_q80_panel_block(pb, rows, row_bytes);
   for (int r = 0; r < 16; ++r) {
     uint8_t* blk = rows + size_t(r) * row_bytes;
     std::memset(blk, 0, size_t(f.block_bytes));
@@ -157,7 +181,7 @@ void check_shape(GgmlType type, int64_t rows, int64_t cols) {
   if (!panels_fit(WeightMatrix{type, nullptr, rows, cols}))
     throw std::invalid_argument("q8k panels: a " + ggml_type_name(static_cast<uint32_t>(type)) + " matrix of " +
                                 std::to_string(rows) + " x " + std::to_string(cols) +
-                                " has no panel layout (Q4_K, Q5_K or Q6_K, rows a multiple of 16)");
+                                " has no panel layout (Q4_K, Q5_K, Q6_K or Q8_0, rows a multiple of 16, columns of 256)");
 }
 
 // Rewrites each panel of the matrix through a copy of its bytes.
@@ -177,9 +201,12 @@ void each_panel(GgmlType type, uint8_t* data, int64_t rows, int64_t cols, F&& re
 
 }  // namespace
 
+bool panel_type(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0;
+}
+
 bool panels_fit(const WeightMatrix& W) {
-  return !W.panels && (W.type == GgmlType::Q4_K || W.type == GgmlType::Q5_K || W.type == GgmlType::Q6_K) &&
-         W.rows > 0 && W.rows % kPanelRows == 0 && W.cols > 0 && W.cols % 256 == 0;
+  return !W.panels && panel_type(W.type) && W.rows > 0 && W.rows % kPanelRows == 0 && W.cols > 0 && W.cols % 256 == 0;
 }
 
 }  // namespace fdl::cpu::detail
@@ -243,6 +270,44 @@ float q8k_panel_dot_reference(GgmlType type, const uint8_t* panel, int64_t nb, i
     }
     const float dd = half_at(blk) * x.d, dm = half_at(blk + 2) * x.d;
     acc = acc + (dd * static_cast<float>(S) - dm * static_cast<float>(M));
+  }
+  return acc;
+}
+
+}  // namespace fdl::cpu::detail
+
+namespace fdl::cpu::detail {
+
+void quantize_rows_q16(const float* x, int64_t n_tokens, int64_t cols, Q16Panel* out) {
+  const int64_t nb = cols / 256;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + t * cols + b * 256;
+      Q16Panel& q = out[b * n_tokens + t];
+      float amax = 0.f;
+      bool finite = true;
+      for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(v[i])), finite = finite && std::isfinite(v[i]);
+      if (!finite) {  // NaN or infinite activations give NaN outputs
+        q = Q16Panel{};
+        q.d = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      q.d = amax / 32767.f;
+      const float id = amax > 0.f ? 32767.f / amax : 0.f;
+      for (int i = 0; i < 256; ++i) q.qs[i] = static_cast<int16_t>(std::clamp(std::nearbyint(v[i] * id), -32767.f, 32767.f));
+    }
+}
+
+float q80_panel_dot_reference(const uint8_t* panel, int64_t nb, int r, const Q16Panel* x, int64_t ld) {
+  float acc = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = panel + size_t(b) * 4352;
+    const Q16Panel& xb = x[b * ld];
+    for (int g = 0; g < 8; ++g) {
+      int32_t isum = 0;
+      for (int k = 0; k < 32; ++k) isum += int8_t(pb[512 * g + 32 * (k / 2) + 2 * r + k % 2]) * xb.qs[32 * g + k];
+      acc = std::fma(half_at(pb + 4096 + 32 * g + 2 * r) * xb.d, static_cast<float>(isum), acc);
+    }
   }
   return acc;
 }

@@ -11,10 +11,7 @@
 #include "backend/cpu/q8k_panels.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#include <immintrin.h>
-// GCC 12's AVX-512 intrinsics pass an `_mm512_undefined_*()` (a self-initialized variable) as
-// the unused source of their unmasked forms, which -Wmaybe-uninitialized reports once inlined.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "backend/cpu/panels_vnni.h"
 #endif
 
 #include <cstring>
@@ -40,11 +37,6 @@ __m512i bytes_pair_of_lane(int i) {
   return _mm512_set4_epi32(lane(12), lane(8), lane(4), lane(0));
 }
 
-__m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 __mmask64 mask_at(const uint8_t* p) {
   uint64_t m;
   std::memcpy(&m, p, 8);
@@ -158,42 +150,22 @@ void panel_tokens(const uint8_t* panel, int64_t nb, const Q8Panel* x, int64_t ld
   }
 }
 
-// Panels [p0, p1) against every token: groups of 8, then 4, 2 and 1, each group passing over
-// a panel while it is in L1/L2.
-template <GgmlType kType>
-void panels_rows(const WeightMatrix& W, const Q8Panel* xp, int64_t n_tokens, float* Y, int64_t p0, int64_t p1) {
-  const int64_t nb = W.cols / 256;
-  const size_t panel_bytes = size_t(Format<kType>::kBlock) * size_t(nb);
-  const auto* base = static_cast<const uint8_t*>(W.data);
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* panel = base + size_t(p) * panel_bytes;
-    auto group = [&](auto size, int64_t t0) {
-      constexpr int T = decltype(size)::value;
-      __m512 acc[T];
-      for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-      panel_tokens<kType, T>(panel, nb, xp + t0, n_tokens, acc);
-      for (int t = 0; t < T; ++t) _mm512_storeu_ps(Y + (t0 + t) * W.rows + p * kPanelRows, acc[t]);
-    };
-    int64_t t = 0;
-    for (; t + 8 <= n_tokens; t += 8) group(std::integral_constant<int, 8>{}, t);
-    if (t + 4 <= n_tokens) group(std::integral_constant<int, 4>{}, t), t += 4;
-    if (t + 2 <= n_tokens) group(std::integral_constant<int, 2>{}, t), t += 2;
-    if (t < n_tokens) group(std::integral_constant<int, 1>{}, t);
-  }
-}
-
 }  // namespace
 
 void q8k_panels_vnni(const WeightMatrix& W, const Q8Panel* xp, int64_t n_tokens, float* Y, int64_t row_begin,
                      int64_t row_end) {
-  if (row_begin % kPanelRows != 0 || (row_end % kPanelRows != 0 && row_end != W.rows))
-    throw std::invalid_argument("q8k_panels_vnni: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
-                                ") do not start and end on panels of 16");
-  const int64_t p0 = row_begin / kPanelRows, p1 = (row_end + kPanelRows - 1) / kPanelRows;
+  const int64_t nb = W.cols / 256;
+  auto run = [&](auto type) {
+    constexpr GgmlType kType = decltype(type)::value;
+    panels_by_token_groups("q8k_panels_vnni", W, size_t(Format<kType>::kBlock) * size_t(nb), n_tokens, Y, row_begin,
+                           row_end, [&](auto size, const uint8_t* panel, int64_t t0, auto& acc) {
+                             panel_tokens<kType, decltype(size)::value>(panel, nb, xp + t0, n_tokens, acc);
+                           });
+  };
   switch (W.type) {
-    case GgmlType::Q4_K: return panels_rows<GgmlType::Q4_K>(W, xp, n_tokens, Y, p0, p1);
-    case GgmlType::Q5_K: return panels_rows<GgmlType::Q5_K>(W, xp, n_tokens, Y, p0, p1);
-    case GgmlType::Q6_K: return panels_rows<GgmlType::Q6_K>(W, xp, n_tokens, Y, p0, p1);
+    case GgmlType::Q4_K: return run(std::integral_constant<GgmlType, GgmlType::Q4_K>{});
+    case GgmlType::Q5_K: return run(std::integral_constant<GgmlType, GgmlType::Q5_K>{});
+    case GgmlType::Q6_K: return run(std::integral_constant<GgmlType, GgmlType::Q6_K>{});
     default: throw std::invalid_argument("q8k_panels_vnni: not a K-quant matrix");
   }
 }

@@ -1,7 +1,7 @@
-// A CPU model's K-quant matrices rearranged into panels at load (model/kquant_panels.h): which
+// A CPU model's quantized matrices rearranged into panels at load (model/weight_panels.h): which
 // matrices move, that a zero-copy mapping stays untouched, and that the model's outputs stay
 // those of its rows up to the kernels' last bits.
-#include "model/kquant_panels.h"
+#include "model/weight_panels.h"
 
 #include <gtest/gtest.h>
 
@@ -23,12 +23,12 @@
 namespace fdl::test {
 namespace {
 
-// A Q4_K model: 2 layers, every layer matrix a whole number of panels; a vocab of 600 rows
-// (not a multiple of 16) keeps the output in rows.
-std::filesystem::path q4k_model() {
+// A model of `dtype`: 2 layers, every layer matrix a whole number of panels; a vocab of 600
+// rows (not a multiple of 16) keeps the output in rows.
+std::filesystem::path model_of(GgmlType dtype = GgmlType::Q4_K) {
   tools::MakeModelOptions opt;
-  opt.output = scratch_dir() / "kquant-panels.gguf";
-  opt.dtype = GgmlType::Q4_K;
+  opt.output = scratch_dir() / ("panels-" + ggml_type_name(static_cast<uint32_t>(dtype)) + ".gguf");
+  opt.dtype = dtype;
   opt.dim = 256, opt.ffn_dim = 512, opt.vocab = 600, opt.n_layers = 2;
   opt.weight_std = 0.05f;
   tools::make_model(opt);
@@ -47,27 +47,30 @@ Bound bind(const std::filesystem::path& path, GgufBacking backing) {
   return Bound{std::move(f), std::move(w)};
 }
 
-TEST(KQuantPanels, LayerMatricesMoveAndTheRestStaysInRows) {
-  auto [f, w] = bind(q4k_model(), GgufBacking::HugePageCopy);
-  cpu::ThreadPool pool(2);
-  const int marked = prepare_kquant_panels(w, f, pool);
-  if (!cpu::use_avx512_vnni()) {
-    EXPECT_EQ(marked, 0);
-    GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here: every matrix stays in rows";
+TEST(WeightPanels, LayerMatricesMoveAndTheRestStaysInRows) {
+  for (GgmlType dtype : {GgmlType::Q4_K, GgmlType::Q8_0}) {
+    SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(dtype)));
+    auto [f, w] = bind(model_of(dtype), GgufBacking::HugePageCopy);
+    cpu::ThreadPool pool(2);
+    const int marked = prepare_weight_panels(w, f, pool);
+    if (!cpu::use_avx512_vnni()) {
+      EXPECT_EQ(marked, 0);
+      GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here: every matrix stays in rows";
+    }
+    EXPECT_EQ(marked, 2 * 7);  // q, k, v, o, gate, up, down per layer
+    for (const LlamaLayerWeights& L : w.layers)
+      for (const cpu::WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) EXPECT_TRUE(m->panels);
+    EXPECT_FALSE(w.output.panels);
+    EXPECT_FALSE(w.token_embd.panels);
+    EXPECT_EQ(prepare_weight_panels(w, f, pool), 0);  // nothing left to move
   }
-  EXPECT_EQ(marked, 2 * 7);  // q, k, v, o, gate, up, down per layer
-  for (const LlamaLayerWeights& L : w.layers)
-    for (const cpu::WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) EXPECT_TRUE(m->panels);
-  EXPECT_FALSE(w.output.panels);
-  EXPECT_FALSE(w.token_embd.panels);
-  EXPECT_EQ(prepare_kquant_panels(w, f, pool), 0);  // nothing left to move
 }
 
-TEST(KQuantPanels, ZeroCopyMappingStaysInRows) {
-  const auto path = q4k_model();
+TEST(WeightPanels, ZeroCopyMappingStaysInRows) {
+  const auto path = model_of();
   auto [f, w] = bind(path, GgufBacking::Mmap);
   cpu::ThreadPool pool(1);
-  EXPECT_EQ(prepare_kquant_panels(w, f, pool), 0);
+  EXPECT_EQ(prepare_weight_panels(w, f, pool), 0);
   EXPECT_FALSE(w.layers[0].wq.panels);
   std::ifstream in(path, std::ios::binary);
   const std::vector<char> disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -77,16 +80,18 @@ TEST(KQuantPanels, ZeroCopyMappingStaysInRows) {
   EXPECT_THROW(f.edit_in_place(disk.data(), 1, [](uint8_t*) {}), std::invalid_argument);  // not the file's bytes
 }
 
-// The same model with its matrices in rows (FLASHDLLM_NO_KQUANT_PANELS) and in panels: the two
-// kernels' arithmetic differs in float steps only (exact integer block sums), so the logits
-// agree to float rounding.
-TEST(KQuantPanels, PanelsGiveTheLogitsOfTheRowsUpToRounding) {
+// The same model with its matrices in rows (FLASHDLLM_NO_WEIGHT_PANELS) and in panels: K-quant
+// kernels differ in float steps only (exact integer block sums); Q8_0's 16-bit activations
+// round each value to 1/65534 of its block's largest. The logits agree closely.
+TEST(WeightPanels, PanelsGiveTheLogitsOfTheRowsUpToRounding) {
   if (!cpu::use_avx512_vnni()) GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here";
-  const auto path = q4k_model();
+  for (GgmlType dtype : {GgmlType::Q4_K, GgmlType::Q8_0}) {
+  SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(dtype)));
+  const auto path = model_of(dtype);
   const std::vector<int32_t> prompt = {1, 300, 17, 42, 599, 5, 77, 123};
-  ::setenv("FLASHDLLM_NO_KQUANT_PANELS", "1", 1);
+  ::setenv("FLASHDLLM_NO_WEIGHT_PANELS", "1", 1);
   auto rows = Model::load(path, ModelOptions{.n_threads = 2});
-  ::unsetenv("FLASHDLLM_NO_KQUANT_PANELS");
+  ::unsetenv("FLASHDLLM_NO_WEIGHT_PANELS");
   auto panels = Model::load(path, ModelOptions{.n_threads = 2});
   const std::vector<float> a = prefill_logits(*rows, prompt), b = prefill_logits(*panels, prompt);
   ASSERT_EQ(a.size(), b.size());
@@ -94,6 +99,7 @@ TEST(KQuantPanels, PanelsGiveTheLogitsOfTheRowsUpToRounding) {
   for (size_t i = 0; i < a.size(); ++i) diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(a[i]) * a[i];
   EXPECT_LT(std::sqrt(diff / norm), 1e-4);
   EXPECT_NE(a, b);  // the panel kernels really ran
+  }
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// kquant_panels.h — rearranges a CPU model's K-quant matrices (Q4_K, Q5_K, Q6_K) in place into
-// the panels of 16 rows that the AVX-512 VNNI kernels read (backend/cpu/q8k_panels.h), where
+// weight_panels.h — rearranges a CPU model's block-quantized matrices (Q4_K, Q5_K, Q6_K, Q8_0)
+// in place into the panels of 16 rows that the AVX-512 VNNI kernels read
+// (backend/cpu/q8k_panels.h), where
 // those kernels run and the weights are held as a private copy (GgufBacking::HugePageCopy, or
 // a model built in memory). Same bytes, no extra memory; matmul then runs each such matrix
 // through the panel kernels, whose arithmetic differs from the row kernels' in the last bits
 // (each is batch-invariant).
-// FLASHDLLM_NO_KQUANT_PANELS (set, not "0") keeps every matrix in GGUF rows.
+// FLASHDLLM_NO_WEIGHT_PANELS (set, not "0") keeps every matrix in GGUF rows.
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
@@ -20,6 +21,6 @@ namespace fdl {
 /// as does everything when the CPU lacks AVX-512 BW/VNNI or the file is a zero-copy mapping.
 /// Returns the number of views marked. Call before the model runs: nothing may read the
 /// weights meanwhile.
-int prepare_kquant_panels(LlamaWeights& w, GgufFile& file, cpu::ThreadPool& pool);
+int prepare_weight_panels(LlamaWeights& w, GgufFile& file, cpu::ThreadPool& pool);
 
 }  // namespace fdl

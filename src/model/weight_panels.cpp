@@ -1,5 +1,5 @@
-// The CPU model's K-quant matrices rearranged into panels at load (kquant_panels.h).
-#include "model/kquant_panels.h"
+// The CPU model's block-quantized matrices rearranged into panels at load (weight_panels.h).
+#include "model/weight_panels.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -21,7 +21,7 @@ struct Region {
 };
 
 bool disabled_by_env() {
-  const char* v = std::getenv("FLASHDLLM_NO_KQUANT_PANELS");
+  const char* v = std::getenv("FLASHDLLM_NO_WEIGHT_PANELS");
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
@@ -58,13 +58,13 @@ void rearrange(const Region& r, uint8_t* writable, cpu::ThreadPool& pool) {
 
 }  // namespace
 
-int prepare_kquant_panels(LlamaWeights& w, GgufFile& file, cpu::ThreadPool& pool) {
+int prepare_weight_panels(LlamaWeights& w, GgufFile& file, cpu::ThreadPool& pool) {
   if (!cpu::use_avx512_vnni() || disabled_by_env()) return 0;
   std::vector<cpu::WeightMatrix*> views;
   for (LlamaLayerWeights& L : w.layers)
     for (cpu::WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      if (m->data != nullptr && m->rows > 0 && cpu::detail::q8k_weight_type(m->type)) views.push_back(m);
-  if (w.output.data != nullptr && w.output.data != w.token_embd.data && cpu::detail::q8k_weight_type(w.output.type))
+      if (m->data != nullptr && m->rows > 0 && cpu::detail::panel_type(m->type)) views.push_back(m);
+  if (w.output.data != nullptr && w.output.data != w.token_embd.data && cpu::detail::panel_type(w.output.type))
     views.push_back(&w.output);
 
   // Each view's region: the file tensor that holds it, or the reordered copy it points into.
