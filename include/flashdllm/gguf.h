@@ -24,7 +24,10 @@
 // Getter errors name the key: "model.gguf: metadata key 'llama.block_count' has type STRING,
 // expected an unsigned integer".
 //
-// Thread-safety: a constructed GgufFile is immutable; concurrent const access is safe.
+// Thread-safety: concurrent const access is safe. The only mutation is edit_in_place, by which a
+// backend rearranges tensor bytes for its kernels at load (the CPU model's weight panels:
+// after such a load, those tensors' `data` no longer holds GGUF rows); it must not run
+// concurrently with any other access.
 #pragma once
 
 #include <cstdint>
@@ -163,9 +166,11 @@ class GgufFile {
   /// Runs `edit` on the `n` held bytes at `p` (within the tensor data) made writable for the
   /// call, for a backend that rearranges a tensor in place into its kernels' layout. Returns
   /// false without running it where the bytes are a zero-copy mapping of the file
-  /// (GgufBacking::Mmap: the pages stay shared with the page cache); the file on disk is
-  /// never written. Throws std::invalid_argument if [p, p + n) is not within the tensor
-  /// data. Not thread-safe: no other thread may read those bytes during the call.
+  /// (GgufBacking::Mmap: the pages stay shared with the page cache) or cannot be made
+  /// writable; the file on disk is never written. Throws std::invalid_argument if
+  /// [p, p + n) is not within the tensor data; an exception from `edit` propagates with the
+  /// bytes as `edit` left them (read-only again). Not thread-safe: no other thread may access
+  /// the file during the call.
   bool edit_in_place(const void* p, size_t n, const std::function<void(uint8_t*)>& edit);
   const GgufTensorInfo& tensor(std::string_view name) const;       ///< throws if absent
 

@@ -197,7 +197,10 @@ struct ModelOptions {
   int n_threads = 0;  ///< 0 = hardware concurrency (ModelError if negative); CPU only
   /// How the weights are held: a huge-page copy by default (faster decode: fewer TLB misses
   /// while streaming every weight once per token), or a zero-copy mmap (`--mmap`) for models
-  /// that should share the page cache or load lazily. See GgufBacking.
+  /// that should share the page cache or load lazily. See GgufBacking. With the copy, a CPU
+  /// with AVX-512 VNNI gets the quantized layer matrices rearranged in it into its kernels'
+  /// panels (src/model/weight_panels.h), so Model::gguf()'s tensor bytes are then not all
+  /// GGUF rows.
   /// (CPU only: the CUDA model maps the file and copies the weights to the GPU once.)
   GgufBacking weights = GgufBacking::HugePageCopy;
   Device device = Device::Cpu;  ///< `--device cpu|cuda`

@@ -352,7 +352,7 @@ std::pair<void*, uint64_t> read_into_huge_pages(int fd, uint64_t size, const std
     }
     done += static_cast<uint64_t>(n);
   }
-  ::mprotect(p, length, PROT_READ);  // weights are never written
+  ::mprotect(p, length, PROT_READ);  // read-only except during edit_in_place
   return {p, length};
 }
 
@@ -427,12 +427,13 @@ uint64_t GgufFile::file_size() const { return impl_->size; }
 const std::string& GgufFile::path() const { return impl_->path; }
 
 bool GgufFile::edit_in_place(const void* p, size_t n, const std::function<void(uint8_t*)>& edit) {
-  const auto* at = static_cast<const uint8_t*>(p);
-  const uint8_t* data = impl_->base + impl_->data_offset;
-  const uint8_t* end = impl_->base + impl_->size;
-  if (at < data || at > end || n > size_t(end - at))
+  // Addresses compared as integers: `p` may point anywhere, not only into the file's bytes.
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto data = reinterpret_cast<uintptr_t>(impl_->base + impl_->data_offset);
+  const auto end = reinterpret_cast<uintptr_t>(impl_->base + impl_->size);
+  if (at < data || at > end || n > end - at)
     throw std::invalid_argument(impl_->path + ": edit_in_place: the bytes are not within the tensor data");
-  auto* bytes = const_cast<uint8_t*>(at);  // the held copy is ours; only a file mapping is refused below
+  auto* bytes = const_cast<uint8_t*>(static_cast<const uint8_t*>(p));  // the held copy is ours (a file mapping is refused below)
   if (!impl_->owned.empty()) {
     edit(bytes);
     return true;
@@ -440,8 +441,7 @@ bool GgufFile::edit_in_place(const void* p, size_t n, const std::function<void(u
   if (impl_->mapping == nullptr || !impl_->mapping_is_copy) return false;
   // The copy is read-only between edits (read_into_huge_pages). The whole mapping opens for
   // the call: protecting part of it would split it, and with it its huge pages.
-  if (::mprotect(impl_->mapping, impl_->mapping_size, PROT_READ | PROT_WRITE) != 0)
-    throw GgufError(impl_->path + ": cannot make the weights writable: " + std::strerror(errno));
+  if (::mprotect(impl_->mapping, impl_->mapping_size, PROT_READ | PROT_WRITE) != 0) return false;
   try {
     edit(bytes);
   } catch (...) {

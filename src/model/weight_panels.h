@@ -18,7 +18,9 @@ namespace fdl {
 /// rewritten on its own), and marks its views (WeightMatrix::panels). A tensor is rearranged
 /// only when the layer and output views that point into it cover it whole, each starting and
 /// ending on a 16-row boundary; the token embedding (and an output tied to it) stays in rows,
-/// as does everything when the CPU lacks AVX-512 BW/VNNI or the file is a zero-copy mapping.
+/// as does everything when the CPU lacks AVX-512 BW/VNNI, and every file tensor when the file
+/// is a zero-copy mapping (the model's own reordered copies, LlamaWeights::owned_rows, still
+/// move).
 /// Returns the number of views marked. Call before the model runs: nothing may read the
 /// weights meanwhile.
 int prepare_weight_panels(LlamaWeights& w, GgufFile& file, cpu::ThreadPool& pool);

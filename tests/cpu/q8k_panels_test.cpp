@@ -134,12 +134,13 @@ TEST(KQuantPanels, VnniKernelsGiveTheReferenceBitsForEveryTokenCount) {
   }
 }
 
-// Through matmul: a matrix in panels gives each token the same bits alone or in any batch,
-// on any number of threads.
-TEST(KQuantPanels, MatmulOfPanelsIsBatchInvariant) {
+// Through matmul (which must notice `panels`, quantize the activations for them and pass them
+// on): each token's outputs are the panel reference's bits, alone or in any batch, on any
+// number of threads.
+TEST(KQuantPanels, MatmulOfPanelsGivesTheReferenceBitsInAnyBatch) {
   if (!use_avx512_vnni()) GTEST_SKIP() << "AVX-512 BW/VNNI kernels unavailable here";
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
-    const int64_t rows = 256, cols = 512, n = 37;
+    const int64_t rows = 256, cols = 512, n = 37, nb = cols / 256;
     const auto w = make_weights(type, rows, cols, 7);
     std::vector<unsigned char> panels = w.bytes;
     detail::to_panels(type, panels.data(), rows, cols);
@@ -148,12 +149,33 @@ TEST(KQuantPanels, MatmulOfPanelsIsBatchInvariant) {
     ThreadPool one(1), two(2);
     std::vector<float> all(static_cast<size_t>(n * rows)), single(static_cast<size_t>(rows));
     matmul(two, W, x.data(), n, all.data());
+    const Activations a = quantized(x, n, cols);
+    std::vector<detail::Q16Panel> a16(static_cast<size_t>(n * nb));
+    detail::quantize_rows_q16(x.data(), n, cols, a16.data());
+    const size_t panel_bytes = weight_row_bytes(type, cols) * 16;
     for (int64_t t : {int64_t(0), int64_t(17), n - 1}) {
       matmul(one, W, x.data() + t * cols, 1, single.data());
       ASSERT_EQ(std::memcmp(single.data(), all.data() + t * rows, sizeof(float) * size_t(rows)), 0)
           << test::type_label(type) << " token " << t;
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* panel = panels.data() + size_t(r / 16) * panel_bytes;
+        const float want = type == GgmlType::Q8_0
+                               ? detail::q80_panel_dot_reference(panel, nb, int(r % 16), a16.data() + t, n)
+                               : reference(type, panels, cols, r, a, t);
+        ASSERT_EQ(std::memcmp(&all[size_t(t * rows + r)], &want, sizeof(float)), 0)
+            << test::type_label(type) << " token " << t << " row " << r;
+      }
     }
   }
+}
+
+// A matrix marked as panels that cannot be (a shape without panels) is refused, not run.
+TEST(KQuantPanels, MatmulRefusesAMatrixMarkedAsPanelsWithoutTheirShape) {
+  std::vector<unsigned char> bytes(weight_row_bytes(GgmlType::Q4_K, 256) * 24);
+  std::vector<float> x(256), y(24);
+  ThreadPool pool(1);
+  EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::Q4_K, bytes.data(), 24, 256, true}, x.data(), 1, y.data()),
+               std::invalid_argument);
 }
 
 // Q8_0 in panels: 16-bit activations (the vectorized rounding gives the portable bytes), the

@@ -18,9 +18,10 @@ namespace fdl::cpu {
 namespace {
 
 // Rows per unit of work handed to a thread. A multiple of every kernel's row tile so that
-// slices only end mid-tile at the matrix edge (correctness does not depend on it: each
-// output's arithmetic is the same in every tile shape).
+// slices only end mid-tile at the matrix edge (each output's arithmetic is the same in every
+// tile shape), and of the panels' 16 rows, which the panel kernels require.
 constexpr int64_t kRowGrain = 16;
+static_assert(kRowGrain % detail::kPanelRows == 0, "row slices must hold whole panels");
 // Row slices per pool thread. More than one lets the pool rebalance when a core is shared
 // with another process (a fixed half per thread would run at the slowest thread's pace);
 // slices stay large enough (>= 16 rows) to stream weights efficiently.
@@ -49,8 +50,8 @@ const detail::BlockQ8K* q8k_activations(const float* X, int64_t n_tokens, int64_
   return block_major.data();
 }
 
-// The same activations as the panel kernels read them (q8k_panels.h), from the rows
-// q8k_activations left in this thread's scratch.
+// The activations as the K-quant panel kernels read them (q8k_panels.h), quantized into this
+// thread's own scratch.
 const detail::Q8Panel* q8k_panel_activations(const float* X, int64_t n_tokens, int64_t cols) {
   thread_local std::vector<detail::BlockQ8K> rows;
   thread_local std::vector<detail::Q8Panel> panels;
@@ -136,6 +137,13 @@ detail::MatmulRowsFn rows_fn_for(int64_t n_tokens) {
 // The kernel of a call: its activations quantized once, by the calling thread.
 RowsKernel rows_kernel_for(const WeightMatrix* const* W, int n_mats, const float* X, int64_t n_tokens) {
   const int64_t cols = W[0]->cols;
+  for (int i = 0; i < n_mats; ++i)
+    if (W[i]->panels) {
+      WeightMatrix rows = *W[i];
+      rows.panels = false;
+      require(detail::panels_fit(rows) && use_avx512_vnni(),
+              "a matrix marked as panels without a panel shape, or without the AVX-512 VNNI kernels to run it");
+    }
   return RowsKernel{rows_fn_for(n_tokens), wants_q8k(W, n_mats) ? q8k_activations(X, n_tokens, cols) : nullptr,
                     wants_panels(W, n_mats, false) ? q8k_panel_activations(X, n_tokens, cols) : nullptr,
                     wants_panels(W, n_mats, true) ? q16_panel_activations(X, n_tokens, cols) : nullptr};

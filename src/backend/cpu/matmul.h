@@ -18,8 +18,10 @@
 // activations quantized to 8 bits per 256-value block (q8k.h: exact int32 sums per block and
 // lane, then the same float steps for every token count), as llama.cpp's CPU kernels do; the
 // activations' rounding adds up to half of 1/127 of each block's largest value per product.
-// A K-quant matrix in panels (WeightMatrix::panels, where the CPU has AVX-512 VNNI) takes
-// q8k_panels.h's kernels instead: the same integers, one float step per block and row.
+// A Q4_K, Q5_K, Q6_K or Q8_0 matrix in panels (WeightMatrix::panels, made only where the CPU
+// has AVX-512 BW + VNNI) takes q8k_panels.h's kernels instead, whatever kernel set is forced
+// (force_portable_kernels, force_avx2_tiles): the K-quants' same exact integers with one float
+// step per block and row, Q8_0 against 16-bit activations.
 //
 // Thread-safety: matmul may run concurrently from several threads on different pools; on
 // one pool, calls are serialized by the pool.
@@ -37,7 +39,7 @@ namespace fdl::cpu {
 /// A row-major weight matrix as stored in GGUF: `rows` rows of `cols` elements of ggml type
 /// `type` (ggml tensor ne = {cols, rows}); rows are contiguous, no padding between them.
 /// The data is only read and must outlive the call.
-/// With `panels`, the same bytes hold a K-quant matrix rearranged into panels of 16 rows
+/// With `panels`, the same bytes hold a Q4_K/Q5_K/Q6_K/Q8_0 matrix rearranged into panels of 16 rows
 /// (model/weight_panels.h rearranges a loaded model's where the AVX-512 VNNI kernels run); a view of rows
 /// [16i, 16j) of it is again such a matrix.
 struct WeightMatrix {
@@ -73,7 +75,8 @@ size_t weight_row_bytes(GgmlType type, int64_t cols);
 /// pack panels. With AVX2, Q4_K, Q5_K and Q6_K take the integer kernels of q8k.h instead
 /// (the activations quantized once per call by the calling thread).
 /// Throws std::invalid_argument if the type is unsupported, a dimension is negative, cols is
-/// not a whole number of the type's blocks, or a pointer is null while its size is > 0.
+/// not a whole number of the type's blocks, a pointer is null while its size is > 0, or W is
+/// marked `panels` without a panel shape or where the panel kernels cannot run.
 void matmul(ThreadPool& pool, const WeightMatrix& W, const float* X, int64_t n_tokens, float* Y);
 
 /// Most matrices matmul_multi takes.

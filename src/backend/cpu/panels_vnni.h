@@ -8,14 +8,13 @@
 
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #include "backend/cpu/q8k_panels.h"
 
 // GCC 12's AVX-512 intrinsics pass an `_mm512_undefined_*()` (a self-initialized variable) as
-// the unused source of their unmasked forms, which -Wmaybe-uninitialized reports once inlined.
+// the unused source of their unmasked forms, which -Wmaybe-uninitialized reports once inlined
+// into the including file's kernels: off for that whole file, on purpose.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace fdl::cpu::detail {
@@ -28,17 +27,15 @@ __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Y[t * W.rows + r] for rows [row_begin, row_end) (whole panels, or up to W.rows): per panel
+// Y[t * W.rows + r] for rows [row_begin, row_end) (whole panels): per panel
 // (panel_bytes each), tokens(std::integral_constant<int, T>, panel, t0, acc) adds tokens
 // t0 .. t0 + T - 1 into acc[T] (lane r: the panel's row r), stored after each group.
 template <typename Tokens>
 void panels_by_token_groups(const char* name, const WeightMatrix& W, size_t panel_bytes, int64_t n_tokens, float* Y,
                             int64_t row_begin, int64_t row_end, Tokens&& tokens) {
-  if (row_begin % kPanelRows != 0 || (row_end % kPanelRows != 0 && row_end != W.rows))
-    throw std::invalid_argument(std::string(name) + ": rows [" + std::to_string(row_begin) + ", " +
-                                std::to_string(row_end) + ") do not start and end on panels of 16");
+  check_panel_rows(name, W.rows, row_begin, row_end);
   const auto* base = static_cast<const uint8_t*>(W.data);
-  for (int64_t p = row_begin / kPanelRows; p < (row_end + kPanelRows - 1) / kPanelRows; ++p) {
+  for (int64_t p = row_begin / kPanelRows; p < row_end / kPanelRows; ++p) {
     const uint8_t* panel = base + size_t(p) * panel_bytes;
     auto group = [&](auto size, int64_t t0) {
       constexpr int T = decltype(size)::value;

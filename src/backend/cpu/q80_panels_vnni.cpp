@@ -82,7 +82,8 @@ void quantize_rows_q16_vnni(const float* x, int64_t n_tokens, int64_t cols, Q16P
       }
       const float amax = _mm512_reduce_max_ps(mx);
       q.d = amax / 32767.f;
-      const __m512 id = _mm512_set1_ps(amax > 0.f ? 32767.f / amax : 0.f);
+      const float inv = 32767.f / amax;  // a block this small that it overflows: zeros (quantize_rows_q16)
+      const __m512 id = _mm512_set1_ps(amax > 0.f && inv < std::numeric_limits<float>::infinity() ? inv : 0.f);
       for (int i = 0; i < 256; i += 16) {  // round to nearest even (MXCSR's default), clamped
         const __m512i w = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), id), lo), hi));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.qs + i), _mm512_cvtepi32_epi16(w));

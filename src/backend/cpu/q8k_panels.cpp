@@ -213,6 +213,14 @@ bool panels_fit(const WeightMatrix& W) {
 
 namespace fdl::cpu::detail {
 
+void check_panel_rows(const char* kernel, int64_t rows, int64_t row_begin, int64_t row_end) {
+  if (rows % kPanelRows != 0 || row_begin < 0 || row_begin % kPanelRows != 0 || row_end % kPanelRows != 0 ||
+      row_end < row_begin || row_end > rows)
+    throw std::invalid_argument(std::string(kernel) + ": rows [" + std::to_string(row_begin) + ", " +
+                                std::to_string(row_end) + ") are not whole panels of 16 of a matrix of " +
+                                std::to_string(rows) + " rows");
+}
+
 void to_panels(GgmlType type, uint8_t* data, int64_t rows, int64_t cols) {
   each_panel(type, data, rows, cols, [type](const PanelFormat& f, const uint8_t* src, uint8_t* panel, int64_t b, size_t row_bytes) {
     write_panel_block(type, f, src + size_t(b) * size_t(f.block_bytes), row_bytes, panel + size_t(b) * 16 * size_t(f.block_bytes));
@@ -293,7 +301,8 @@ void quantize_rows_q16(const float* x, int64_t n_tokens, int64_t cols, Q16Panel*
         continue;
       }
       q.d = amax / 32767.f;
-      const float id = amax > 0.f ? 32767.f / amax : 0.f;
+      // A block this small (32767 / amax overflowing) rounds to zeros, as a block of zeros.
+      const float id = amax > 0.f && std::isfinite(32767.f / amax) ? 32767.f / amax : 0.f;
       for (int i = 0; i < 256; ++i) q.qs[i] = static_cast<int16_t>(std::clamp(std::nearbyint(v[i] * id), -32767.f, 32767.f));
     }
 }

@@ -106,8 +106,13 @@ void quantize_rows_q16_vnni(const float* x, int64_t n_tokens, int64_t cols, Q16P
 /// Row r (< 16) of a Q8_0 panel of nb blocks of 256 against one token's blocks x[b * ld].
 float q80_panel_dot_reference(const uint8_t* panel, int64_t nb, int r, const Q16Panel* x, int64_t ld);
 
-/// Y[t * W.rows + r] for t < n_tokens, r in [row_begin, row_end) (multiples of 16 or
-/// W.rows): W in panels against the block-major activations xp (to_panel_activations).
+/// Throws std::invalid_argument naming `kernel` unless [row_begin, row_end) is whole panels of
+/// a matrix of `rows` rows (a multiple of 16). Outside the kernels' files: they are compiled
+/// with AVX-512, the string code of an error message must not be.
+void check_panel_rows(const char* kernel, int64_t rows, int64_t row_begin, int64_t row_end);
+
+/// Y[t * W.rows + r] for t < n_tokens, r in [row_begin, row_end) (multiples of 16; W.rows a
+/// multiple of 16): W in panels against the block-major activations xp (to_panel_activations).
 /// AVX-512 BW + VNNI; only call when use_avx512_vnni() is true.
 void q8k_panels_vnni(const WeightMatrix& W, const Q8Panel* xp, int64_t n_tokens, float* Y, int64_t row_begin,
                      int64_t row_end);

@@ -16,7 +16,6 @@
 
 #include <cstring>
 #include <stdexcept>
-#include <string>
 #include <type_traits>
 
 namespace fdl::cpu::detail {
