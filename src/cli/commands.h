@@ -14,6 +14,7 @@ namespace fdl::cli {
 
 void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_render_template_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 /// `profile`: the storage profile behind KV tier placement (src/kv/storage_profile.h).

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   fdl::cli::add_bench_command(app);
   fdl::cli::add_profile_command(app);
   fdl::cli::add_tokenize_command(app);
+  fdl::cli::add_render_template_command(app);
   fdl::cli::add_info_command(app);
   fdl::cli::add_tools_command(app);
   fdl::cli::add_serve_command(app);

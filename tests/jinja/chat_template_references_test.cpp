@@ -1,0 +1,86 @@
+// Real chat templates (../shared/chat-templates: 71 templates, six conversations each) rendered
+// by the interpreter against Hugging Face Transformers' renderings of the same requests.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "jinja/template.h"
+#include "test_support.h"
+
+namespace fdl::jinja {
+namespace {
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The references' clock: 2026-12-02 09:30:00.
+std::tm pinned_clock() {
+  std::tm t{};
+  t.tm_year = 2026 - 1900, t.tm_mon = 11, t.tm_mday = 2, t.tm_hour = 9, t.tm_min = 30;
+  std::mktime(&t);  // fills tm_wday and tm_yday
+  return t;
+}
+
+TEST(ChatTemplateReferences, RenderLikeTransformers) {
+  const auto dir = test::shared_dir() / "chat-templates";
+  const auto refs = nlohmann::ordered_json::parse(read_file(dir / "references.json"));
+  std::map<std::string, std::unique_ptr<Template>> templates;
+  std::map<std::string, std::string> parse_errors;
+  int rendered = 0, matched = 0, raised = 0, refused = 0;
+  std::string report;
+  RenderOptions opt;
+  opt.clock = pinned_clock;
+  for (const auto& c : refs["cases"]) {
+    const std::string name = c["template"];
+    if (!templates.count(name) && !parse_errors.count(name)) {
+      try {
+        templates[name] = std::make_unique<Template>(read_file(dir / "templates" / name));
+      } catch (const TemplateError& e) {
+        parse_errors[name] = e.what();
+      }
+    }
+    Object ctx;
+    ctx.set(Value("messages"), Value::from_json(c["messages"]));
+    ctx.set(Value("tools"), Value::from_json(c["tools"]));
+    ctx.set(Value("documents"), Value::none());
+    ctx.set(Value("add_generation_prompt"), Value(c["add_generation_prompt"].get<bool>()));
+    ctx.set(Value("bos_token"), Value(c["bos_token"].get<std::string>()));
+    ctx.set(Value("eos_token"), Value(c["eos_token"].get<std::string>()));
+    std::string got, error;
+    if (parse_errors.count(name)) {
+      error = parse_errors[name];
+    } else {
+      try {
+        got = templates[name]->render(ctx, opt);
+      } catch (const TemplateError& e) {
+        error = e.what();
+      }
+    }
+    const std::string label = name + " / " + c["conversation"].get<std::string>();
+    if (c.contains("expected")) {
+      ++rendered;
+      if (error.empty() && got == c["expected"].get<std::string>()) ++matched;
+      else report += "  differs: " + label + (error.empty() ? "" : " (" + error + ")") + "\n";
+    } else {
+      ++raised;
+      if (!error.empty()) ++refused;
+      else report += "  rendered where Transformers raised: " + label + "\n";
+    }
+  }
+  std::printf("%d of %d renderings byte-identical; %d of %d raising cases refused\n%s", matched, rendered, refused,
+              raised, report.c_str());
+  EXPECT_EQ(refused, raised);
+  EXPECT_GE(matched, rendered * 98 / 100);
+}
+
+}  // namespace
+}  // namespace fdl::jinja

@@ -1,0 +1,137 @@
+// The Jinja interpreter's semantics one feature at a time, each expected output as Python's
+// jinja2 (trim_blocks, lstrip_blocks, Transformers' tojson) gives it.
+#include <gtest/gtest.h>
+
+#include <ctime>
+#include <string>
+
+#include "jinja/template.h"
+
+namespace fdl::jinja {
+namespace {
+
+std::string render(const std::string& src, const std::string& vars_json = "{}") {
+  RenderOptions opt;
+  opt.clock = [] {
+    std::tm t{};
+    t.tm_year = 2026 - 1900, t.tm_mon = 11, t.tm_mday = 2, t.tm_hour = 9, t.tm_min = 30;
+    std::mktime(&t);
+    return t;
+  };
+  return Template(src).render(chat_context(nlohmann::ordered_json::parse(vars_json)), opt);
+}
+
+std::string error_of(const std::string& src, const std::string& vars_json = "{}") {
+  try {
+    render(src, vars_json);
+  } catch (const TemplateError& e) {
+    return e.what();
+  }
+  return "(rendered)";
+}
+
+TEST(Jinja, WhitespaceControlTrimsAndLstrips) {
+  EXPECT_EQ(render("a  {{- 'b' -}}  c"), "abc");
+  EXPECT_EQ(render("{% if true %}\nx\n{% endif %}\ny"), "x\ny");          // trim_blocks
+  EXPECT_EQ(render("  {% if true %}x{% endif %}"), "x");                  // lstrip_blocks
+  EXPECT_EQ(render("a  {% if true %}x{% endif %}"), "a  x");              // not at a line start
+  EXPECT_EQ(render("  {%+ if true %}x{% endif %}"), "  x");               // + keeps the indent
+  EXPECT_EQ(render("a{# note #}\nb"), "ab");                               // comments trim too
+  EXPECT_EQ(render("{{ 'x' }}\ny"), "x\ny");                               // not after }}
+  EXPECT_EQ(render("{% raw %}{{ not }}{% endraw %}"), "{{ not }}");
+}
+
+TEST(Jinja, LoopsScopesAndNamespaces) {
+  EXPECT_EQ(render("{% for x in [1,2,3] %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}"),
+            "11,22,33");
+  EXPECT_EQ(render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for x in [1,2,3,4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}"), "2242");
+  EXPECT_EQ(render("{% for x in [1,2,3] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+            "1");
+  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"), "a=1;b=2;");
+  // A set inside a loop stays there; a namespace carries the value out.
+  EXPECT_EQ(render("{% set n = 0 %}{% for x in [1,2] %}{% set n = n + x %}{% endfor %}{{ n }}"), "0");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for x in [1,2] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}"),
+            "3");
+  EXPECT_EQ(render("{% for x in 'ab' %}{{ loop.previtem is defined }}{{ x }}{% endfor %}"), "FalseaTrueb");
+}
+
+TEST(Jinja, MacrosAndCallBlocks) {
+  EXPECT_EQ(render("{% macro greet(name, mark='!') %}Hi {{ name }}{{ mark }}{% endmacro %}{{ greet('Ann') }}{{ greet('Bo', mark='?') }}"),
+            "Hi Ann!Hi Bo?");
+  EXPECT_EQ(render("{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% call wrap() %}in{% endcall %}"), "[in]");
+  EXPECT_EQ(render("{% set x %}a{{ 1 + 1 }}{% endset %}{{ x }}"), "a2");
+  EXPECT_EQ(render("{% filter upper %}abc{% endfilter %}"), "ABC");
+}
+
+TEST(Jinja, ValuesPrintAsPythonDoes) {
+  EXPECT_EQ(render("{{ none }} {{ true }} {{ 1.0 }} {{ 1e-5 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 / 2 }} {{ -7 % 3 }}"),
+            "None True 1.0 1e-05 3 -4 3.5 2");
+  EXPECT_EQ(render("{{ ['a', 1, none, {'k': \"it's\"}] }}"), "['a', 1, None, {'k': \"it's\"}]");
+  EXPECT_EQ(render("{{ 'abcdef'[1:4] }}{{ 'abc'[::-1] }}{{ [1,2,3][-1] }}"), "bcdcba3");
+  EXPECT_EQ(render("{{ 'x' ~ 1 ~ none }}"), "x1None");
+  EXPECT_EQ(render("{{ 'Café'|length }}"), "4");  // code points, not bytes
+}
+
+TEST(Jinja, TojsonAsTransformersDefinesIt) {
+  const std::string vars = R"({"v": {"b": [1, 2.5, true, null], "a": "é\"\n"}})";
+  EXPECT_EQ(render("{{ v|tojson }}", vars), R"({"b": [1, 2.5, true, null], "a": "é\"\n"})");
+  EXPECT_EQ(render("{{ v|tojson(indent=2) }}", vars),
+            "{\n  \"b\": [\n    1,\n    2.5,\n    true,\n    null\n  ],\n  \"a\": \"é\\\"\\n\"\n}");
+  EXPECT_EQ(render("{{ v|tojson(sort_keys=true) }}", vars), R"({"a": "é\"\n", "b": [1, 2.5, true, null]})");
+  EXPECT_EQ(render("{{ v|tojson(separators=(',', ':')) }}", vars), R"({"b":[1,2.5,true,null],"a":"é\"\n"})");
+}
+
+TEST(Jinja, FiltersTestsAndMethods) {
+  const std::string vars = R"({"people": [{"name": "b", "age": 3}, {"name": "a", "age": 5}, {"name": "c"}]})";
+  EXPECT_EQ(render("{{ people|map(attribute='name')|join(',') }}", vars), "b,a,c");
+  EXPECT_EQ(render("{{ people|selectattr('age', 'defined')|map(attribute='name')|list }}", vars), "['b', 'a']");
+  EXPECT_EQ(render("{{ people|rejectattr('age')|list|length }}", vars), "1");
+  EXPECT_EQ(render("{{ people|sort(attribute='name')|map(attribute='name')|join }}", vars), "abc");
+  EXPECT_EQ(render("{{ {'b': 1, 'A': 2}|dictsort }}{{ (1,) }}"), "[('A', 2), ('b', 1)](1,)");
+  EXPECT_EQ(render("{{ ''|default('d') }}{{ ''|default('d', true) }}{{ missing|default('m') }}"), "dm");
+  EXPECT_EQ(render("{{ 'a\nb'|indent(2) }}|{{ 'a\nb'|indent(2, true) }}"), "a\n  b|  a\n  b");
+  EXPECT_EQ(render("{{ '  x  '|trim }}{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}"), "x['a', 'b', '', 'c']['a', 'b']");
+  EXPECT_EQ(render("{{ 'Hello'.startswith(('x', 'He')) }}{{ 'abc'.replace('b', 'B') }}{{ '{}-{x}'.format(1, x=2) }}"),
+            "TrueaBc1-2");
+  EXPECT_EQ(render("{{ 3 is odd }}{{ 'a' is string }}{{ {} is mapping }}{{ none is none }}{{ 4 is divisibleby 2 }}"),
+            "TrueTrueTrueTrueTrue");
+  EXPECT_EQ(render("{{ 'b' in 'abc' }}{{ 2 in [1,2] }}{{ 'k' in {'k': 1} }}{{ 3 not in [1] }}"), "TrueTrueTrueTrue");
+  EXPECT_EQ(render("{{ strftime_now('%d %b %Y') }}"), "02 Dec 2026");
+}
+
+// markupsafe: Markup + str escapes the plain side; a generator has no len() and no JSON form.
+TEST(Jinja, MarkupAndGeneratorsBehaveAsInJinja2) {
+  EXPECT_EQ(render("{{ 'a'|safe + '<\"b\">' }}"), "a&lt;&#34;b&#34;&gt;");
+  EXPECT_EQ(render("{{ [1,2]|map('string')|list }}"), "['1', '2']");
+  EXPECT_NE(error_of("{{ [1,2]|map('string')|tojson }}").find("generator is not JSON serializable"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1]|select|length }}").find("has no len()"), std::string::npos);
+  EXPECT_EQ(render("{{ none|selectattr('x')|list }}"), "[]");  // a false sequence filters to nothing
+}
+
+TEST(Jinja, ErrorsNameTheProblem) {
+  EXPECT_NE(error_of("{% if x %}").find("missing 'endif'"), std::string::npos);
+  EXPECT_NE(error_of("line\n{{ 1 + }}").find("line 2"), std::string::npos);
+  EXPECT_NE(error_of("{% frobnicate %}").find("unknown statement 'frobnicate'"), std::string::npos);
+  EXPECT_EQ(error_of("{{ raise_exception('Only user and assistant roles') }}"), "Only user and assistant roles");
+  EXPECT_NE(error_of("{{ missing.attr }}").find("'missing' is undefined"), std::string::npos);
+  EXPECT_NE(error_of("{{ m.a.b }}", R"({"m": {}})").find("has no attribute 'a'"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'a' + 1 }}").find("can only concatenate str"), std::string::npos);
+  EXPECT_NE(error_of("{{ x|nosuchfilter }}").find("no filter named 'nosuchfilter'"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1 is nosuchtest }}").find("no test named 'nosuchtest'"), std::string::npos);
+  EXPECT_THROW(chat_context(nlohmann::ordered_json::parse("[1]")), TemplateError);
+  EXPECT_THROW(chat_context(nlohmann::ordered_json::parse(R"({"messages": "hi"})")), TemplateError);
+}
+
+// The sandbox: lists and dicts are immutable, and no template can run away with memory or
+// recursion.
+TEST(Jinja, SandboxRefusesMutationAndRunaways) {
+  EXPECT_NE(error_of("{% set l = [1] %}{{ l.append(2) }}").find("unsafe"), std::string::npos);
+  EXPECT_NE(error_of("{{ m.update({'a': 1}) }}", R"({"m": {}})").find("unsafe"), std::string::npos);
+  EXPECT_NE(error_of("{{ range(10000000)|length }}").find("too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'x' * 100000000 }}").find("64 MiB"), std::string::npos);
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fdl::jinja
