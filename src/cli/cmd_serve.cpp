@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,7 +34,7 @@
 #include "engine/resolved_options.h"
 #include "flashdllm/engine.h"
 #include "model/sampling_defaults.h"
-#include "server/chat_template.h"
+#include "server/chat_renderer.h"
 #include "server/http_server.h"
 
 namespace fdl::cli {
@@ -53,7 +54,8 @@ struct ServeOptions {
   int long_prompt_tokens = 512;
   bool no_prefix_cache = false;
   bool no_async_scheduling = false;
-  std::string chat_template;  // "" = detect from the GGUF
+  std::string chat_template;       // a built-in name, a Jinja file or Jinja text; "" = the model's
+  std::string chat_template_file;  // a Jinja file
   std::string spec = "off";
   int spec_window = 5;
   std::string spec_tree = "off";  // --spec-tree on|off
@@ -88,15 +90,54 @@ void check_options(const ServeOptions& o) {
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
   check_int_in("--max-body-bytes", o.max_body_bytes, 1024, 1LL << 30);
   check_int_in("--http-threads", o.http_threads, 2, 4096);
-  if (!o.chat_template.empty() && !server::parse_chat_template_name(o.chat_template)) {
-    throw CliError("--chat-template " + o.chat_template + ": must be llama2, llama3 or chatml");
+}
+
+// --chat-template / --chat-template-file: a built-in format's name, a Jinja template file, or
+// Jinja text itself (as vLLM takes it); nullopt when neither is given. Resolved before the
+// model loads, so a bad template fails at once.
+std::optional<server::ChatRenderer> explicit_chat_template(const ServeOptions& o) {
+  std::string source, origin;
+  if (!o.chat_template_file.empty()) {
+    source = read_text_file("--chat-template-file", o.chat_template_file);
+    origin = o.chat_template_file;
+  } else if (o.chat_template.empty()) {
+    return std::nullopt;
+  } else if (const auto builtin = server::parse_chat_template_name(o.chat_template)) {
+    return server::ChatRenderer::from_builtin(*builtin);
+  } else if (std::filesystem::is_regular_file(o.chat_template)) {
+    source = read_text_file("--chat-template", o.chat_template);
+    origin = o.chat_template;
+  } else if (o.chat_template.find("{%") != std::string::npos || o.chat_template.find("{{") != std::string::npos) {
+    source = o.chat_template;
+    origin = "--chat-template text";
+  } else {
+    throw CliError("--chat-template " + o.chat_template +
+                   ": not llama2, llama3 or chatml, not a file, and not a Jinja template");
+  }
+  try {
+    return server::ChatRenderer::from_jinja(source, origin);
+  } catch (const jinja::TemplateError& e) {
+    throw CliError(origin + ": " + e.what());
   }
 }
 
-std::optional<server::ChatTemplate> pick_chat_template(const ServeOptions& o, const Model& model) {
-  if (!o.chat_template.empty()) return server::parse_chat_template_name(o.chat_template);
+// The chat template: the explicit one, else the model's own (tokenizer.chat_template), else
+// none. A model template the interpreter cannot parse falls back to the built-in format its
+// markers name, with a warning.
+std::optional<server::ChatRenderer> pick_chat_template(std::optional<server::ChatRenderer> explicit_one,
+                                                       const Model& model) {
+  if (explicit_one) return explicit_one;
   const std::string jinja = model.gguf().get_string_or("tokenizer.chat_template", "");
-  return server::detect_chat_template(jinja);
+  if (jinja.empty()) return std::nullopt;
+  try {
+    return server::ChatRenderer::from_jinja(jinja, "the model's tokenizer.chat_template");
+  } catch (const jinja::TemplateError& e) {
+    const auto builtin = server::detect_chat_template(jinja);
+    spdlog::warn("the model's chat template does not parse ({}); {}", e.what(),
+                 builtin ? std::string("using the built-in ") + server::chat_template_name(*builtin) + " format"
+                         : std::string("chat requests will be refused"));
+    return builtin ? std::optional(server::ChatRenderer::from_builtin(*builtin)) : std::nullopt;
+  }
 }
 
 EngineOptions engine_options(const ServeOptions& o) {
@@ -122,6 +163,7 @@ EngineOptions engine_options(const ServeOptions& o) {
 
 void run_serve(const ServeOptions& o) {
   check_options(o);
+  std::optional<server::ChatRenderer> explicit_chat = explicit_chat_template(o);
   // Logs go to stderr: stdout stays free for whatever a supervisor wants to pipe.
   spdlog::set_default_logger(spdlog::stderr_color_mt("flashdllm-serve"));
 
@@ -182,7 +224,7 @@ void run_serve(const ServeOptions& o) {
   so.port = o.port;
   so.api_key = o.api_key;
   so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
-  so.chat_template = pick_chat_template(o, *loaded.model);
+  so.chat = pick_chat_template(std::move(explicit_chat), *loaded.model);
   so.sampling_defaults = with_model_defaults(SamplingParams{}, model_sampling_defaults(loaded.model->gguf()));
   so.max_body_bytes = size_t(o.max_body_bytes);
   so.http_threads = o.http_threads;
@@ -192,7 +234,7 @@ void run_serve(const ServeOptions& o) {
   spdlog::info("model {} (n_ctx {}, max-num-seqs {}, KV blocks {}), chat template: {}",
                path.string(), engine.options().generator.n_ctx, o.max_num_seqs,
                engine.options().kv_blocks,
-               so.chat_template ? server::chat_template_name(*so.chat_template) : "none");
+               so.chat ? so.chat->describe() : "none");
   std::fprintf(stderr, "flashdllm: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
 
@@ -256,8 +298,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks of common prompt prefixes");
   cmd->add_flag("--no-async-scheduling", o->no_async_scheduling,
                 "Wait for each decode step's tokens before queuing the next (GPU: async by default)");
-  cmd->add_option("--chat-template", o->chat_template,
-                  "llama2, llama3 or chatml (default: detected from the GGUF's tokenizer.chat_template)");
+  auto* chat_template = cmd->add_option(
+      "--chat-template", o->chat_template,
+      "Chat template: a Jinja template file, Jinja text, or the built-in llama2, llama3 or chatml (default: the "
+      "model's own tokenizer.chat_template)");
+  cmd->add_option("--chat-template-file", o->chat_template_file, "Chat template: a Jinja template file")
+      ->excludes(chat_template);
   add_spec_flag(cmd, o->spec, "Speculative decoding: off, lookup, lookahead or auto");
   cmd->add_option("--spec-window", o->spec_window, "Max draft tokens verified per step")->capture_default_str();
   add_spec_tree_flag(cmd, o->spec_tree);

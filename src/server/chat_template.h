@@ -1,7 +1,7 @@
-// chat_template.h — rendering chat messages into the prompt text a model was fine-tuned on.
+// chat_template.h — the built-in chat formats (`--chat-template llama2|llama3|chatml`, and the
+// fallback for a model template the Jinja interpreter cannot parse: chat_renderer.h).
 //
-// Three formats, recognised by their markers (no Jinja interpreter: the GGUF's
-// `tokenizer.chat_template` is only inspected to pick one of these):
+// Three formats, recognised by their markers in a Jinja template's text:
 //  - Llama 2:  "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ..."
 //  - Llama 3:  "<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>" per message
 //              (content trimmed, as the official template does)

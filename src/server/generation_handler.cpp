@@ -56,17 +56,21 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) 
     p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
   } else {
     ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults);  // validated before the config check
-    if (!ctx.options.chat_template) {
+    if (!ctx.options.chat) {
       throw ApiError(400,
-                     "this model has no known chat template (its GGUF or tokenizer_config.json has "
-                     "no chat template in a recognised format): start the server with "
-                     "--chat-template llama2|llama3|chatml, or use /v1/completions",
+                     "this model has no chat template (its GGUF or tokenizer_config.json has none): start "
+                     "the server with --chat-template FILE (a Jinja template) or llama2|llama3|chatml, or "
+                     "use /v1/completions",
                      "messages", "invalid_request_error", "chat_template_missing");
     }
     p.params = std::move(r.params);
-    const ChatTemplate t = *ctx.options.chat_template;
-    p.prompt_ids = encode_prompt(tok, render_chat(t, r.messages), /*parse_special=*/true);
-    p.extra_stops = template_stop_strings(t, tok);
+    try {
+      p.prompt_ids = ctx.options.chat->encode(tok, r.messages);
+    } catch (const jinja::TemplateError& e) {  // the template refused these messages (raise_exception)
+      throw ApiError(400, std::string("the model's chat template refused the messages: ") + e.what(), "messages",
+                     "invalid_request_error", "chat_template_error");
+    }
+    p.extra_stops = ctx.options.chat->stop_strings(tok);
     prompt_param = "messages";
   }
   check_prompt_fits(p.prompt_ids.size(), ctx.engine.options().generator.n_ctx, prompt_param);

@@ -28,7 +28,7 @@
 
 #include "flashdllm/engine.h"
 #include "flashdllm/sampling.h"
-#include "server/chat_template.h"
+#include "server/chat_renderer.h"
 
 namespace fdl::server {
 
@@ -37,7 +37,7 @@ struct ServerOptions {
   int port = 8080;                      ///< 0 = any free port (bind() returns it)
   std::string api_key;                  ///< "" = no authentication
   std::string served_model_name;        ///< the `model` reported and listed
-  std::optional<ChatTemplate> chat_template;  ///< nullopt = chat requests are refused
+  std::optional<ChatRenderer> chat;     ///< nullopt = chat requests are refused
   /// Sampling values for fields a request leaves out: OpenAI's defaults, with the model's
   /// recommended ones (general.sampling.*, generation_config.json) over them.
   SamplingParams sampling_defaults;

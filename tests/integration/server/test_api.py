@@ -2,8 +2,10 @@
 usage, stop strings, n, logprobs, seeds, streamed == non-streamed, models, health, metrics,
 and graceful SIGTERM."""
 import json
+import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -237,6 +239,35 @@ class NoChatTemplate(unittest.TestCase):
                 c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
             self.assertIn("chat template", str(e.exception))
             self.assertEqual(len(c.completions.create(model="x", prompt="Hi", max_tokens=3).choices), 1)
+
+
+class JinjaChatTemplate(unittest.TestCase):
+    """--chat-template-file: the server renders chat through a Jinja template, and a template
+    that refuses the messages (raise_exception) answers 400 naming why."""
+
+    TEMPLATE = (
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system turns here') }}{% endif %}"
+        "{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+
+    def test_chat_through_a_jinja_file(self):
+        path = os.path.join(tempfile.mkdtemp(), "chat.jinja")
+        with open(path, "w") as f:
+            f.write(self.TEMPLATE)
+        with Server("--chat-template-file", path) as s:
+            c = s.openai()
+            r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Once"}], max_tokens=4,
+                                          temperature=0)
+            self.assertEqual(len(r.choices), 1)
+            # "user: Once\nassistant:" as the prompt: the same tokens as that completion prompt.
+            self.assertEqual(r.usage.prompt_tokens,
+                             c.completions.create(model="x", prompt="user: Once\nassistant:", max_tokens=1).usage.prompt_tokens
+                             - 1)  # completions add BOS; the template writes none
+            status, body = s.post("/v1/chat/completions",
+                                  {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]})
+            self.assertEqual(status, 400, body)
+            self.assertEqual(body["error"]["code"], "chat_template_error")
+            self.assertIn("no system turns here", body["error"]["message"])
 
 
 class GracefulShutdown(unittest.TestCase):

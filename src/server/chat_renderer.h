@@ -1,0 +1,53 @@
+// chat_renderer.h — chat messages to prompt ids, with the model's own Jinja chat template
+// (jinja/template.h: GGUF `tokenizer.chat_template`, a Hugging Face directory's
+// tokenizer_config.json, or `--chat-template`), or one of the built-in formats of
+// chat_template.h (`--chat-template llama2|llama3|chatml`).
+//
+// A Jinja template is rendered as Transformers' apply_chat_template renders it (messages,
+// add_generation_prompt true, bos_token and eos_token the vocabulary's texts), and its text is
+// tokenized as Transformers tokenizes it (no BOS/EOS added: the template writes them; text of
+// special tokens becomes those tokens). One difference, on purpose: a message's content that
+// contains the text of a control token (say "<|im_start|>" typed by a user) keeps it as text,
+// so no one can forge a turn of the conversation.
+// Thread-safety: immutable after construction; encode and render may run concurrently.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jinja/template.h"
+#include "server/chat_template.h"
+
+namespace fdl {
+class Tokenizer;
+}
+
+namespace fdl::server {
+
+class ChatRenderer {
+ public:
+  /// The Jinja template `source`; `origin` names where it came from in descriptions.
+  /// Throws jinja::TemplateError if it does not parse.
+  static ChatRenderer from_jinja(std::string_view source, std::string origin);
+  static ChatRenderer from_builtin(ChatTemplate t);
+
+  /// The prompt text. Throws jinja::TemplateError when the template refuses the messages
+  /// (raise_exception) or fails on them.
+  std::string render(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const;
+  /// The prompt ids (never empty); throws as render.
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const;
+  /// Stop strings the engine needs beyond the vocabulary's end-of-generation tokens.
+  std::vector<std::string> stop_strings(const Tokenizer& tok) const;
+  /// "jinja (<origin>)" or the built-in format's name, for logs.
+  std::string describe() const;
+
+ private:
+  std::shared_ptr<const jinja::Template> jinja_;
+  std::optional<ChatTemplate> builtin_;
+  std::string origin_;
+};
+
+}  // namespace fdl::server
