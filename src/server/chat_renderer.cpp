@@ -6,6 +6,7 @@
 
 #include "flashdllm/generator.h"
 #include "flashdllm/tokenizer.h"
+#include "server/openai_error.h"
 
 namespace fdl::server {
 namespace {
@@ -98,6 +99,36 @@ std::vector<std::string> ChatRenderer::stop_strings(const Tokenizer& tok) const 
 
 std::string ChatRenderer::describe() const {
   return builtin_ ? std::string(chat_template_name(*builtin_)) : "jinja (" + origin_ + ")";
+}
+
+const ChatRenderer& chat_template_or_400(const std::optional<ChatRenderer>& chat) {
+  if (!chat)
+    throw ApiError(400,
+                   "this model has no chat template (its GGUF or tokenizer_config.json has none): start the server "
+                   "with --chat-template FILE (a Jinja template) or llama2|llama3|chatml, or use /v1/completions",
+                   "messages", "invalid_request_error", "chat_template_missing");
+  return *chat;
+}
+
+namespace {
+template <class Fn>
+auto refusals_as_400(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const jinja::TemplateError& e) {  // the template refused these messages (raise_exception)
+    throw ApiError(400, std::string("the model's chat template refused the messages: ") + e.what(), "messages",
+                   "invalid_request_error", "chat_template_error");
+  }
+}
+}  // namespace
+
+std::vector<int32_t> encode_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok,
+                                        const std::vector<ChatMessage>& messages) {
+  return refusals_as_400([&] { return chat.encode(tok, messages); });
+}
+
+std::string render_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
+  return refusals_as_400([&] { return chat.render(tok, messages); });
 }
 
 }  // namespace fdl::server

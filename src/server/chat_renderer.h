@@ -50,4 +50,13 @@ class ChatRenderer {
   std::string origin_;
 };
 
+/// The server's chat template, or ApiError 400 (`chat_template_missing`) explaining how to
+/// give one.
+const ChatRenderer& chat_template_or_400(const std::optional<ChatRenderer>& chat);
+/// ChatRenderer::encode / render, with a template's refusal (jinja::TemplateError) as
+/// ApiError 400 (`chat_template_error`) carrying the template's message.
+std::vector<int32_t> encode_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok,
+                                        const std::vector<ChatMessage>& messages);
+std::string render_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok, const std::vector<ChatMessage>& messages);
+
 }  // namespace fdl::server

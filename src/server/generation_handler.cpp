@@ -56,21 +56,10 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) 
     p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
   } else {
     ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults);  // validated before the config check
-    if (!ctx.options.chat) {
-      throw ApiError(400,
-                     "this model has no chat template (its GGUF or tokenizer_config.json has none): start "
-                     "the server with --chat-template FILE (a Jinja template) or llama2|llama3|chatml, or "
-                     "use /v1/completions",
-                     "messages", "invalid_request_error", "chat_template_missing");
-    }
+    const ChatRenderer& chat = chat_template_or_400(ctx.options.chat);
     p.params = std::move(r.params);
-    try {
-      p.prompt_ids = ctx.options.chat->encode(tok, r.messages);
-    } catch (const jinja::TemplateError& e) {  // the template refused these messages (raise_exception)
-      throw ApiError(400, std::string("the model's chat template refused the messages: ") + e.what(), "messages",
-                     "invalid_request_error", "chat_template_error");
-    }
-    p.extra_stops = ctx.options.chat->stop_strings(tok);
+    p.prompt_ids = encode_chat_or_400(chat, tok, r.messages);
+    p.extra_stops = chat.stop_strings(tok);
     prompt_param = "messages";
   }
   check_prompt_fits(p.prompt_ids.size(), ctx.engine.options().generator.n_ctx, prompt_param);

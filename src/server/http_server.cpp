@@ -15,6 +15,7 @@
 #include "metrics/prometheus.h"
 #include "server/content_length.h"
 #include "server/generation_handler.h"
+#include "server/token_endpoints.h"
 #include "server/openai_error.h"
 #include "server/server_context.h"
 
@@ -51,7 +52,8 @@ bool same_secret(const std::string& a, const std::string& b) {
 }
 
 bool needs_auth(const std::string& path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/v1" || path.rfind("/admin/", 0) == 0;
+  return path.rfind("/v1/", 0) == 0 || path == "/v1" || path.rfind("/admin/", 0) == 0 || path == "/tokenize" ||
+         path == "/detokenize" || path == "/apply-template";
 }
 
 json parse_body(const httplib::Request& req) {
@@ -109,6 +111,15 @@ struct HttpServer::Impl {
     };
     http.Post("/v1/completions", generation(Endpoint::Completions));
     http.Post("/v1/chat/completions", generation(Endpoint::Chat));
+
+    auto tokens = [this](json (*handler)(const ServerContext&, const json&)) {
+      return [this, handler](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] { send_json(res, 200, handler(ctx, parse_body(req))); });
+      };
+    };
+    http.Post("/tokenize", tokens(handle_tokenize));
+    http.Post("/detokenize", tokens(handle_detokenize));
+    http.Post("/apply-template", tokens(handle_apply_template));
 
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"object", "list"}, {"data", json::array({model_json(ctx)})}});

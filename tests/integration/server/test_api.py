@@ -268,6 +268,36 @@ class JinjaChatTemplate(unittest.TestCase):
             self.assertEqual(status, 400, body)
             self.assertEqual(body["error"]["code"], "chat_template_error")
             self.assertIn("no system turns here", body["error"]["message"])
+            status, body = s.post("/apply-template", {"messages": [{"role": "user", "content": "Once"}]})
+            self.assertEqual((status, body), (200, {"prompt": "user: Once\nassistant:"}))
+            status, body = s.post("/apply-template", {"messages": [{"role": "system", "content": "x"}]})
+            self.assertEqual(body["error"]["code"], "chat_template_error")
+
+
+class TokenEndpoints(unittest.TestCase):
+    """llama.cpp's /tokenize and /detokenize over the model's vocabulary."""
+
+    def test_tokenize_detokenize_round_trip_and_refusals(self):
+        with Server() as s:
+            status, t = s.post("/tokenize", {"content": "Once upon a time"})
+            self.assertEqual(status, 200, t)
+            ids = t["tokens"]
+            self.assertTrue(ids and all(isinstance(i, int) for i in ids))
+            status, with_bos = s.post("/tokenize", {"content": "Once upon a time", "add_special": True})
+            self.assertEqual(with_bos["tokens"], [1] + ids)  # stories260K's BOS
+            status, pieces = s.post("/tokenize", {"content": "Once", "with_pieces": True})
+            self.assertEqual([p["id"] for p in pieces["tokens"]], s.post("/tokenize", {"content": "Once"})[1]["tokens"])
+            self.assertEqual("".join(p["piece"] for p in pieces["tokens"]).replace("\u2581", " ").strip(), "Once")
+            status, d = s.post("/detokenize", {"tokens": ids})
+            self.assertEqual((status, d["content"].strip()), (200, "Once upon a time"))
+            for bad in ({"tokens": [100000]}, {"tokens": "x"}, {"tokens": [1.5]}, {}):
+                status, body = s.post("/detokenize", bad)
+                self.assertEqual(status, 400, (bad, body))
+                self.assertEqual(body["error"]["param"], "tokens")
+            status, body = s.post("/tokenize", {"content": 3})
+            self.assertEqual(status, 400, body)
+            status, body = s.post("/apply-template", {"messages": [{"role": "user", "content": "hi"}]})
+            self.assertEqual(body["error"]["code"], "chat_template_missing")
 
 
 class GracefulShutdown(unittest.TestCase):

@@ -30,6 +30,10 @@ class AdminBreakers(unittest.TestCase):
                     self.assertEqual(json.loads(data)["error"]["code"], "invalid_api_key")
             status, _, _ = s.request("POST", "/admin/breakers", {"breaker": "speculation", "action": "trip"})
             self.assertEqual(status, 401)
+            for path in ("/tokenize", "/detokenize", "/apply-template"):  # the tokenizer endpoints too
+                self.assertEqual(s.request("POST", path, {"content": "x", "tokens": [1]})[0], 401, path)
+                self.assertNotEqual(s.request("POST", path, {"content": "x", "tokens": [1], "messages": []},
+                                              headers=auth)[0], 401, path)
             with self.assertRaises(openai.AuthenticationError):
                 s.openai(api_key="wrong").completions.create(model="m", prompt="Hi", max_tokens=2)
             # Probes stay open.
