@@ -62,9 +62,9 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, int32_t n
   if (const auto lp = read_int(body, "logprobs", 0, kMaxCompletionLogprobs)) {
     r.params.logprobs = int32_t(*lp);
   }
-  if (read_bool(body, "echo").value_or(false)) {
-    throw invalid_param("echo", "'echo' is not supported (the prompt is never repeated)");
-  }
+  r.echo = read_bool(body, "echo").value_or(false);
+  if (r.echo && r.params.logprobs >= 0)
+    throw invalid_param("echo", "'echo' with 'logprobs' is not supported (the prompt's logprobs are not computed)");
   if (const auto suffix = read_string(body, "suffix"); suffix && !suffix->empty()) {
     throw invalid_param("suffix", "'suffix' (insertion) is not supported");
   }

@@ -4,7 +4,8 @@
 // string or one array of ids. Refused with 400: empty prompts ("", [], [""], [[]]), arrays of
 // several prompts (batching: send one request per prompt, or use n), ids outside the
 // vocabulary, any other type. `logprobs`: integer 0..5 (OpenAI's limit) = the sampled token's
-// logprob plus that many alternatives; `echo: true`, a non-empty `suffix` and `best_of` other
+// logprob plus that many alternatives; `echo: true` repeats the prompt's text before each
+// choice's completion (refused with `logprobs`: no prompt logprobs are computed); a non-empty `suffix` and `best_of` other
 // than 1 are refused as unsupported (never silently ignored: they change the output).
 // Thread-safety: pure functions.
 #pragma once
@@ -26,6 +27,7 @@ struct CompletionRequest {
   GenerationParams params;
   std::optional<std::string> prompt_text;  ///< set when the prompt is text
   std::vector<int32_t> prompt_ids;         ///< set when the prompt is token ids
+  bool echo = false;                       ///< repeat the prompt before the completion
 };
 
 /// Throws ApiError 400 naming the field. `n_vocab` bounds token-id prompts.

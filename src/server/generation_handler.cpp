@@ -14,6 +14,7 @@
 #include "server/request_stream.h"
 #include "server/response_json.h"
 #include "server/sse.h"
+#include "tokenizer/utf8.h"
 
 #include <xxhash.h>
 
@@ -43,6 +44,7 @@ struct Prepared {
   std::vector<int32_t> prompt_ids;
   std::vector<std::string> extra_stops;  // the chat template's end marker, if text
   std::string cache_scope;               // prefix-cache scope (cache_scope_for)
+  std::string echo;                      // completions with `echo`: the prompt's text, sent first
 };
 
 Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) {
@@ -54,6 +56,7 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) 
     p.params = std::move(r.params);
     // Text is plain text (special-token text stays text); ids are used exactly as sent.
     p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
+    if (r.echo) p.echo = r.prompt_text ? *r.prompt_text : tok::to_well_formed_utf8(tok.decode(p.prompt_ids));
   } else {
     ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults);  // validated before the config check
     const ChatRenderer& chat = chat_template_or_400(ctx.options.chat);
@@ -115,6 +118,7 @@ ApiError choice_failure(const RequestOutput& out) {
 void respond_whole(ServerContext& ctx, const Prepared& p, Submitted s, httplib::Response& res) {
   const size_t n = s.ids.size();
   std::vector<ChoiceResult> choices(n);
+  for (ChoiceResult& c : choices) c.text = p.echo;
   Usage usage;
   size_t finished = 0;
   std::optional<ApiError> failure;
@@ -226,6 +230,11 @@ bool provide(StreamState& st, httplib::DataSink& sink) {
   std::string out;
   if (!st.started) {
     st.started = true;
+    if (!st.p.echo.empty())  // completions with `echo`: each choice opens with the prompt
+      for (size_t i = 0; i < st.sub.ids.size(); ++i) {
+        out += sse_event(text_chunk(st, i, st.p.echo, {}));
+        st.offsets[i] += st.p.echo.size();
+      }
     if (is_chat(st)) {  // OpenAI opens every chat choice with the role
       for (size_t i = 0; i < st.sub.ids.size(); ++i) {
         out += sse_event(chat_chunk(st.meta, i, {{"role", "assistant"}, {"content", ""}}, nullptr,

@@ -204,8 +204,9 @@ TEST(CompletionRequest, LogprobsEchoSuffixBestOf) {
   EXPECT_EQ(parse_completion_request(with(kCompletion, {{"logprobs", 5}}), kVocab).params.logprobs, 5);
   EXPECT_EQ(completion_error(with(kCompletion, {{"logprobs", 6}})).param(), "logprobs");
   EXPECT_EQ(completion_error(with(kCompletion, {{"logprobs", true}})).param(), "logprobs");
-  EXPECT_EQ(completion_error(with(kCompletion, {{"echo", true}})).param(), "echo");
-  EXPECT_NO_THROW(parse_completion_request(with(kCompletion, {{"echo", false}}), kVocab));
+  EXPECT_EQ(completion_error(with(kCompletion, {{"echo", true}, {"logprobs", 1}})).param(), "echo");
+  EXPECT_TRUE(parse_completion_request(with(kCompletion, {{"echo", true}}), kVocab).echo);
+  EXPECT_FALSE(parse_completion_request(with(kCompletion, {{"echo", false}}), kVocab).echo);
   EXPECT_EQ(completion_error(with(kCompletion, {{"suffix", "end"}})).param(), "suffix");
   EXPECT_NO_THROW(parse_completion_request(with(kCompletion, {{"suffix", nullptr}}), kVocab));
   EXPECT_EQ(completion_error(with(kCompletion, {{"best_of", 2}})).param(), "best_of");

@@ -274,6 +274,21 @@ class JinjaChatTemplate(unittest.TestCase):
             self.assertEqual(body["error"]["code"], "chat_template_error")
 
 
+class Echo(unittest.TestCase):
+    """Completions with `echo`: the prompt's text, then the completion, whole or streamed."""
+
+    def test_echo_whole_and_streamed(self):
+        with Server() as s:
+            c = s.openai()
+            plain = c.completions.create(model="x", prompt="Once upon", max_tokens=5, temperature=0)
+            echoed = c.completions.create(model="x", prompt="Once upon", max_tokens=5, temperature=0, echo=True)
+            self.assertEqual(echoed.choices[0].text, "Once upon" + plain.choices[0].text)
+            self.assertEqual(echoed.usage.completion_tokens, plain.usage.completion_tokens)
+            events = s.stream_events("/v1/completions", {"prompt": "Once upon", "max_tokens": 5, "temperature": 0,
+                                                         "echo": True, "stream": True})
+            self.assertEqual(completion_text(events)[0], echoed.choices[0].text)
+
+
 class TokenEndpoints(unittest.TestCase):
     """llama.cpp's /tokenize and /detokenize over the model's vocabulary."""
 

@@ -34,7 +34,7 @@ BAD = [
     ("max_tokens 'ten' + echo", "/v1/completions", comp(max_tokens="ten", echo=True), 400, "max_tokens"),
     ("max_tokens -1 + logprobs", "/v1/completions", comp(max_tokens=-1, logprobs=2), 400, "max_tokens"),
     ("max_tokens 0 + echo + logprobs", "/v1/completions", comp(max_tokens=0, echo=True, logprobs=1), 400, "max_tokens"),
-    ("echo true", "/v1/completions", comp(echo=True), 400, "echo"),
+    ("echo with logprobs", "/v1/completions", comp(echo=True, logprobs=1), 400, "echo"),
     ("logprobs 6", "/v1/completions", comp(logprobs=6), 400, "logprobs"),
     ("logprobs true", "/v1/completions", comp(logprobs=True), 400, "logprobs"),
     ("suffix", "/v1/completions", comp(suffix="The end."), 400, "suffix"),
