@@ -42,6 +42,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace fdl {
@@ -99,6 +100,11 @@ struct SamplingParams {
   float frequency_penalty = 0.0f; ///< finite; 0 = off
   float presence_penalty = 0.0f;  ///< finite; 0 = off
   uint64_t seed = 0;              ///< RNG seed: same seed + same logits -> same tokens
+  /// OpenAI's logit_bias: (token id, bias) pairs added to those tokens' logits before the
+  /// penalties and everything else (-100 bans a token, +100 all but forces it). Ids must be
+  /// in [0, n_vocab) (Sampler's constructor checks), biases finite and in [-100, 100].
+  /// Engine steps with a biased sequence sample on the host.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool is_greedy() const { return temperature == 0.0f; }
   bool has_penalties() const {
@@ -169,20 +175,22 @@ class Sampler {
   /// Does not advance the RNG. Meant for tests and log-probabilities; allocates.
   std::vector<TokenProb> distribution(std::span<const float> logits);
 
-  /// Stage 1 only: the logits after the penalties for the current history. Allocates.
+  /// Stage 1 only: the logits after logit_bias and the penalties for the current history.
+  /// Allocates.
   std::vector<float> penalized_logits(std::span<const float> logits);
 
  private:
   /// Validates a row (size, no NaN/+Inf, not all -Inf) and returns its argmax (lowest id
   /// on ties) in the same pass.
   size_t scan(std::span<const float> logits) const;
-  /// Copies `logits` into scratch and applies the penalties there.
+  /// Copies `logits` into scratch and applies logit_bias, then the penalties, there.
   std::span<const float> penalized(std::span<const float> logits);
   /// Calls f(token, count) once per distinct token of the penalty window (penalized() and
   /// append_penalty_tokens() share it).
   template <typename F>
   void for_each_window_token(F f);
-  /// The row after penalties (the input itself when there are none) and its argmax.
+  /// The row after logit_bias and penalties (the input itself when there are none) and its
+  /// argmax.
   std::span<const float> prepared(std::span<const float> logits, size_t& argmax);
   /// Runs stages 2-5; leaves the unnormalized weights of the survivors in weights_ (the
   /// i-th belongs to candidate_id(i)) and returns their exact integer mass (see the top).

@@ -49,6 +49,7 @@ void Sampler::for_each_window_token(F f) {
 
 std::span<const float> Sampler::penalized(std::span<const float> logits) {
   penalized_.assign(logits.begin(), logits.end());
+  for (const auto& [token, bias] : params_.logit_bias) penalized_[size_t(token)] += bias;
   // llama.cpp: logit <= 0 is multiplied, positive divided; either way it moves down.
   for_each_window_token([&](int32_t token, int32_t count) {
     float& logit = penalized_[size_t(token)];
@@ -65,7 +66,7 @@ void Sampler::append_penalty_tokens(int32_t row, std::vector<PenaltyToken>& out)
 
 std::vector<float> Sampler::penalized_logits(std::span<const float> logits) {
   (void)scan(logits);  // validates
-  auto out = params_.has_penalties() ? penalized(logits) : logits;
+  auto out = params_.has_penalties() || !params_.logit_bias.empty() ? penalized(logits) : logits;
   return {out.begin(), out.end()};
 }
 

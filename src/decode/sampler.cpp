@@ -28,6 +28,10 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
   params_.validate();
   if (n_vocab <= 0 || n_vocab >= (1 << 20))
     throw std::invalid_argument("Sampler: n_vocab must be in [1, 1048575], got " + std::to_string(n_vocab));
+  for (const auto& [token, bias] : params_.logit_bias)
+    if (token >= n_vocab)
+      throw std::invalid_argument("invalid logit_bias = " + std::to_string(token) + ": token ids must be < n_vocab = " +
+                                  std::to_string(n_vocab));
 }
 
 size_t Sampler::scan(std::span<const float> logits) const {
@@ -48,9 +52,9 @@ size_t Sampler::scan(std::span<const float> logits) const {
 
 std::span<const float> Sampler::prepared(std::span<const float> logits, size_t& argmax) {
   argmax = scan(logits);
-  if (!params_.has_penalties() || window_.empty()) return logits;
+  if ((!params_.has_penalties() || window_.empty()) && params_.logit_bias.empty()) return logits;
   const auto row = penalized(logits);
-  argmax = detail::scan_row(row).argmax;  // penalties may move the maximum either way
+  argmax = detail::scan_row(row).argmax;  // biases and penalties may move the maximum either way
   return row;
 }
 

@@ -39,6 +39,11 @@ void SamplingParams::validate() const {
     reject("frequency_penalty", show(frequency_penalty), "must be a finite number");
   if (!std::isfinite(presence_penalty))
     reject("presence_penalty", show(presence_penalty), "must be a finite number");
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0) reject("logit_bias", std::to_string(token), "token ids must be >= 0");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      reject("logit_bias", show(bias), "biases must be in [-100, 100]");
+  }
 }
 
 }  // namespace fdl

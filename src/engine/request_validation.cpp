@@ -34,6 +34,10 @@ void validate_request(const GenerationRequest& request, size_t index, int32_t n_
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(where + e.what());
   }
+  for (const auto& [token, bias] : request.sampling.logit_bias)
+    if (token >= n_vocab)
+      throw std::invalid_argument(where + "logit_bias token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                                  std::to_string(n_vocab) + ")");
   for (size_t i = 0; i < request.stop.size(); ++i)
     if (request.stop[i].empty())
       throw std::invalid_argument(where + "stop string #" + std::to_string(i) + " is empty");

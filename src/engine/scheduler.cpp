@@ -182,7 +182,10 @@ void Scheduler::deliver_step() {
 
 bool Scheduler::ids_only_step() const {
   if (plan_.drafted > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
-  const auto wants_logprobs = [](const LiveSequence& s) { return s.request.logprobs >= 0; };
+  // Log-probabilities and logit biases need the logits on the host (Sampler).
+  const auto wants_logprobs = [](const LiveSequence& s) {
+    return s.request.logprobs >= 0 || !s.request.sampling.logit_bias.empty();
+  };
   for (const auto& d : plan_.decodes)
     if (wants_logprobs(*d.s)) return false;
   for (const auto& p : plan_.prefills)

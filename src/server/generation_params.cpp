@@ -1,6 +1,7 @@
 #include "server/generation_params.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "server/json_fields.h"
@@ -98,13 +99,25 @@ void parse_sampling(const nlohmann::json& body, GenerationParams& p, const Sampl
   }
 }
 
-void refuse_logit_bias(const nlohmann::json& body) {
+// OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}; ids beyond the vocabulary are
+// refused by the engine (the Sampler knows n_vocab).
+void parse_logit_bias(const nlohmann::json& body, GenerationParams& p) {
+  constexpr size_t kMaxBiases = 1024;
   const nlohmann::json* v = find_field(body, "logit_bias");
   if (v == nullptr) return;
   if (!v->is_object()) {
-    throw invalid_param("logit_bias", "'logit_bias' must be an object, got " + json_type_name(*v));
+    throw invalid_param("logit_bias", "'logit_bias' must be an object of token id to bias, got " + json_type_name(*v));
   }
-  if (!v->empty()) throw invalid_param("logit_bias", "'logit_bias' is not supported");
+  if (v->size() > kMaxBiases) throw invalid_param("logit_bias", "'logit_bias' holds more than 1024 tokens");
+  for (const auto& [key, bias] : v->items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || end != key.c_str() + key.size() || id < 0 || id > kInt32Max)
+      throw invalid_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id");
+    if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0))
+      throw invalid_param("logit_bias", "'logit_bias' value for token " + key + " must be a number in [-100, 100]");
+    p.sampling.logit_bias.emplace_back(int32_t(id), bias.get<float>());
+  }
 }
 
 }  // namespace
@@ -133,7 +146,7 @@ GenerationParams parse_generation_params(const nlohmann::json& body, Endpoint en
   p.n = int(read_int(body, "n", 1, kMaxChoices).value_or(1));
   parse_stream(body, p);
   p.ignore_eos = read_bool(body, "ignore_eos").value_or(false);
-  refuse_logit_bias(body);
+  parse_logit_bias(body, p);
   return p;
 }
 

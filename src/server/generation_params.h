@@ -15,7 +15,8 @@
 //  - stop: a string or an array of at most 4 non-empty strings (OpenAI's limit).
 //  - n: 1..16; logprobs: see the endpoint parsers; stream: bool; stream_options only with
 //    stream = true ({"include_usage": bool}); user: string, ignored.
-//  - logit_bias: null or {} only (not supported otherwise).
+//  - logit_bias: an object of token ids (as strings) to biases in [-100, 100], at most 1024
+//    (OpenAI's); ids beyond the vocabulary are refused when the request is submitted.
 // Unknown fields are ignored (as llama.cpp's server does), so clients written for newer API
 // versions keep working; a known field of the wrong type or out of range is a 400.
 // Thread-safety: pure functions.

@@ -120,3 +120,35 @@ TEST(Penalties, ExtremeValidPenaltiesSaturateInsteadOfOverflowing) {
 
 }  // namespace
 }  // namespace fdl
+
+namespace fdl {
+namespace {
+
+// logit_bias: added before the penalties; -100 bans the argmax, +100 makes a token win greedy
+// and sampled draws; ids beyond the vocabulary and biases outside [-100, 100] are refused.
+TEST(LogitBias, BansForcesAndIsValidated) {
+  const std::vector<float> logits = {0.0f, 5.0f, 1.0f, -2.0f};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logit_bias = {{1, -100.0f}};
+  EXPECT_EQ(Sampler(greedy, 4).sample(logits), 2);
+  greedy.logit_bias = {{3, 100.0f}};
+  EXPECT_EQ(Sampler(greedy, 4).sample(logits), 3);
+  SamplingParams sampled;
+  sampled.seed = 7;
+  sampled.logit_bias = {{3, 100.0f}};
+  Sampler s(sampled, 4);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(logits), 3);
+  const std::vector<float> row = Sampler(sampled, 4).penalized_logits(logits);
+  EXPECT_EQ(row[3], 98.0f);
+  EXPECT_EQ(row[1], 5.0f);
+  sampled.logit_bias = {{4, 1.0f}};
+  EXPECT_THROW(Sampler(sampled, 4), std::invalid_argument);
+  sampled.logit_bias = {{0, 101.0f}};
+  EXPECT_THROW(sampled.validate(), std::invalid_argument);
+  sampled.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(sampled.validate(), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fdl

@@ -154,12 +154,22 @@ TEST(CompletionRequest, SamplingRanges) {
                                                  {"seed", 1.5},            {"n", 0},
                                                  {"n", 17},                {"stream", "yes"},
                                                  {"stream", 1},            {"user", 5},
-                                                 {"logit_bias", {{"1", 5}}}, {"model", 3},
+                                                 {"logit_bias", {{"x", 5}}}, {"logit_bias", {{"1", 101}}},
+                                                 {"logit_bias", {{"-1", 1}}}, {"logit_bias", {{"1", "a"}}},
+                                                 {"logit_bias", 3},        {"model", 3},
                                                  {"ignore_eos", "no"}}) {
     const ApiError e = completion_error(with(kCompletion, {{field, value}}));
     EXPECT_EQ(e.status(), 400) << field << "=" << value.dump();
     EXPECT_EQ(e.param(), field) << field << "=" << value.dump();
   }
+}
+
+TEST(CompletionRequest, LogitBias) {
+  const auto r = parse_completion_request(with(kCompletion, {{"logit_bias", {{"5", -100}, {"7", 2.5}}}}), kVocab);
+  const std::vector<std::pair<int32_t, float>> want = {{5, -100.0f}, {7, 2.5f}};
+  EXPECT_EQ(r.params.sampling.logit_bias, want);
+  EXPECT_TRUE(parse_completion_request(with(kCompletion, {{"logit_bias", nlohmann::json::object()}}), kVocab)
+                  .params.sampling.logit_bias.empty());
 }
 
 TEST(CompletionRequest, Seed) {

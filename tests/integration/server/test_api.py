@@ -289,6 +289,30 @@ class Echo(unittest.TestCase):
             self.assertEqual(completion_text(events)[0], echoed.choices[0].text)
 
 
+class LogitBias(unittest.TestCase):
+    """logit_bias: -100 bans a token, +100 forces it, greedy or sampled; ids beyond the
+    vocabulary are refused."""
+
+    def test_ban_force_and_refuse(self):
+        with Server() as s:
+            c = s.openai()
+            plain = c.completions.create(model="x", prompt="Once upon a", max_tokens=1, temperature=0)
+            prefix = s.post("/tokenize", {"content": "Once upon a"})[1]["tokens"]
+            first = s.post("/tokenize", {"content": "Once upon a" + plain.choices[0].text})[1]["tokens"][len(prefix)]
+            banned = c.completions.create(model="x", prompt="Once upon a", max_tokens=1, temperature=0,
+                                          logit_bias={str(first): -100})
+            self.assertNotEqual(banned.choices[0].text, plain.choices[0].text)
+            pieces = set()
+            for temperature in (0, 1):  # +100 on one token: it wins every step, greedy or sampled
+                forced = c.completions.create(model="x", prompt="Once upon a", max_tokens=3, temperature=temperature,
+                                              logit_bias={"100": 100}, logprobs=0)
+                pieces.update(forced.choices[0].logprobs.tokens)
+            self.assertEqual(len(pieces), 1, pieces)
+            status, body = s.post("/v1/completions", {"prompt": "x", "logit_bias": {"100000": 1}})
+            self.assertEqual(status, 400, body)
+            self.assertIn("logit_bias", body["error"]["message"])
+
+
 class TokenEndpoints(unittest.TestCase):
     """llama.cpp's /tokenize and /detokenize over the model's vocabulary."""
 
