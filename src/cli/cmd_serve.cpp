@@ -92,9 +92,9 @@ void check_options(const ServeOptions& o) {
   check_int_in("--http-threads", o.http_threads, 2, 4096);
 }
 
-// --chat-template / --chat-template-file: a built-in format's name, a Jinja template file, or
-// Jinja text itself (as vLLM takes it); nullopt when neither is given. Resolved before the
-// model loads, so a bad template fails at once.
+// --chat-template / --chat-template-file: a built-in format's name, Jinja text itself (as vLLM
+// takes it: anything with `{%` or `{{`), or a Jinja template file, in that order; nullopt when
+// neither is given. Resolved before the model loads, so a bad template fails at once.
 std::optional<server::ChatRenderer> explicit_chat_template(const ServeOptions& o) {
   std::string source, origin;
   if (!o.chat_template_file.empty()) {
@@ -104,12 +104,12 @@ std::optional<server::ChatRenderer> explicit_chat_template(const ServeOptions& o
     return std::nullopt;
   } else if (const auto builtin = server::parse_chat_template_name(o.chat_template)) {
     return server::ChatRenderer::from_builtin(*builtin);
-  } else if (std::filesystem::is_regular_file(o.chat_template)) {
+  } else if (o.chat_template.find("{%") != std::string::npos || o.chat_template.find("{{") != std::string::npos) {
+    source = o.chat_template;  // Jinja text itself (checked first: it is no path)
+    origin = "--chat-template text";
+  } else if (std::error_code ec; std::filesystem::is_regular_file(o.chat_template, ec)) {
     source = read_text_file("--chat-template", o.chat_template);
     origin = o.chat_template;
-  } else if (o.chat_template.find("{%") != std::string::npos || o.chat_template.find("{{") != std::string::npos) {
-    source = o.chat_template;
-    origin = "--chat-template text";
   } else {
     throw CliError("--chat-template " + o.chat_template +
                    ": not llama2, llama3 or chatml, not a file, and not a Jinja template");

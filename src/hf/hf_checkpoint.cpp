@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -282,7 +283,15 @@ GgufFile open_hf_directory(const fs::path& dir) {
       write_sampling_defaults(read_json(dir / "generation_config.json", true), (dir / "generation_config.json").string(), w);
     });
   const json tokenizer = read_json(dir / "tokenizer.json", true);
-  const json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
+  json tokenizer_config = read_json(dir / "tokenizer_config.json", false);
+  // Newer repositories keep the chat template in its own file: it counts as the config's.
+  std::error_code tmpl_ec;
+  if ((tokenizer_config.is_null() || (tokenizer_config.is_object() && !tokenizer_config.contains("chat_template"))) &&
+      fs::is_regular_file(dir / "chat_template.jinja", tmpl_ec)) {
+    std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
+    if (tokenizer_config.is_null()) tokenizer_config = json::object();
+    tokenizer_config["chat_template"] = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
   named(dir / "tokenizer.json", [&] {
     write_tokenizer_metadata(tokenizer, tokenizer_config, config, s.n_vocab, (dir / "tokenizer.json").string(),
                              (dir / "tokenizer_config.json").string(), w);

@@ -26,6 +26,23 @@ std::vector<std::string> code_points(const std::string& s) {
   return out;
 }
 
+// The widest padding a filter may make (center, zfill, indent, batch).
+constexpr int64_t kMaxWidth = 1 << 20;
+
+// Python's str.splitlines() for \n, \r\n and \r.
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\n' && s[i] != '\r') continue;
+    out.push_back(s.substr(start, i - start));
+    if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+    start = i + 1;
+  }
+  if (start < s.size()) out.push_back(s.substr(start));
+  return out;
+}
+
 bool is_py_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
@@ -221,6 +238,7 @@ Value number_of(const Value& v, bool as_float, const Value& def) {
 
 }  // namespace
 
+
 size_t python_len(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return 0;
@@ -332,17 +350,17 @@ bool apply_test(const std::string& n, const Value& v, const Args& a) {
 
 Value apply_filter(const std::string& n, const Value& v, const Args& a) {
   using K = Value::Kind;
-  if (n == "tojson") {  // Transformers: json.dumps(x, ensure_ascii=False, indent, separators, sort_keys)
-    const Value* indent = a.get(0, "indent");
-    const int ind = indent && !indent->is_none() ? int(indent->as_int()) : -1;
+  if (n == "tojson") {  // Transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    const Value* indent = a.get(1, "indent");
+    const int ind = indent && !indent->is_none() ? int(std::clamp<int64_t>(indent->as_int(), 0, 1000)) : -1;
     std::string item_sep = ind >= 0 ? "," : ", ", key_sep = ": ";
-    if (const Value* seps = a.get(size_t(-1), "separators"); seps && !seps->is_none()) {
-      if (!seps->is_list() || seps->array().size() != 2) fail("tojson: separators must be a pair of strings");
+    if (const Value* seps = a.get(2, "separators"); seps && !seps->is_none()) {
+      if (seps->kind() != K::Array || seps->array().size() != 2) fail("tojson: separators must be a pair of strings");
       item_sep = need_string(seps->array()[0], "separators");
       key_sep = need_string(seps->array()[1], "separators");
     }
     if (v.is_undefined()) fail("Object of type Undefined is not JSON serializable");
-    return Value(v.to_json(ind, item_sep, key_sep, bool_arg(a, size_t(-1), "sort_keys", false)));
+    return Value(v.to_json(ind, item_sep, key_sep, bool_arg(a, 3, "sort_keys", false), bool_arg(a, 0, "ensure_ascii", false)));
   }
   if (n == "length" || n == "count") return Value(int64_t(python_len(v)));
   if (n == "string") return Value(v.to_string());
@@ -412,27 +430,23 @@ Value apply_filter(const std::string& n, const Value& v, const Args& a) {
     if (!from || !to) fail("replace needs old and new");
     return Value(replace(v.to_string(), from->to_string(), to->to_string(), int_arg(a, 2, "count", -1)));
   }
-  if (n == "indent") {
+  if (n == "indent") {  // Jinja2's do_indent: lines after the first, not empty ones unless `blank`
     const Value* w = a.get(0, "width");
-    const std::string pad = w == nullptr ? "    " : w->is_string() ? w->str() : std::string(size_t(w->as_int()), ' ');
+    const std::string pad = w == nullptr ? "    " : w->is_string() ? w->str()
+                                                   : std::string(size_t(std::clamp<int64_t>(w->as_int(), 0, kMaxWidth)), ' ');
     const bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
-    const std::string s = v.to_string();
-    std::string out;
-    size_t start = 0;
-    bool first_line = true;
-    for (;;) {
-      const size_t nl = s.find('\n', start);
-      const std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-      if ((!first_line || first) && (blank || !strip_chars(line, nullptr, true, true).empty())) out += pad;
-      out += line;
-      if (nl == std::string::npos) break;
-      out += '\n';
-      start = nl + 1;
-      first_line = false;
-    }
-    return Value(out);
+    std::vector<std::string> lines = split_lines(v.to_string() + "\n");
+    std::string out = lines.empty() ? std::string() : lines[0];
+    for (size_t i = 1; i < lines.size(); ++i) out += "\n" + (blank || !lines[i].empty() ? pad + lines[i] : lines[i]);
+    return Value(first ? pad + out : out);
   }
-  if (n == "int") return number_of(v, false, a.get(0, "default") ? *a.get(0, "default") : Value(int64_t(0)));
+  if (n == "int") {
+    const Value def = a.get(0, "default") ? *a.get(0, "default") : Value(int64_t(0));
+    const Value i = number_of(v, false, Value());
+    if (!i.is_undefined()) return i;
+    const Value f = number_of(v, true, Value());  // "3.7": int(float(x)), as Jinja2
+    return f.is_undefined() ? def : Value(int64_t(std::trunc(f.as_double())));
+  }
   if (n == "float") return number_of(v, true, a.get(0, "default") ? *a.get(0, "default") : Value(0.0));
   if (n == "abs") return v.kind() == K::Float ? Value(std::fabs(v.as_double())) : Value(int64_t(std::llabs(v.as_int())));
   if (n == "round") {
@@ -477,7 +491,7 @@ Value apply_filter(const std::string& n, const Value& v, const Args& a) {
   }
   if (n == "wordcount") return Value(int64_t(split(v.to_string(), nullptr, -1).size()));
   if (n == "center") {
-    const int64_t w = int_arg(a, 0, "width", 80);
+    const int64_t w = std::min<int64_t>(int_arg(a, 0, "width", 80), kMaxWidth);
     const std::string s = v.to_string();
     const int64_t len = int64_t(code_points(s).size());
     if (len >= w) return Value(s);
@@ -519,7 +533,7 @@ Value apply_filter(const std::string& n, const Value& v, const Args& a) {
   }
   if (n == "batch") {
     const int64_t size = int_arg(a, 0, "linecount", 1);
-    if (size <= 0) fail("batch: the size must be positive");
+    if (size <= 0 || size > kMaxWidth) fail("batch: the size must be in [1, 1048576]");
     Array out, cur;
     for (const Value& e : iterate(v)) {
       cur.push_back(e);
@@ -646,7 +660,7 @@ Value call_method(const Value& obj, const std::string& n, const Args& a) {
     return Value(out);
   }
   if (n == "zfill") {
-    const int64_t w = int_arg(a, 0, "width", 0);
+    const int64_t w = std::min<int64_t>(int_arg(a, 0, "width", 0), kMaxWidth);
     const int64_t len = int64_t(code_points(s).size());
     if (len >= w) return Value(s);
     const bool sign = !s.empty() && (s[0] == '-' || s[0] == '+');

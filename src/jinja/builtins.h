@@ -10,7 +10,8 @@
 
 namespace fdl::jinja {
 
-/// `subject | name(args)`.
+/// `subject | name(args)`. An unknown name fails only when a rendering reaches it (as in
+/// Jinja2, which renders a template whose unknown filter sits in a branch not taken).
 Value apply_filter(const std::string& name, const Value& subject, const Args& args);
 /// `subject is name(args)`.
 bool apply_test(const std::string& name, const Value& subject, const Args& args);

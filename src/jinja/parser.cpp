@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+
 namespace fdl::jinja {
 namespace {
 
@@ -28,8 +29,11 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' |
 
 // The end of a tag opened at `from` (just past its opener): the position of `close`, outside
 // string literals.
+// outside string literals and, as Jinja2's lexer balances them, outside brackets: `{{ {"a":
+// {"b": 1}} }}` closes at the last `}}`.
 size_t tag_end(std::string_view s, size_t from, std::string_view close, int line) {
   char quote = 0;
+  int depth = 0;
   for (size_t i = from; i < s.size(); ++i) {
     const char c = s[i];
     if (quote) {
@@ -37,8 +41,12 @@ size_t tag_end(std::string_view s, size_t from, std::string_view close, int line
       else if (c == quote) quote = 0;
     } else if (c == '\'' || c == '"') {
       quote = c;
-    } else if (s.compare(i, close.size(), close) == 0) {
+    } else if (depth == 0 && s.compare(i, close.size(), close) == 0) {
       return i;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if ((c == ')' || c == ']' || c == '}') && depth > 0) {
+      --depth;
     }
   }
   fail(line, "a tag is not closed (missing '" + std::string(close) + "')");
@@ -254,9 +262,22 @@ std::vector<Tok> tokenize(const std::string& src, int line) {
 
 // ---------------------------------------------------------------- expressions
 
+// Nesting deeper than this (brackets, `not`, unary signs; blocks in Parser) is refused: the
+// recursive parser and interpreter must not run out of stack.
+constexpr int kMaxNesting = 200;
+
 class ExprParser {
  public:
   ExprParser(const std::string& src, int line) : toks_(tokenize(src, line)), line_(line) {}
+
+  // Counts one level of recursion for as long as it lives.
+  struct Nest {
+    ExprParser& p;
+    explicit Nest(ExprParser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting) fail(p.line_, "expressions nest deeper than " + std::to_string(kMaxNesting));
+    }
+    ~Nest() { --p.depth_; }
+  };
 
   bool at_end() const { return toks_[i_].t == Tok::T::End; }
   bool is_op(const char* op) const { return toks_[i_].t == Tok::T::Op && toks_[i_].s == op; }
@@ -304,6 +325,7 @@ class ExprParser {
   }
 
   ExprPtr cond() {
+    const Nest nest(*this);
     ExprPtr e = or_expr();
     while (accept_name("if")) {
       auto c = make(Expr::Kind::Cond);
@@ -325,6 +347,7 @@ class ExprParser {
     return e;
   }
   ExprPtr not_expr() {
+    const Nest nest(*this);
     if (accept_name("not")) {
       auto n = make(Expr::Kind::Not);
       n->kids.push_back(not_expr());
@@ -332,29 +355,52 @@ class ExprParser {
     }
     return compare();
   }
+  // a < b < c is (a < b) and (b < c), as in Python (b is evaluated twice: expressions have no
+  // side effects a template can see).
   ExprPtr compare() {
-    ExprPtr e = math1();
+    ExprPtr first = math1();
+    std::vector<std::pair<std::string, ExprPtr>> rest;
     for (;;) {
       static const char* kCmp[] = {"==", "!=", "<=", ">=", "<", ">"};
-      bool done = true;
-      for (const char* op : kCmp)
-        if (accept_op(op)) {
-          e = binary(Expr::Kind::Binary, op, std::move(e), math1());
-          done = false;
+      std::string op;
+      for (const char* c : kCmp)
+        if (accept_op(c)) {
+          op = c;
           break;
         }
-      if (!done) continue;
-      if (accept_name("in")) {
-        e = binary(Expr::Kind::Binary, "in", std::move(e), math1());
-        continue;
-      }
-      if (is_name("not") && toks_[i_ + 1].t == Tok::T::Name && toks_[i_ + 1].s == "in") {
+      if (op.empty() && accept_name("in")) op = "in";
+      if (op.empty() && is_name("not") && toks_[i_ + 1].t == Tok::T::Name && toks_[i_ + 1].s == "in") {
         i_ += 2;
-        e = binary(Expr::Kind::Binary, "not in", std::move(e), math1());
-        continue;
+        op = "not in";
       }
-      return e;
+      if (op.empty()) break;
+      rest.emplace_back(op, math1());
     }
+    if (rest.empty()) return first;
+    ExprPtr chain;
+    const Expr* left = first.get();
+    ExprPtr left_owned = std::move(first);
+    for (auto& [op, right] : rest) {
+      ExprPtr lhs = left_owned ? std::move(left_owned) : clone(*left);
+      const Expr* next_left = right.get();
+      ExprPtr cmp = binary(Expr::Kind::Binary, op, std::move(lhs), std::move(right));
+      left = next_left;
+      chain = chain ? binary(Expr::Kind::And, "and", std::move(chain), std::move(cmp)) : std::move(cmp);
+    }
+    return chain;
+  }
+
+  // A deep copy (chained comparisons use their middle operands twice).
+  ExprPtr clone(const Expr& e) {
+    auto c = std::make_unique<Expr>();
+    c->kind = e.kind;
+    c->line = e.line;
+    c->value = e.value;
+    c->name = e.name;
+    c->negate = e.negate;
+    for (const auto& k : e.kids) c->kids.push_back(k ? clone(*k) : nullptr);
+    for (const auto& [n, k] : e.kw) c->kw.emplace_back(n, clone(*k));
+    return c;
   }
   ExprPtr math1() {
     ExprPtr e = concat();
@@ -389,6 +435,7 @@ class ExprParser {
     return e;
   }
   ExprPtr unary(bool with_filter) {
+    const Nest nest(*this);
     ExprPtr e;
     if (accept_op("-")) {
       e = make(Expr::Kind::Neg);
@@ -577,6 +624,7 @@ class ExprParser {
   std::vector<Tok> toks_;
   size_t i_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 // ---------------------------------------------------------------- statements
@@ -643,6 +691,11 @@ class Parser {
   }
 
   NodePtr statement(const std::string& word, const Piece& p) {
+    if (++depth_ > kMaxNesting) fail(p.line, "blocks nest deeper than " + std::to_string(kMaxNesting));
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     auto n = std::make_unique<Node>();
     n->line = p.line;
     ExprParser ep(rest(p.src, word), p.line);
@@ -686,7 +739,9 @@ class Parser {
       ep.accept_name("recursive");
       ep.expect_end();
       std::string end;
+      ++loops_;
       n->body = body({"else", "endfor"}, end);
+      --loops_;
       ++i_;
       if (end == "else") {
         n->else_body = body({"endfor"}, end);
@@ -715,6 +770,13 @@ class Parser {
     }
     if (word == "macro" || word == "call") {
       n->kind = word == "macro" ? Node::Kind::Macro : Node::Kind::CallBlock;
+      const int outer_loops = loops_;  // a loop around a macro does not reach into its body
+      loops_ = 0;
+      struct Restore {
+        int& l;
+        int v;
+        ~Restore() { l = v; }
+      } restore{loops_, outer_loops};
       if (word == "call" && ep.is_op("(")) params(ep, *n);  // {% call(args) m() %}
       if (word == "macro") {
         n->name = ep.expect_name();
@@ -752,6 +814,7 @@ class Parser {
     }
     if (word == "break" || word == "continue") {
       ep.expect_end();
+      if (loops_ == 0) fail(p.line, "'" + word + "' outside a for loop");
       n->kind = word == "break" ? Node::Kind::Break : Node::Kind::Continue;
       return n;
     }
@@ -773,10 +836,27 @@ class Parser {
 
   std::vector<Piece> pieces_;
   size_t i_ = 0;
+  int depth_ = 0;  // statements open around the current one
+  int loops_ = 0;  // for loops open around it (within the current macro)
 };
 
 }  // namespace
 
-Body parse_template(std::string_view source) { return Parser(segment(source)).parse_all(); }
+Body parse_template(std::string_view source) {
+  // Jinja2's lexer: line endings become \n, and one trailing newline is dropped
+  // (keep_trailing_newline off).
+  std::string text;
+  text.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      text += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      text += source[i];
+    }
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return Parser(segment(text)).parse_all();
+}
 
 }  // namespace fdl::jinja

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -22,6 +23,7 @@ namespace {
 constexpr int64_t kMaxRange = 1 << 20;       // elements one range() may make
 constexpr size_t kMaxString = size_t(64) << 20;  // bytes of one string or of the output
 constexpr int kMaxDepth = 256;               // nested macro calls
+constexpr int64_t kMaxSteps = int64_t(1) << 21;  // loop iterations and macro calls of one rendering
 
 [[noreturn]] void fail(int line, const std::string& what) {
   throw TemplateError(what + (line > 0 ? " (template line " + std::to_string(line) + ")" : ""));
@@ -223,6 +225,7 @@ class Renderer {
     }
     const int64_t len = int64_t(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      spend(n.line);
       bind_targets(n, items[size_t(i)]);
       Object loop;
       loop.set(Value("index"), Value(i + 1));
@@ -248,13 +251,26 @@ class Renderer {
 
   // A macro (or a call block's caller) as a function value closing over the current scopes.
   Value macro(const Node& n, const std::string& name) {
-    const Scopes closure = scopes_;
+    // Weak references: the macro lives in one of these scopes, and strong ones would make a
+    // cycle that keeps the rendering's values alive after it ends.
+    std::vector<std::weak_ptr<Scope>> closure(scopes_.begin(), scopes_.end());
     const Node* node = &n;
     return Value::function(
         [this, node, closure](const Args& a) -> Value {
           if (depth_ >= kMaxDepth) fail(node->line, "macros nest deeper than " + std::to_string(kMaxDepth));
+          spend(node->line);
+          if (a.pos.size() > node->params.size())
+            fail(node->line, "macro '" + node->name + "' takes not more than " + std::to_string(node->params.size()) +
+                                 " argument(s)");
+          for (const auto& [k, v] : a.kw) {
+            bool known = k == "caller";
+            for (const auto& p : node->params) known = known || p.first == k;
+            if (!known) fail(node->line, "macro '" + node->name + "' takes no keyword argument '" + k + "'");
+          }
           Scopes saved = std::move(scopes_);
-          scopes_ = closure;
+          scopes_.clear();
+          for (const auto& w : closure)
+            if (auto sp = w.lock()) scopes_.push_back(std::move(sp));
           auto frame = std::make_shared<Scope>();
           for (size_t i = 0; i < node->params.size(); ++i) {
             const auto& [pname, def] = node->params[i];
@@ -296,8 +312,12 @@ class Renderer {
     return a;
   }
 
+  // obj.name: as Jinja2's sandbox, a dict's methods before its keys (`tool.items` is the method
+  // even where a key "items" exists), then the key; other objects' items and methods.
   Value attribute(const Value& obj, const std::string& name, int line) {
     if (obj.is_undefined()) fail(line, undefined_message(obj));
+    if (obj.kind() == Value::Kind::Object && has_method(obj, name))
+      return Value::function([obj, name](const Args& a) { return call_method(obj, name, a); }, name);
     if (obj.is_mapping()) {
       if (const Value* v = obj.object().find(Value(name))) return *v;
     } else if (obj.is_list() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
@@ -331,7 +351,8 @@ class Renderer {
       if (i < 0 || i >= int64_t(seq.size())) return Value::undefined(obj.type_name() + " index out of range");
       return seq[size_t(i)];
     }
-    fail(line, "'" + obj.type_name() + "' object is not subscriptable");
+    // Jinja2's getitem: anything else is undefined (it fails only when used).
+    return Value::undefined("'" + obj.type_name() + "' object is not subscriptable");
   }
 
   Value slice(const Value& obj, const Expr& e) {
@@ -368,7 +389,8 @@ class Renderer {
     if (f.kind == Expr::Kind::Attr) {  // a method call: no bound function value needed
       const Value obj = eval(*f.kids[0]);
       if (obj.is_undefined()) fail(call.line, undefined_message(obj));
-      const Value* member = obj.is_mapping() ? obj.object().find(Value(f.name)) : nullptr;
+      const bool dict_method = obj.kind() == Value::Kind::Object && has_method(obj, f.name);
+      const Value* member = obj.is_mapping() && !dict_method ? obj.object().find(Value(f.name)) : nullptr;
       if (!member && has_method(obj, f.name)) return call_method(obj, f.name, args);
     }
     const Value fn = eval(f);
@@ -389,11 +411,13 @@ class Renderer {
     };
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
+        if (a.str().size() + b.str().size() > kMaxString) fail(line, "a string longer than 64 MiB");
         if (a.is_markup() || b.is_markup())  // Markup + str escapes the plain side (markupsafe)
           return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) + (b.is_markup() ? b.str() : html_escape(b.str())));
         return Value(a.str() + b.str());
       }
       if (a.is_list() && b.is_list()) {
+        if (a.array().size() + b.array().size() > size_t(kMaxRange)) fail(line, "a list too long for a template");
         Array out = a.array();
         out.insert(out.end(), b.array().begin(), b.array().end());
         return Value(std::move(out));
@@ -401,7 +425,10 @@ class Renderer {
       if (a.is_string() || b.is_string())
         fail(line, a.is_string() ? "can only concatenate str (not \"" + b.type_name() + "\") to str" : "unsupported operand type(s) for +: '" + a.type_name() + "' and 'str'");
       if (!a.is_number() || !b.is_number()) return bad();
-      return ints ? Value(a.as_int() + b.as_int()) : Value(a.as_double() + b.as_double());
+      if (!ints) return Value(a.as_double() + b.as_double());
+      int64_t r;
+      if (__builtin_add_overflow(a.as_int(), b.as_int(), &r)) fail(line, "integer overflow");
+      return Value(r);
     }
     if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
       const Value& seq = a.is_string() || a.is_list() ? a : b;
@@ -409,20 +436,27 @@ class Renderer {
       if (count.kind() != K::Int && count.kind() != K::Bool) return bad();
       const int64_t times = std::max<int64_t>(0, count.as_int());
       if (seq.is_string()) {
-        if (size_t(times) * seq.str().size() > kMaxString) fail(line, "a string longer than 64 MiB");
+        if (!seq.str().empty() && size_t(times) > kMaxString / seq.str().size()) fail(line, "a string longer than 64 MiB");
         std::string out;
         for (int64_t i = 0; i < times; ++i) out += seq.str();
         return Value(out);
       }
-      if (size_t(times) * seq.array().size() > size_t(kMaxRange)) fail(line, "a list too long for a template");
+      if (!seq.array().empty() && size_t(times) > size_t(kMaxRange) / seq.array().size())
+        fail(line, "a list too long for a template");
       Array out;
       for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
       return Value(std::move(out));
     }
     if (op == "%" && a.is_string()) return Value(percent_format(a.str(), b, line));
     if (!a.is_number() || !b.is_number()) return bad();
-    if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(a.as_double() - b.as_double());
-    if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(a.as_double() * b.as_double());
+    if ((op == "-" || op == "*") && ints) {
+      int64_t r;
+      if (op == "-" ? __builtin_sub_overflow(a.as_int(), b.as_int(), &r) : __builtin_mul_overflow(a.as_int(), b.as_int(), &r))
+        fail(line, "integer overflow");
+      return Value(r);
+    }
+    if (op == "-") return Value(a.as_double() - b.as_double());
+    if (op == "*") return Value(a.as_double() * b.as_double());
     if (op == "/") {
       if (b.as_double() == 0) fail(line, "division by zero");
       return Value(a.as_double() / b.as_double());
@@ -431,6 +465,7 @@ class Renderer {
       if (b.as_double() == 0) fail(line, "integer division or modulo by zero");
       if (ints) {
         const int64_t x = a.as_int(), y = b.as_int();
+        if (x == INT64_MIN && y == -1) fail(line, "integer overflow");
         int64_t q = x / y, r = x % y;
         if (r != 0 && ((r < 0) != (y < 0))) --q, r += y;
         return op == "//" ? Value(q) : Value(r);
@@ -441,8 +476,12 @@ class Renderer {
     }
     if (op == "**") {
       if (ints && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+        const int64_t x = a.as_int(), y = b.as_int();
+        if (x == 0 || x == 1) return Value(int64_t(y == 0 ? 1 : x));
+        if (x == -1) return Value(int64_t(y % 2 == 0 ? 1 : -1));
+        int64_t r = 1;  // |x| >= 2: at most 63 multiplications before an overflow
+        for (int64_t i = 0; i < y; ++i)
+          if (__builtin_mul_overflow(r, x, &r)) fail(line, "integer overflow");
         return Value(r);
       }
       return Value(std::pow(a.as_double(), b.as_double()));
@@ -452,7 +491,7 @@ class Renderer {
 
   // printf-style "%s" % x, with a tuple/list of values or one value.
   std::string percent_format(const std::string& f, const Value& args, int line) {
-    const Array vals = args.is_list() ? args.array() : Array{args};
+    const Array vals = args.is_tuple() ? args.array() : Array{args};  // Python: only a tuple is several values
     size_t k = 0;
     std::string out;
     for (size_t i = 0; i < f.size(); ++i) {
@@ -583,9 +622,16 @@ class Renderer {
     fail(e.line, "an unknown expression");
   }
 
+  // One unit of the rendering's work budget (loop iterations, macro calls): no template may
+  // spin for long, whatever nesting it builds.
+  void spend(int line) {
+    if (++steps_ > kMaxSteps) fail(line, "the template does too much work (over 2M loop iterations and macro calls)");
+  }
+
   const RenderOptions& options_;
   Scopes scopes_;
   int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

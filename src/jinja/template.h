@@ -4,8 +4,10 @@
 // json.dumps with ensure_ascii=False). The interpreter is the project's own (parser.h,
 // builtins.h, value.h): templates run in a sandbox that can only compute on the values given
 // to it (no file, network or attribute access beyond dict keys and the string/list/dict
-// methods of builtins.h), lists and dicts are immutable, and loops are bounded by their
-// input, except for `range` (capped) and recursion through macros (depth-capped).
+// methods of builtins.h), lists and dicts are immutable, and a rendering's work is bounded:
+// 2M loop iterations and macro calls, macros nested 256 deep, strings and the output 64 MiB,
+// ranges and lists 1M items, integers checked for overflow; the parser refuses nesting deeper
+// than 200.
 //
 // Errors: TemplateError (value.h) for a syntax error (naming the line), a failed operation
 // (an undefined value's attribute, a type error, an unknown filter), or raise_exception's

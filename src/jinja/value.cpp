@@ -122,12 +122,19 @@ Value::Kind Value::kind() const {
   }
 }
 
-int64_t Value::as_int() const { return kind() == Kind::Bool ? int64_t(as_bool()) : std::get<int64_t>(v_); }
+int64_t Value::as_int() const {
+  switch (kind()) {
+    case Kind::Bool: return int64_t(as_bool());
+    case Kind::Int: return std::get<int64_t>(v_);
+    default: throw TemplateError("an integer is required, got '" + type_name() + "'");
+  }
+}
 double Value::as_double() const {
   switch (kind()) {
     case Kind::Bool: return as_bool() ? 1.0 : 0.0;
     case Kind::Int: return double(std::get<int64_t>(v_));
-    default: return std::get<double>(v_);
+    case Kind::Float: return std::get<double>(v_);
+    default: throw TemplateError("a number is required, got '" + type_name() + "'");
   }
 }
 Object& Value::object() const {
@@ -234,9 +241,25 @@ std::string python_quote(const std::string& s) {
   return out + q;
 }
 
-std::string json_quote(const std::string& s) {
+std::string json_quote(const std::string& s, bool ensure_ascii) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (ensure_ascii && c >= 0x80) {  // one UTF-8 character as \uXXXX (a surrogate pair above U+FFFF)
+      const size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      uint32_t cp = n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : n == 4 ? c & 0x07 : 0xfffd;
+      for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+      i += n - 1;
+      char b[16];
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+      } else {
+        std::snprintf(b, sizeof b, "\\u%04x", cp);
+      }
+      out += b;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -302,7 +325,8 @@ std::string Value::repr() const {
   }
 }
 
-std::string Value::to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const {
+std::string Value::to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys,
+                           bool ensure_ascii) const {
   std::string out;
   std::function<void(const Value&, int)> emit = [&](const Value& v, int level) {
     auto newline = [&](int l) {
@@ -313,7 +337,7 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
       case Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
       case Kind::Int:
       case Kind::Float: out += json_number(v); return;
-      case Kind::String: out += json_quote(v.str()); return;
+      case Kind::String: out += json_quote(v.str(), ensure_ascii); return;
       case Kind::Array: {
         if (v.is_lazy()) throw TemplateError("Object of type " + v.type_name() + " is not JSON serializable");
         if (v.array().empty()) {
@@ -355,7 +379,7 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
         for (size_t i = 0; i < items.size(); ++i) {
           if (i) out += item_sep;
           newline(level + 1);
-          out += json_quote(key_text(items[i].first)) + key_sep;
+          out += json_quote(key_text(items[i].first), ensure_ascii) + key_sep;
           emit(items[i].second, level + 1);
         }
         newline(level);

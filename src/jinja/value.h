@@ -88,10 +88,11 @@ class Value {
   bool is_list() const { return kind() == Kind::Array && lazy_.empty(); }
   bool is_lazy() const { return kind() == Kind::Array && !lazy_.empty(); }
   bool is_markup() const { return markup_; }
+  bool is_tuple() const { return kind() == Kind::Array && tuple_; }
 
   bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const;     ///< Int or Bool
-  double as_double() const;   ///< Int, Float or Bool
+  int64_t as_int() const;     ///< Int or Bool; TemplateError otherwise
+  double as_double() const;   ///< Int, Float or Bool; TemplateError otherwise
   const std::string& str() const { return std::get<std::string>(v_); }
   Array& array() const { return *std::get<std::shared_ptr<Array>>(v_); }
   Object& object() const;  ///< Object or Namespace
@@ -104,8 +105,11 @@ class Value {
   std::string to_string() const;
   /// repr(x): strings quoted as Python quotes them.
   std::string repr() const;
-  /// json.dumps(x, ensure_ascii=False, indent, separators, sort_keys) as Transformers' tojson.
-  std::string to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const;
+  /// json.dumps(x, ensure_ascii, indent, separators, sort_keys) as Transformers' tojson
+  /// (indent < 0: none; ensure_ascii: non-ASCII as \uXXXX escapes, surrogate pairs beyond
+  /// the BMP).
+  std::string to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys,
+                      bool ensure_ascii = false) const;
   /// Python's ==.
   bool equals(const Value& o) const;
   /// Python's <, for numbers and strings (and lists, element-wise); TemplateError otherwise.

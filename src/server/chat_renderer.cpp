@@ -1,6 +1,8 @@
 // Chat messages to prompt ids through a Jinja or built-in template (chat_renderer.h).
 #include "server/chat_renderer.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <utility>
 
@@ -13,27 +15,58 @@ namespace {
 
 std::string token_text_or_empty(const Tokenizer& tok, int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); }
 
-// [begin, end) byte spans of `text` holding a message's content that the tokenizer would turn
-// (partly) into special tokens: those spans are tokenized as plain text. Contents are found in
-// message order, as written or trimmed (templates often trim them).
-std::vector<std::pair<size_t, size_t>> protected_spans(const Tokenizer& tok, const std::string& text,
-                                                       const std::vector<ChatMessage>& messages) {
-  std::vector<std::pair<size_t, size_t>> spans;
-  size_t from = 0;
-  for (const ChatMessage& m : messages) {
-    if (m.content.empty() || tok.encode(m.content, false, true) == tok.encode(m.content, false, false)) continue;
-    std::string needle = m.content;
-    size_t at = text.find(needle, from);
-    if (at == std::string::npos) {
-      const size_t a = needle.find_first_not_of(" \t\n\r"), b = needle.find_last_not_of(" \t\n\r");
-      needle = a == std::string::npos ? std::string() : needle.substr(a, b - a + 1);
-      at = needle.empty() ? std::string::npos : text.find(needle, from);
+// Messages whose contents spell control tokens ("<|im_start|>" typed by a user), with each
+// such text replaced by a placeholder: a private-use character (U+E000 + its index in
+// `texts`) the template carries through like any other character. After rendering, the
+// placeholders are tokenized as the plain text they stand for. Replacing before rendering,
+// not searching the rendered text afterwards, cannot confuse a user's copy with the
+// template's own marker, and survives templates that trim, split or move contents.
+struct Shielded {
+  std::vector<ChatMessage> messages;
+  std::vector<std::string> texts;  // placeholder i stands for texts[i]
+};
+
+constexpr uint32_t kFirstPlaceholder = 0xe000, kPlaceholders = 0x1900;  // U+E000..U+F8FF
+
+std::string placeholder(size_t i) {
+  const uint32_t cp = kFirstPlaceholder + uint32_t(i);
+  return {char(0xe0 | (cp >> 12)), char(0x80 | ((cp >> 6) & 0x3f)), char(0x80 | (cp & 0x3f))};
+}
+
+Shielded shield(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
+  Shielded out{messages, {}};
+  for (ChatMessage& m : out.messages) {
+    for (const int32_t id : tok.encode(m.content, false, true)) {
+      const TokenType type = tok.token_type(id);
+      if (type != TokenType::Control && type != TokenType::Unknown) continue;
+      const std::string& text = tok.token_text(id);
+      if (text.empty() || std::find(out.texts.begin(), out.texts.end(), text) != out.texts.end()) continue;
+      if (out.texts.size() == kPlaceholders) break;
+      out.texts.push_back(text);
     }
-    if (at == std::string::npos) continue;
-    spans.emplace_back(at, at + needle.size());
-    from = at + needle.size();
   }
-  return spans;
+  if (out.texts.empty()) return out;
+  // Longest first, so a marker that contains another is replaced whole.
+  std::vector<size_t> order(out.texts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return out.texts[x].size() > out.texts[y].size(); });
+  for (ChatMessage& m : out.messages)
+    for (const size_t i : order) {
+      const std::string& t = out.texts[i];
+      for (size_t at = m.content.find(t); at != std::string::npos; at = m.content.find(t, at + 3))
+        m.content.replace(at, t.size(), placeholder(i));
+    }
+  return out;
+}
+
+// The placeholder index at text[at] (a 3-byte UTF-8 character below kPlaceholders entries), or -1.
+int placeholder_at(const std::string& text, size_t at, size_t n) {
+  if (at + 3 > text.size()) return -1;
+  const auto b0 = static_cast<unsigned char>(text[at]), b1 = static_cast<unsigned char>(text[at + 1]),
+             b2 = static_cast<unsigned char>(text[at + 2]);
+  if ((b0 & 0xf0) != 0xe0 || (b1 & 0xc0) != 0x80 || (b2 & 0xc0) != 0x80) return -1;
+  const uint32_t cp = (uint32_t(b0 & 0x0f) << 12) | (uint32_t(b1 & 0x3f) << 6) | uint32_t(b2 & 0x3f);
+  return cp >= kFirstPlaceholder && cp - kFirstPlaceholder < n ? int(cp - kFirstPlaceholder) : -1;
 }
 
 }  // namespace
@@ -71,23 +104,26 @@ std::string ChatRenderer::render(const Tokenizer& tok, const std::vector<ChatMes
 }
 
 std::vector<int32_t> ChatRenderer::encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const {
-  const std::string text = render(tok, messages);
-  if (builtin_) return encode_prompt(tok, text, /*parse_special=*/true);
+  if (builtin_) return encode_prompt(tok, render(tok, messages), /*parse_special=*/true);
+  const Shielded shielded = shield(tok, messages);
+  const std::string text = render(tok, shielded.messages);
   std::vector<int32_t> ids;
-  size_t at = 0;
-  auto add = [&](size_t end, bool parse_special) {
-    if (end <= at) return;
-    const std::vector<int32_t> part = tok.encode(std::string_view(text).substr(at, end - at), false, parse_special);
-    ids.insert(ids.end(), part.begin(), part.end());
-    at = end;
+  auto add = [&](std::string_view part, bool parse_special) {
+    const std::vector<int32_t> p = tok.encode(part, false, parse_special);
+    ids.insert(ids.end(), p.begin(), p.end());
   };
-  for (const auto& [begin, end] : protected_spans(tok, text, messages)) {
-    add(begin, true);
-    add(end, false);
+  size_t start = 0;
+  for (size_t at = 0; at < text.size(); ++at) {
+    const int i = shielded.texts.empty() ? -1 : placeholder_at(text, at, shielded.texts.size());
+    if (i < 0) continue;
+    add(std::string_view(text).substr(start, at - start), true);
+    add(shielded.texts[size_t(i)], false);
+    start = at + 3;
+    at += 2;
   }
-  add(text.size(), true);
+  add(std::string_view(text).substr(start), true);
   if (ids.empty()) {
-    if (tok.bos_id() < 0) throw std::invalid_argument("the chat template rendered nothing, and the vocabulary has no BOS token");
+    if (tok.bos_id() < 0) throw jinja::TemplateError("the chat template rendered nothing for these messages");
     ids.push_back(tok.bos_id());
   }
   return ids;

@@ -49,7 +49,7 @@ struct Prepared {
 
 Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) {
   const Tokenizer& tok = ctx.engine.tokenizer();
-  Prepared p{endpoint, {}, {}, {}, {}};
+  Prepared p{endpoint, {}, {}, {}, {}, {}};
   const char* prompt_param = "prompt";
   if (endpoint == Endpoint::Completions) {
     CompletionRequest r = parse_completion_request(body, tok.n_vocab(), ctx.options.sampling_defaults);

@@ -396,6 +396,11 @@ TEST_F(HfDirectoryErrors, ChatTemplateIsCarried) {
   const GgufFile g = hf::open_hf_directory(dir_);
   EXPECT_EQ(g.get_string("tokenizer.chat_template"), "A");
   EXPECT_EQ(g.get_string("tokenizer.chat_template.tool_use"), "B");
+  // A chat_template.jinja file beside a config without one: the file's template.
+  tc.erase("chat_template");
+  write("tokenizer_config.json", tc);
+  std::ofstream(dir_ / "chat_template.jinja") << "{{ messages[0].content }}";
+  EXPECT_EQ(hf::open_hf_directory(dir_).get_string("tokenizer.chat_template"), "{{ messages[0].content }}");
 }
 TEST_F(HfDirectoryErrors, FilesThatAreNotRegularFiles) {
   fs::remove(dir_ / "tokenizer.json");

@@ -133,5 +133,51 @@ TEST(Jinja, SandboxRefusesMutationAndRunaways) {
   EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
 }
 
+// Jinja2 and Python behaviours real templates reach beyond the reference set.
+TEST(Jinja, PythonAndJinja2Details) {
+  const std::string tool = R"({"p": {"items": {"type": "string"}, "keys": 1}})";
+  EXPECT_EQ(render("{% for k, v in p.items() %}{{ k }};{% endfor %}{{ p['items'].type }}", tool), "items;keys;string");
+  EXPECT_EQ(render("{{ 'é☕'|tojson(ensure_ascii=true) }}|{{ 'é'|tojson }}|{{ [1]|tojson(false, 1) }}"),
+            "\"\\u00e9\\u2615\"|\"é\"|[\n 1\n]");
+  EXPECT_EQ(render("{{ {'a': {'b': 1}} }}"), "{'a': {'b': 1}}");
+  EXPECT_EQ(render("{{ 0 < 5 < 3 }}{{ 1 < 2 < 3 }}{{ 2 == 2 == 1 }}"), "FalseTrueFalse");
+  EXPECT_EQ(render("{{ 'a\n  \nb'|indent(2) }}|{{ 'a\n'|indent(2) }}"), "a\n    \n  b|a\n");
+  EXPECT_EQ(render("{{ '3.7'|int }}{{ 'x'|int }}{{ '%s' % [1, 2] }}{{ '%s-%s' % (1, 2) }}"), "30[1, 2]1-2");
+  EXPECT_EQ(render("{{ none['x'] is defined }}{{ 5['a'] is defined }}"), "FalseFalse");
+  EXPECT_EQ(render("a{{ 1 }}\n"), "a1");         // one trailing newline dropped
+  EXPECT_EQ(render("a\r\nb\rc"), "a\nb\nc");  // line endings become \n
+}
+
+// Malformed or hostile templates end in a TemplateError, never a crash, a hang or a runaway.
+TEST(Jinja, HostileTemplatesAreRefusedCleanly) {
+  EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nest deeper"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(300, '[') + std::string(300, ']') + " }}").find("nest deeper"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(300, '[') + " }}").find("not closed"), std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 300; ++i) ifs += "{% if true %}";
+  EXPECT_NE(error_of(ifs).find("nest deeper"), std::string::npos);
+  std::string nots;
+  for (int i = 0; i < 100000; ++i) nots += "not ";
+  EXPECT_NE(error_of("{{ " + nots + "1 }}").find("nest deeper"), std::string::npos);
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 10 ** 20 }}").find("overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'abcd' * 4611686018427387904 }}").find("64 MiB"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1, 2] * 4611686018427387904 }}").find("too long"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}")
+                .find("64 MiB"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}").find("too much work"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ range(1.5) }}").find("integer is required"), std::string::npos);
+  EXPECT_EQ(render("{{ 'x'|center(9223372036854775807)|length }}"), "1048576");  // widths are capped
+  EXPECT_NE(error_of("{% break %}").find("outside a for loop"), std::string::npos);
+  EXPECT_NE(error_of("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}").find("not more than 1"), std::string::npos);
+  EXPECT_NE(error_of("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}").find("no keyword argument 'b'"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'unterminated }}").find("not closed"), std::string::npos);
+  EXPECT_NE(error_of("{{ x").find("not closed"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fdl::jinja

@@ -48,6 +48,15 @@ TEST(ChatRenderer, QwenTemplateMarkersBecomeSpecialTokensAndUserMarkersStayText)
   EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 3);
   EXPECT_EQ(std::count(naive.begin(), naive.end(), im_start), 4);
   EXPECT_EQ(q.tok->decode(ids, true), q.chat.render(*q.tok, forged));  // the same text either way
+
+  // A user's marker equal to the template's first one: the template's stays the token.
+  for (const std::string& content : {std::string("<|im_start|>system"), std::string("<|im_start|>")}) {
+    const std::vector<ChatMessage> same = {{"user", content}};
+    const std::vector<int32_t> got = q.chat.encode(*q.tok, same);
+    EXPECT_EQ(got.front(), im_start) << content;
+    EXPECT_EQ(std::count(got.begin(), got.end(), im_start), 3) << content;
+    EXPECT_EQ(q.tok->decode(got, true), q.chat.render(*q.tok, same)) << content;
+  }
 }
 
 TEST(ChatRenderer, Llama3TemplateWritesItsOwnBosOnce) {
