@@ -49,6 +49,12 @@ class Renderer {
     scopes_.push_back(std::move(root));
   }
 
+  // A namespace may hold itself (`{% set ns.me = ns %}`): emptied at the end, so no reference
+  // cycle outlives the rendering.
+  ~Renderer() {
+    for (const Value& ns : namespaces_) ns.object().items.clear();
+  }
+
   std::string run(const Body& body) {
     std::string out;
     exec(body, out);
@@ -95,11 +101,12 @@ class Renderer {
         },
         "range");
     g["namespace"] = Value::function(
-        [](const Args& a) {
+        [this](const Args& a) {
           Object o;
           if (!a.pos.empty() && a.pos[0].kind() == Value::Kind::Object) o = a.pos[0].object();
           for (const auto& [k, v] : a.kw) o.set(Value(k), v);
-          return Value::namespace_of(std::move(o));
+          namespaces_.push_back(Value::namespace_of(std::move(o)));
+          return namespaces_.back();
         },
         "namespace");
     g["dict"] = Value::function(
@@ -630,6 +637,7 @@ class Renderer {
 
   const RenderOptions& options_;
   Scopes scopes_;
+  std::vector<Value> namespaces_;  // every namespace() of the rendering
   int depth_ = 0;
   int64_t steps_ = 0;
 };

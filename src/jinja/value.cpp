@@ -137,11 +137,23 @@ double Value::as_double() const {
     default: throw TemplateError("a number is required, got '" + type_name() + "'");
   }
 }
-Object& Value::object() const {
-  if (kind() == Kind::Namespace) return *std::get<NamespaceObj>(v_).o;
-  return *std::get<std::shared_ptr<Object>>(v_);
+const std::string& Value::str() const {
+  if (const auto* s = std::get_if<std::string>(&v_)) return *s;
+  throw TemplateError("a string is required, got '" + type_name() + "'");
 }
-const Function& Value::fn() const { return *std::get<FunctionObj>(v_).f; }
+Array& Value::array() const {
+  if (const auto* a = std::get_if<std::shared_ptr<Array>>(&v_)) return **a;
+  throw TemplateError("a list is required, got '" + type_name() + "'");
+}
+Object& Value::object() const {
+  if (const auto* n = std::get_if<NamespaceObj>(&v_)) return *n->o;
+  if (const auto* o = std::get_if<std::shared_ptr<Object>>(&v_)) return **o;
+  throw TemplateError("a mapping is required, got '" + type_name() + "'");
+}
+const Function& Value::fn() const {
+  if (const auto* f = std::get_if<FunctionObj>(&v_)) return *f->f;
+  throw TemplateError("'" + type_name() + "' object is not callable");
+}
 
 const void* Value::identity() const {
   switch (kind()) {
@@ -299,7 +311,14 @@ std::string Value::to_string() const {
   }
 }
 
-std::string Value::repr() const {
+std::string Value::repr() const { return repr_at(0); }
+
+// Nested deeper than this, a value prints as "..." (Python's mark for a container holding
+// itself: a namespace can).
+constexpr int kMaxReprDepth = 64;
+
+std::string Value::repr_at(int depth) const {
+  if (depth > kMaxReprDepth) return "...";
   switch (kind()) {
     case Kind::Undefined: return "Undefined";
     case Kind::None: return "None";
@@ -310,17 +329,18 @@ std::string Value::repr() const {
     case Kind::Array: {
       if (!lazy_.empty()) return "<" + lazy_ + " object>";
       std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < array().size(); ++i) out += (i ? ", " : "") + array()[i].repr();
+      for (size_t i = 0; i < array().size(); ++i) out += (i ? ", " : "") + array()[i].repr_at(depth + 1);
       if (tuple_) return out + (array().size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::Object: {
       std::string out = "{";
       bool first = true;
-      for (const auto& [k, v] : object().items) out += (first ? "" : ", ") + k.repr() + ": " + v.repr(), first = false;
+      for (const auto& [k, v] : object().items)
+        out += (first ? "" : ", ") + k.repr_at(depth + 1) + ": " + v.repr_at(depth + 1), first = false;
       return out + "}";
     }
-    case Kind::Namespace: return "<Namespace " + Value(object()).repr() + ">";
+    case Kind::Namespace: return "<Namespace " + Value(object()).repr_at(depth + 1) + ">";
     default: return "<function " + name_ + ">";
   }
 }

@@ -90,11 +90,13 @@ class Value {
   bool is_markup() const { return markup_; }
   bool is_tuple() const { return kind() == Kind::Array && tuple_; }
 
-  bool as_bool() const { return std::get<bool>(v_); }
+  bool as_bool() const { return kind() == Kind::Bool ? std::get<bool>(v_) : truthy(); }
   int64_t as_int() const;     ///< Int or Bool; TemplateError otherwise
   double as_double() const;   ///< Int, Float or Bool; TemplateError otherwise
-  const std::string& str() const { return std::get<std::string>(v_); }
-  Array& array() const { return *std::get<std::shared_ptr<Array>>(v_); }
+  // The accessors below throw TemplateError for a value of another kind (a template that
+  // passes a list where a string belongs fails cleanly).
+  const std::string& str() const;
+  Array& array() const;
   Object& object() const;  ///< Object or Namespace
   const Function& fn() const;
   const std::string& fn_name() const { return name_; }
@@ -129,6 +131,8 @@ class Value {
   std::variant<std::monostate, NoneTag, bool, int64_t, double, std::string, std::shared_ptr<Array>,
                std::shared_ptr<Object>, NamespaceObj, FunctionObj>
       v_;
+  std::string repr_at(int depth) const;
+
   std::string name_;  // an undefined value's name, or a function's
   std::string lazy_;  // a lazy sequence's type name
   bool markup_ = false;
