@@ -177,6 +177,9 @@ TEST(Jinja, HostileTemplatesAreRefusedCleanly) {
   EXPECT_NE(error_of("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}").find("no keyword argument 'b'"), std::string::npos);
   EXPECT_NE(error_of("{{ 'unterminated }}").find("not closed"), std::string::npos);
   EXPECT_NE(error_of("{{ x").find("not closed"), std::string::npos);
+  // The fuzzer's findings: a list where a string belongs, a namespace holding itself.
+  EXPECT_NE(error_of("{{ ' x '|trim([1]) }}").find("a string is required"), std::string::npos);
+  EXPECT_NE(render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}").find("..."), std::string::npos);
 }
 
 }  // namespace
