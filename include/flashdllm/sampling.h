@@ -104,7 +104,7 @@ struct SamplingParams {
   /// penalties and everything else (-100 bans a token, +100 all but forces it). Ids must be
   /// in [0, n_vocab) (Sampler's constructor checks), biases finite and in [-100, 100].
   /// Engine steps with a biased sequence sample on the host.
-  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::pair<int32_t, float>> logit_bias{};
 
   bool is_greedy() const { return temperature == 0.0f; }
   bool has_penalties() const {

@@ -84,18 +84,31 @@ ChatRenderer ChatRenderer::from_builtin(ChatTemplate t) {
   return r;
 }
 
-std::string ChatRenderer::render(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const {
-  if (builtin_) return render_chat(*builtin_, messages);
+std::string ChatRenderer::render(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                                 const nlohmann::ordered_json& tools) const {
+  if (builtin_) {
+    bool tool_turns = !tools.is_null();
+    for (const ChatMessage& m : messages) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.is_null();
+    if (tool_turns)
+      throw jinja::TemplateError(std::string("the built-in ") + chat_template_name(*builtin_) +
+                                 " format has no syntax for tools or tool turns: serve the model's Jinja template");
+    return render_chat(*builtin_, messages);
+  }
   jinja::Array list;
   for (const ChatMessage& m : messages) {
     jinja::Object msg;
     msg.set(jinja::Value("role"), jinja::Value(m.role));
     msg.set(jinja::Value("content"), jinja::Value(m.content));
+    if (!m.name.empty()) msg.set(jinja::Value("name"), jinja::Value(m.name));
+    if (!m.tool_call_id.empty()) msg.set(jinja::Value("tool_call_id"), jinja::Value(m.tool_call_id));
+    if (!m.tool_calls.is_null())
+      msg.set(jinja::Value("tool_calls"), jinja::Value::from_json(m.tool_calls));
     list.emplace_back(std::move(msg));
   }
   jinja::Object ctx;
   ctx.set(jinja::Value("messages"), jinja::Value(std::move(list)));
-  ctx.set(jinja::Value("tools"), jinja::Value::none());
+  ctx.set(jinja::Value("tools"),
+          tools.is_null() ? jinja::Value::none() : jinja::Value::from_json(tools));
   ctx.set(jinja::Value("documents"), jinja::Value::none());
   ctx.set(jinja::Value("add_generation_prompt"), jinja::Value(true));
   ctx.set(jinja::Value("bos_token"), jinja::Value(token_text_or_empty(tok, tok.bos_id())));
@@ -103,10 +116,11 @@ std::string ChatRenderer::render(const Tokenizer& tok, const std::vector<ChatMes
   return jinja_->render(ctx);
 }
 
-std::vector<int32_t> ChatRenderer::encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const {
-  if (builtin_) return encode_prompt(tok, render(tok, messages), /*parse_special=*/true);
+std::vector<int32_t> ChatRenderer::encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                                          const nlohmann::ordered_json& tools) const {
+  if (builtin_) return encode_prompt(tok, render(tok, messages, tools), /*parse_special=*/true);
   const Shielded shielded = shield(tok, messages);
-  const std::string text = render(tok, shielded.messages);
+  const std::string text = render(tok, shielded.messages, tools);
   std::vector<int32_t> ids;
   auto add = [&](std::string_view part, bool parse_special) {
     const std::vector<int32_t> p = tok.encode(part, false, parse_special);
@@ -159,12 +173,13 @@ auto refusals_as_400(Fn&& fn) -> decltype(fn()) {
 }  // namespace
 
 std::vector<int32_t> encode_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok,
-                                        const std::vector<ChatMessage>& messages) {
-  return refusals_as_400([&] { return chat.encode(tok, messages); });
+                                        const std::vector<ChatMessage>& messages, const nlohmann::ordered_json& tools) {
+  return refusals_as_400([&] { return chat.encode(tok, messages, tools); });
 }
 
-std::string render_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
-  return refusals_as_400([&] { return chat.render(tok, messages); });
+std::string render_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                               const nlohmann::ordered_json& tools) {
+  return refusals_as_400([&] { return chat.render(tok, messages, tools); });
 }
 
 }  // namespace fdl::server

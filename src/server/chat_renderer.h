@@ -34,11 +34,14 @@ class ChatRenderer {
   static ChatRenderer from_jinja(std::string_view source, std::string origin);
   static ChatRenderer from_builtin(ChatTemplate t);
 
-  /// The prompt text. Throws jinja::TemplateError when the template refuses the messages
-  /// (raise_exception) or fails on them.
-  std::string render(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const;
+  /// The prompt text for `messages` and `tools` (a JSON array, null for none). Throws
+  /// jinja::TemplateError when the template refuses them (raise_exception) or fails on them,
+  /// and for tools or tool turns with a built-in format (they have no syntax for them).
+  std::string render(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                     const nlohmann::ordered_json& tools = nullptr) const;
   /// The prompt ids (never empty); throws as render.
-  std::vector<int32_t> encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages) const;
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                              const nlohmann::ordered_json& tools = nullptr) const;
   /// Stop strings the engine needs beyond the vocabulary's end-of-generation tokens.
   std::vector<std::string> stop_strings(const Tokenizer& tok) const;
   /// "jinja (<origin>)" or the built-in format's name, for logs.
@@ -56,7 +59,8 @@ const ChatRenderer& chat_template_or_400(const std::optional<ChatRenderer>& chat
 /// ChatRenderer::encode / render, with a template's refusal (jinja::TemplateError) as
 /// ApiError 400 (`chat_template_error`) carrying the template's message.
 std::vector<int32_t> encode_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok,
-                                        const std::vector<ChatMessage>& messages);
-std::string render_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok, const std::vector<ChatMessage>& messages);
+                                        const std::vector<ChatMessage>& messages, const nlohmann::ordered_json& tools);
+std::string render_chat_or_400(const ChatRenderer& chat, const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                               const nlohmann::ordered_json& tools);
 
 }  // namespace fdl::server

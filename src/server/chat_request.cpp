@@ -36,6 +36,31 @@ std::string content_text(const nlohmann::json& content, const std::string& where
   return text;
 }
 
+// An assistant turn's tool_calls (from either JSON flavour), with each call's `arguments`
+// string parsed to the object it holds where it holds one; key order kept.
+template <typename J>
+nlohmann::ordered_json parse_tool_calls(const J& calls, const std::string& at) {
+  if (!calls.is_array()) throw invalid_param(at, "'" + at + "' must be an array, got " + std::string(calls.type_name()));
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const std::string here = at + "[" + std::to_string(k) + "]";
+    const J& c = calls[k];
+    const bool named = c.is_object() && c.contains("function") && c["function"].is_object() &&
+                       c["function"].contains("name") && c["function"]["name"].is_string();
+    if (!named) throw invalid_param(here + ".function.name", "'" + here + ".function.name' must be a string");
+    nlohmann::ordered_json call = nlohmann::ordered_json::parse(c.dump());
+    const auto& fn = c["function"];
+    if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      const auto parsed = nlohmann::ordered_json::parse(fn["arguments"].template get<std::string>(), nullptr, false);
+      if (parsed.is_object()) call["function"]["arguments"] = parsed;
+    } else if (fn.contains("arguments") && !fn["arguments"].is_object()) {
+      throw invalid_param(here + ".function.arguments", "'" + here + ".function.arguments' must be a JSON string");
+    }
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 ChatMessage parse_message(const nlohmann::json& m, size_t i) {
   const std::string at = "messages[" + std::to_string(i) + "]";
   if (!m.is_object()) {
@@ -48,30 +73,62 @@ ChatMessage parse_message(const nlohmann::json& m, size_t i) {
   ChatMessage out;
   out.role = role->get<std::string>();
   if (out.role == "developer") out.role = "system";
-  if (out.role != "system" && out.role != "user" && out.role != "assistant") {
+  if (out.role != "system" && out.role != "user" && out.role != "assistant" && out.role != "tool") {
     throw invalid_param(at + ".role", "role '" + role->get<std::string>() +
-                                          "' is not supported (system, developer, user, "
-                                          "assistant)");
+                                          "' is not supported (system, developer, user, assistant, tool)");
+  }
+  if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+    if (out.role != "assistant") throw invalid_param(at + ".tool_calls", "only assistant turns carry 'tool_calls'");
+    out.tool_calls = parse_tool_calls(*calls, at + ".tool_calls");
   }
   const auto content = m.find("content");
   if (content == m.end() || content->is_null()) {
-    throw invalid_param(at + ".content", "'" + at + ".content' is required");
+    if (out.tool_calls.is_null()) throw invalid_param(at + ".content", "'" + at + ".content' is required");
+  } else {
+    out.content = content_text(*content, at + ".content");
   }
-  out.content = content_text(*content, at + ".content");
-  if (const auto name = m.find("name"); name != m.end() && !name->is_null() && !name->is_string()) {
-    throw invalid_param(at + ".name", "'" + at + ".name' must be a string");
+  if (const auto name = m.find("name"); name != m.end() && !name->is_null()) {
+    if (!name->is_string()) throw invalid_param(at + ".name", "'" + at + ".name' must be a string");
+    out.name = name->get<std::string>();
+  }
+  if (const auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
+    if (!id->is_string()) throw invalid_param(at + ".tool_call_id", "'" + at + ".tool_call_id' must be a string");
+    out.tool_call_id = id->get<std::string>();
   }
   return out;
 }
 
-void refuse_unsupported(const nlohmann::json& body) {
-  for (const char* field : {"tools", "functions", "tool_choice", "function_call"}) {
+// `tools` (for the template, in the key order of `ordered` where given) and `tool_choice`; the
+// legacy function-calling fields are refused.
+nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::ordered_json* ordered) {
+  for (const char* field : {"functions", "function_call"}) {
     const nlohmann::json* v = find_field(body, field);
-    if (v != nullptr && !(v->is_array() && v->empty())) {
-      throw invalid_param(field, std::string("'") + field +
-                                     "' is not supported (no tool or function calling)");
-    }
+    if (v != nullptr && !(v->is_array() && v->empty()))
+      throw invalid_param(field, std::string("'") + field + "' is not supported (use 'tools')");
   }
+  bool none = false;
+  if (const nlohmann::json* choice = find_field(body, "tool_choice")) {
+    if (!choice->is_string() || (*choice != "auto" && *choice != "none"))
+      throw invalid_param("tool_choice", "only 'tool_choice' \"auto\" or \"none\" is supported (a required or "
+                                         "named tool is not enforced yet)");
+    none = *choice == "none";
+  }
+  const nlohmann::json* tools = find_field(body, "tools");
+  if (tools == nullptr || (tools->is_array() && tools->empty())) return nullptr;
+  if (!tools->is_array()) throw invalid_param("tools", "'tools' must be an array, got " + json_type_name(*tools));
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const nlohmann::json& t = (*tools)[i];
+    const nlohmann::json* fn = t.is_object() ? find_field(t, "function") : nullptr;
+    const nlohmann::json* name = fn != nullptr && fn->is_object() ? find_field(*fn, "name") : nullptr;
+    if (name == nullptr || !name->is_string())
+      throw invalid_param("tools", "'tools[" + std::to_string(i) + "].function.name' must be a string");
+  }
+  if (none) return nullptr;
+  return ordered != nullptr && ordered->is_object() && ordered->contains("tools") ? (*ordered)["tools"]
+                                                                                 : nlohmann::ordered_json::parse(tools->dump());
+}
+
+void refuse_unsupported(const nlohmann::json& body) {
   if (const nlohmann::json* rf = find_field(body, "response_format")) {
     const auto type = rf->is_object() ? rf->find("type") : rf->end();
     if (!rf->is_object() || type == rf->end() || !type->is_string() || *type != "text") {
@@ -83,7 +140,8 @@ void refuse_unsupported(const nlohmann::json& body) {
 
 }  // namespace
 
-ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults) {
+ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults,
+                               const nlohmann::ordered_json* ordered) {
   ChatRequest r;
   r.params = parse_generation_params(body, Endpoint::Chat, defaults);
   const nlohmann::json* messages = find_field(body, "messages");
@@ -100,6 +158,13 @@ ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams&
     throw invalid_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
   }
   if (logprobs) r.params.logprobs = int32_t(top.value_or(0));
+  r.tools = parse_tools(body, ordered);
+  // Tool calls again from the ordered body: their arguments print in the client's key order.
+  if (ordered != nullptr && ordered->is_object() && ordered->contains("messages") && (*ordered)["messages"].is_array())
+    for (size_t i = 0; i < r.messages.size() && i < (*ordered)["messages"].size(); ++i)
+      if (!r.messages[i].tool_calls.is_null())
+        r.messages[i].tool_calls =
+            parse_tool_calls((*ordered)["messages"][i]["tool_calls"], "messages[" + std::to_string(i) + "].tool_calls");
   refuse_unsupported(body);
   return r;
 }

@@ -1,13 +1,16 @@
 // chat_request.h — POST /v1/chat/completions body → a validated request.
 //
 // `messages`: a non-empty array of objects with `role` "system" | "developer" (treated as
-// system, OpenAI's newer name) | "user" | "assistant" and `content` either a string or an
-// array of {"type":"text","text":...} parts (joined without separator, as OpenAI does for
-// text parts). Refused with 400: other roles (tool/function calling is not supported), other
-// part types (images, audio), a null content, `name` of the wrong type. `logprobs`: bool;
-// `top_logprobs` 0..20 needs logprobs = true. `tools`, `functions`, `tool_choice`,
-// `function_call` and a `response_format` other than {"type":"text"} are refused as
-// unsupported.
+// system, OpenAI's newer name) | "user" | "assistant" | "tool" and `content` either a string or
+// an array of {"type":"text","text":...} parts (joined without separator, as OpenAI does for
+// text parts); an assistant turn may carry `tool_calls` (then a null content is allowed), a
+// tool turn `tool_call_id`. `tools`: an array of {"type": "function", "function": {"name",
+// ...}} given to the chat template; `tool_choice` "auto" (default) or "none" (the template
+// gets no tools). Refused with 400: other roles, other part types (images, audio), a null
+// content otherwise, fields of the wrong type, `tool_choice` "required" or a named function
+// (not enforced yet), the legacy `functions` / `function_call`, and a `response_format`
+// other than {"type":"text"}. `logprobs`: bool; `top_logprobs` 0..20 needs logprobs = true.
+// The model's reply is returned as text: tool calls in it are not parsed into `tool_calls` yet.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -25,9 +28,13 @@ inline constexpr int kMaxChatTopLogprobs = 20;
 struct ChatRequest {
   GenerationParams params;
   std::vector<ChatMessage> messages;
+  nlohmann::ordered_json tools;  ///< the tools for the template, in the client's key order; null for none
 };
 
-/// Throws ApiError 400 naming the field (e.g. "messages[1].content").
-ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults = {});
+/// Throws ApiError 400 naming the field (e.g. "messages[1].content"). `ordered`, the same body
+/// parsed keeping key order, is where tools and tool calls are taken from (templates print
+/// them as the client wrote them); without it they come from `body` (keys sorted).
+ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults = {},
+                               const nlohmann::ordered_json* ordered = nullptr);
 
 }  // namespace fdl::server

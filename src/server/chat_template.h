@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace fdl {
 class Tokenizer;
 }
@@ -27,8 +29,14 @@ namespace fdl::server {
 enum class ChatTemplate { Llama2, Llama3, ChatML };
 
 struct ChatMessage {
-  std::string role;     ///< "system" | "user" | "assistant"
-  std::string content;  ///< text (parts already joined)
+  std::string role{};          ///< "system" | "user" | "assistant" | "tool"
+  std::string content{};       ///< text (parts already joined; "" for an assistant turn of only tool calls)
+  std::string name{};          ///< the sender's name, "" for none
+  std::string tool_call_id{};  ///< role "tool": the call this result answers ("" for none)
+  /// Role "assistant": the calls it made, as chat templates read them: [{"id", "type":
+  /// "function", "function": {"name", "arguments"}}] with `arguments` a JSON object where the
+  /// request's string parses as one (templates iterate it), else the string. Null: none.
+  nlohmann::ordered_json tool_calls{};
 };
 
 /// "llama2" | "llama3" | "chatml"; nullopt otherwise.

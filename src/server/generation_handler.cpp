@@ -47,7 +47,7 @@ struct Prepared {
   std::string echo;                      // completions with `echo`: the prompt's text, sent first
 };
 
-Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) {
+Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint, const nlohmann::ordered_json* ordered) {
   const Tokenizer& tok = ctx.engine.tokenizer();
   Prepared p{endpoint, {}, {}, {}, {}, {}};
   const char* prompt_param = "prompt";
@@ -58,10 +58,10 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint) 
     p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
     if (r.echo) p.echo = r.prompt_text ? *r.prompt_text : tok::to_well_formed_utf8(tok.decode(p.prompt_ids));
   } else {
-    ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults);  // validated before the config check
+    ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults, ordered);  // validated before the config check
     const ChatRenderer& chat = chat_template_or_400(ctx.options.chat);
     p.params = std::move(r.params);
-    p.prompt_ids = encode_chat_or_400(chat, tok, r.messages);
+    p.prompt_ids = encode_chat_or_400(chat, tok, r.messages, r.tools);
     p.extra_stops = chat.stop_strings(tok);
     prompt_param = "messages";
   }
@@ -283,13 +283,13 @@ std::string cache_scope_for(const std::string& authorization) {
   return hex;
 }
 
-void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint,
-                       const std::string& cache_scope, httplib::Response& res) {
+void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint, const std::string& cache_scope,
+                       httplib::Response& res, const nlohmann::ordered_json* ordered) {
   const auto arrived = Clock::now();
   if (ctx.draining) {
     throw ApiError(503, "the server is shutting down", "", "server_error");
   }
-  Prepared p = prepare(ctx, body, endpoint);
+  Prepared p = prepare(ctx, body, endpoint, ordered);
   p.cache_scope = cache_scope;
   if (p.params.stream) {
     Submitted s = submit_all(ctx, p, arrived);

@@ -64,6 +64,12 @@ json parse_body(const httplib::Request& req) {
   }
 }
 
+// The body again keeping key order, for what chat templates print as the client wrote it
+// (tools, tool calls); called after parse_body accepted it.
+nlohmann::ordered_json parse_body_ordered(const httplib::Request& req) {
+  return nlohmann::ordered_json::parse(req.body, nullptr, false);
+}
+
 json breakers_json(const Engine& engine) {
   json list = json::array();
   for (const BreakerState& b : engine.breakers()) {
@@ -104,9 +110,13 @@ struct HttpServer::Impl {
   void routes() {
     auto generation = [this](Endpoint ep) {
       return [this, ep](const httplib::Request& req, httplib::Response& res) {
-        guarded(res, [&] { handle_generation(ctx, parse_body(req), ep,
-                                                cache_scope_for(req.get_header_value("Authorization")),
-                                                res); });
+        guarded(res, [&] {
+          const json body = parse_body(req);
+          const nlohmann::ordered_json ordered =
+              ep == Endpoint::Chat ? parse_body_ordered(req) : nlohmann::ordered_json(nullptr);
+          handle_generation(ctx, body, ep, cache_scope_for(req.get_header_value("Authorization")), res,
+                            ep == Endpoint::Chat ? &ordered : nullptr);
+        });
       };
     };
     http.Post("/v1/completions", generation(Endpoint::Completions));
@@ -119,7 +129,13 @@ struct HttpServer::Impl {
     };
     http.Post("/tokenize", tokens(handle_tokenize));
     http.Post("/detokenize", tokens(handle_detokenize));
-    http.Post("/apply-template", tokens(handle_apply_template));
+    http.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        const json body = parse_body(req);
+        const nlohmann::ordered_json ordered = parse_body_ordered(req);
+        send_json(res, 200, handle_apply_template(ctx, body, &ordered));
+      });
+    });
 
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"object", "list"}, {"data", json::array({model_json(ctx)})}});

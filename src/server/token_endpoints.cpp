@@ -51,10 +51,10 @@ json handle_detokenize(const ServerContext& ctx, const json& body) {
   return {{"content", tok::to_well_formed_utf8(tok.decode(ids))}};
 }
 
-json handle_apply_template(const ServerContext& ctx, const json& body) {
-  const ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults);
+json handle_apply_template(const ServerContext& ctx, const json& body, const nlohmann::ordered_json* ordered) {
+  const ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults, ordered);
   const ChatRenderer& chat = chat_template_or_400(ctx.options.chat);
-  return {{"prompt", render_chat_or_400(chat, ctx.engine.tokenizer(), r.messages)}};
+  return {{"prompt", render_chat_or_400(chat, ctx.engine.tokenizer(), r.messages, r.tools)}};
 }
 
 }  // namespace fdl::server

@@ -20,6 +20,8 @@ namespace fdl::server {
 
 nlohmann::json handle_tokenize(const ServerContext& ctx, const nlohmann::json& body);
 nlohmann::json handle_detokenize(const ServerContext& ctx, const nlohmann::json& body);
-nlohmann::json handle_apply_template(const ServerContext& ctx, const nlohmann::json& body);
+/// `ordered`: the same body parsed keeping key order (as chat completions take it), or null.
+nlohmann::json handle_apply_template(const ServerContext& ctx, const nlohmann::json& body,
+                                     const nlohmann::ordered_json* ordered = nullptr);
 
 }  // namespace fdl::server

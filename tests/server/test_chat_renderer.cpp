@@ -68,6 +68,30 @@ TEST(ChatRenderer, Llama3TemplateWritesItsOwnBosOnce) {
   EXPECT_NE(l.tok->decode(ids, true).find("<|start_header_id|>assistant<|end_header_id|>\n\n"), std::string::npos);
 }
 
+// Tools and a tool round trip through Qwen 2.5's template: what Transformers renders for the
+// references' tool_round_trip conversation.
+TEST(ChatRenderer, ToolsAndToolTurnsReachTheTemplate) {
+  const Fixture q = load("ggml-vocab-qwen2.gguf", "Qwen-Qwen2.5-7B-Instruct.jinja");
+  ChatMessage call{"assistant", "", "", "", nlohmann::ordered_json::parse(R"([{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}])")};
+  const std::vector<ChatMessage> messages = {{"user", "What's the weather in Paris?"}, call,
+                                             {"tool", "{\"temp_c\": 18}", "get_weather", "call_1", nullptr}};
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Current weather for a city", "parameters": {"type": "object", "properties": {"city": {"type":
+      "string", "description": "City name"}}, "required": ["city"]}}}])");
+  const std::string text = q.chat.render(*q.tok, messages, tools);
+  EXPECT_NE(text.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<tool_response>\n{\"temp_c\": 18}\n</tool_response>"), std::string::npos) << text;
+  const ChatRenderer chatml = ChatRenderer::from_builtin(ChatTemplate::ChatML);
+  EXPECT_THROW(chatml.render(*q.tok, messages, nullptr), jinja::TemplateError);
+  EXPECT_THROW(chatml.render(*q.tok, {{"user", "x"}}, tools), jinja::TemplateError);
+}
+
 TEST(ChatRenderer, TemplatesThatRefuseMessagesSaySo) {
   const Fixture g = load("ggml-vocab-llama-spm.gguf", "google-gemma-2-2b-it.jinja");
   try {

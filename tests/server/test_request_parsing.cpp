@@ -298,7 +298,11 @@ TEST(ChatRequest, BadMessages) {
       {json("hi"), "messages"},
       {json::array({"hi"}), "messages[0]"},
       {json::array({{{"content", "x"}}}), "messages[0].role"},
-      {json::array({{{"role", "tool"}, {"content", "x"}}}), "messages[0].role"},
+      {json::array({{{"role", "function"}, {"content", "x"}}}), "messages[0].role"},
+      {json::array({{{"role", "user"}, {"content", "x"}, {"tool_calls", json::array()}}}), "messages[0].tool_calls"},
+      {json::array({{{"role", "assistant"}, {"tool_calls", {{{"function", {{"arguments", "{}"}}}}}}}}),
+       "messages[0].tool_calls[0].function.name"},
+      {json::array({{{"role", "tool"}, {"content", "x"}, {"tool_call_id", 5}}}), "messages[0].tool_call_id"},
       {json::array({{{"role", 1}, {"content", "x"}}}), "messages[0].role"},
       {json::array({{{"role", "user"}}}), "messages[0].content"},
       {json::array({{{"role", "user"}, {"content", nullptr}}}), "messages[0].content"},
@@ -316,9 +320,28 @@ TEST(ChatRequest, BadMessages) {
   EXPECT_EQ(chat_error({{"model", "m"}}).param(), "messages");
 }
 
+// Tools and tool turns reach the template: arguments strings become the objects they hold.
+TEST(ChatRequest, ToolsAndToolTurns) {
+  const json messages = json::array(
+      {{{"role", "user"}, {"content", "Weather?"}},
+       {{"role", "assistant"},
+        {"content", nullptr},
+        {"tool_calls", {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "w"}, {"arguments", "{\"city\": \"Oslo\"}"}}}}}}},
+       {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "-3"}}});
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "w"}}}}});
+  const ChatRequest r = parse_chat_request(with(kChat, {{"messages", messages}, {"tools", tools}}));
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].tool_calls[0]["function"]["arguments"].dump(), R"({"city":"Oslo"})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "c1");
+  EXPECT_EQ(r.tools.dump(), tools.dump());
+  EXPECT_TRUE(parse_chat_request(with(kChat, {{"tools", tools}, {"tool_choice", "none"}})).tools.is_null());
+}
+
 TEST(ChatRequest, UnsupportedFeaturesAreRefused) {
   EXPECT_EQ(chat_error(with(kChat, {{"tools", {{{"type", "function"}}}}})).param(), "tools");
-  EXPECT_EQ(chat_error(with(kChat, {{"tool_choice", "auto"}})).param(), "tool_choice");
+  EXPECT_EQ(chat_error(with(kChat, {{"tool_choice", "required"}})).param(), "tool_choice");
+  EXPECT_EQ(chat_error(with(kChat, {{"functions", json::array({json::object()})}})).param(), "functions");
   EXPECT_EQ(chat_error(with(kChat, {{"response_format", {{"type", "json_object"}}}})).param(), "response_format");
   // A non-string type is a bad request, not a server error (found by a fresh-eyes test).
   EXPECT_EQ(chat_error(with(kChat, {{"response_format", {{"type", 1}}}})).param(), "response_format");

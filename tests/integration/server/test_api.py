@@ -274,6 +274,32 @@ class JinjaChatTemplate(unittest.TestCase):
             self.assertEqual(body["error"]["code"], "chat_template_error")
 
 
+class JinjaTools(unittest.TestCase):
+    """Tools and tool turns reach the template in the client's key order (/apply-template shows it)."""
+
+    def test_tools_and_tool_turns_in_client_order(self):
+        path = os.path.join(tempfile.mkdtemp(), "tools.jinja")
+        with open(path, "w") as f:
+            f.write("{% for m in messages %}{{ m.role }}:{{ m.content }}{% if m.tool_calls %}"
+                    "{{ m.tool_calls[0].function | tojson }}{% endif %}{% if m.tool_call_id %}@{{ m.tool_call_id }}"
+                    "{% endif %}|{% endfor %}{{ tools | tojson }}")
+        body = {"messages": [{"role": "user", "content": "Weather?"},
+                             {"role": "assistant", "content": None, "tool_calls": [
+                                 {"id": "c1", "type": "function",
+                                  "function": {"name": "w", "arguments": "{\"zone\": \"x\", \"city\": \"Oslo\"}"}}]},
+                             {"role": "tool", "tool_call_id": "c1", "content": "-3"}],
+                "tools": [{"type": "function", "function": {"name": "w", "description": "d"}}]}
+        with Server("--chat-template-file", path) as s:
+            status, got = s.post("/apply-template", body)
+            self.assertEqual(status, 200, got)
+            self.assertEqual(got["prompt"],
+                             'user:Weather?|assistant:{"name": "w", "arguments": {"zone": "x", "city": "Oslo"}}|'
+                             'tool:-3@c1|[{"type": "function", "function": {"name": "w", "description": "d"}}]')
+            r = s.openai().chat.completions.create(model="x", messages=body["messages"], tools=body["tools"],
+                                                   max_tokens=2)
+            self.assertEqual(len(r.choices), 1)
+
+
 class Echo(unittest.TestCase):
     """Completions with `echo`: the prompt's text, then the completion, whole or streamed."""
 
