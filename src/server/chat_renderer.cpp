@@ -9,6 +9,7 @@
 #include "flashdllm/generator.h"
 #include "flashdllm/tokenizer.h"
 #include "server/openai_error.h"
+#include "tokenizer/utf8.h"
 
 namespace fdl::server {
 namespace {
@@ -29,8 +30,9 @@ struct Shielded {
 constexpr uint32_t kFirstPlaceholder = 0xe000, kPlaceholders = 0x1900;  // U+E000..U+F8FF
 
 std::string placeholder(size_t i) {
-  const uint32_t cp = kFirstPlaceholder + uint32_t(i);
-  return {char(0xe0 | (cp >> 12)), char(0x80 | ((cp >> 6) & 0x3f)), char(0x80 | (cp & 0x3f))};
+  std::string out;
+  tok::append_utf8(out, kFirstPlaceholder + uint32_t(i));  // 3 bytes: U+E000..U+F8FF
+  return out;
 }
 
 Shielded shield(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
