@@ -176,22 +176,21 @@ void Engine::Impl::loop() {
     give_turn();
     std::lock_guard st(state_mu);
     const StepWindow window(*this);  // ends before state_mu is released
+    bool stop_now;
     {
       // Taken out of the inbox only under state_mu: a caller let in by give_turn must find a
       // submitted request in the inbox or in the scheduler, never in neither (metrics' waiting).
+      // The stop flag is read with the same lock: read later, a request submitted in between
+      // would stay in the inbox of a stopped engine and never get its final delivery.
       std::lock_guard lk(inbox_mu);
       adds.swap(inbox);
       ends.swap(aborts);
+      stop_now = stopping;
     }
     for (auto& r : adds) scheduler.add(r.id, std::move(r.request), std::move(r.sink));
     adds.clear();
     for (RequestId id : ends) scheduler.abort(id);
     ends.clear();
-    bool stop_now;
-    {
-      std::lock_guard lk(inbox_mu);
-      stop_now = stopping;
-    }
     if (stop_now) {
       scheduler.fail_all("abort", "the engine is shutting down");  // sinks take inbox_mu
       return;
