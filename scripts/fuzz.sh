@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Build a parser's libFuzzer target with clang (ASan + UBSan) and run it.
 #
-#   scripts/fuzz.sh gguf|safetensors|hfconfig|jinja [SECONDS] [extra libFuzzer flags...]
+#   scripts/fuzz.sh gguf|safetensors|hfconfig|jinja|grammar [SECONDS] [extra libFuzzer flags...]
 #
 # SECONDS defaults to 60. Env: BUILD_DIR (default build-fuzz), JOBS (build parallelism, 2).
 # The corpus grows in fuzz/corpus-run/<target> (git-ignored) and is reused by later runs. Seeds
 # come in each time: for gguf, small valid files made by gguf_fuzz_seeds plus the committed
 # regression inputs in fuzz/corpus/; for safetensors, the committed fuzz/corpus-safetensors/; for
 # hfconfig (config.json, optionally "\n---\n" and tokenizer.json), fuzz/corpus-hfconfig/; for jinja
-# (a chat template's source), fuzz/corpus-jinja/.
+# (a chat template's source), fuzz/corpus-jinja/; for grammar (GBNF text, or a JSON schema),
+# fuzz/corpus-grammar/.
 # The dictionaries (fuzz/<target>.dict) hold each format's keys. Crashes land in
 # fuzz/corpus-run/artifacts/.
 set -euo pipefail
@@ -20,7 +21,8 @@ case "$target" in
   safetensors) build_targets=(safetensors_fuzz) ;;
   hfconfig) build_targets=(hf_config_fuzz) ;;
   jinja) build_targets=(jinja_fuzz) ;;
-  *) echo "usage: $0 gguf|safetensors|hfconfig|jinja [SECONDS] [libFuzzer flags...]" >&2; exit 2 ;;
+  grammar) build_targets=(grammar_fuzz) ;;
+  *) echo "usage: $0 gguf|safetensors|hfconfig|jinja|grammar [SECONDS] [libFuzzer flags...]" >&2; exit 2 ;;
 esac
 shift
 build=${BUILD_DIR:-$root/build-fuzz}

@@ -21,6 +21,10 @@ struct GeneratorStats {
   int64_t n_decode_tokens = 0;   ///< tokens fed by decode steps
   double forward_ms = 0;         ///< inside Model::forward
   double total_ms = 0;           ///< the whole generate() call
+  /// Grammar-constrained sampling: rows masked, and the host time spent computing and
+  /// applying the masks and cutting drafts (GenerationRequest::grammar).
+  int64_t grammar_rows = 0;
+  double grammar_ms = 0;
 };
 
 /// What the tiered KV layer did (Generator::tier_metrics, EngineMetrics::kv_tiers).

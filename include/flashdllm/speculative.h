@@ -79,6 +79,10 @@ struct SpecMetrics {
   int64_t emitted = 0;          ///< tokens produced by decode steps
   int64_t tree_steps = 0;       ///< (sequence, step) pairs that verified a tree (>= 2 branches)
   int64_t tree_alt_accepted = 0;  ///< draft tokens accepted on a tree's non-first branches
+  /// Draft tokens that spell bytes a request's grammar forces (GenerationRequest::grammar),
+  /// drafted with or without speculation, and how many of them were accepted.
+  int64_t forced_drafted = 0;
+  int64_t forced_accepted = 0;
   int64_t audited_steps = 0;    ///< speculative steps compared against a shadow
   int64_t audit_mismatches = 0;
   bool breaker_open = false;

@@ -28,6 +28,8 @@
 #include "cli/stdout_io.h"
 #include "engine/resolved_options.h"
 #include "flashdllm/generator.h"
+#include "flashdllm/grammar.h"
+#include "grammar/json_schema.h"
 #include "model/sampling_defaults.h"
 
 namespace fdl::cli {
@@ -68,6 +70,8 @@ struct GenerateOptions {
   std::string spec_tree = "off";  // --spec-tree on|off
   KvTierFlags kv;
   std::string trace;  // --trace FILE: Chrome trace-event JSON of the run
+  std::string grammar, grammar_file;          // --grammar / --grammar-file: GBNF
+  std::string json_schema, json_schema_file;  // -j,--json-schema / --json-schema-file
 };
 
 void check_options(const GenerateOptions& opt) {
@@ -119,6 +123,32 @@ std::vector<int32_t> prompt_ids(const Tokenizer& tok, const std::string& text,
   return ids;
 }
 
+// The grammar the flags ask for (at most one of them), compiled; null for none.
+std::shared_ptr<const Grammar> grammar_from(const GenerateOptions& opt) {
+  const int given = int(!opt.grammar.empty()) + int(!opt.grammar_file.empty()) + int(!opt.json_schema.empty()) +
+                    int(!opt.json_schema_file.empty());
+  if (given == 0) return nullptr;
+  if (given > 1) throw CliError("give at most one of --grammar, --grammar-file, --json-schema, --json-schema-file");
+  std::string flag = "--grammar";
+  try {
+    if (!opt.grammar.empty()) return Grammar::compile(opt.grammar);
+    flag = "--grammar-file";
+    if (!opt.grammar_file.empty()) return Grammar::compile(read_text_file("--grammar-file", opt.grammar_file));
+    flag = !opt.json_schema.empty() ? "--json-schema" : "--json-schema-file";
+    const std::string schema =
+        !opt.json_schema.empty() ? opt.json_schema : read_text_file("--json-schema-file", opt.json_schema_file);
+    nlohmann::ordered_json parsed;  // properties come out in the schema's order
+    try {
+      parsed = nlohmann::ordered_json::parse(schema);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw CliError(flag + ": not JSON: " + e.what());
+    }
+    return Grammar::compile(grammar::json_schema_to_gbnf(parsed));
+  } catch (const GrammarError& e) {
+    throw CliError(flag + ": " + e.what());
+  }
+}
+
 nlohmann::json spec_json(const SpecMetrics& m) {
   return {{"drafted", m.drafted},
           {"accepted", m.accepted},
@@ -127,6 +157,8 @@ nlohmann::json spec_json(const SpecMetrics& m) {
           {"tokens_per_forward", m.tokens_per_forward()},
           {"tree_steps", m.tree_steps},
           {"tree_alt_accepted", m.tree_alt_accepted},
+          {"forced_drafted", m.forced_drafted},
+          {"forced_accepted", m.forced_accepted},
           {"audited_steps", m.audited_steps},
           {"audit_mismatches", m.audit_mismatches},
           {"breaker_open", m.breaker_open},
@@ -193,6 +225,7 @@ void run_generate(const GenerateOptions& opt) {
   request.max_new_tokens = opt.n_predict;
   request.stop = opt.stop;
   request.ignore_eos = opt.ignore_eos;
+  request.grammar = grammar_from(opt);
   const std::string text = prompt_text(opt);
 
   const auto path = resolve_model_path(opt.model);
@@ -221,6 +254,7 @@ void run_generate(const GenerateOptions& opt) {
     throw CliError(std::string("--spec: ") + e.what());
   }
   spec.window = opt.spec_window;
+  if (opt.spec_window == 0) request.spec_window = 0;  // no drafts at all, a grammar's forced ones included
   spec.tree = opt.spec_tree == "on";
   GeneratorOptions gopt{.block_size = opt.block_size,
                         .n_ctx = opt.ctx_size,
@@ -272,6 +306,10 @@ void run_generate(const GenerateOptions& opt) {
                           {"spec", spec_json(generator.spec_metrics())}};
     const KvTierMetrics tiers = generator.tier_metrics();
     if (tiers.enabled) out["kv_tiers"] = kv_tiers_json(tiers);  // only with --kv-host-bytes / --kv-disk-bytes
+    if (request.grammar) {
+      const GeneratorStats& st = generator.last_stats();
+      out["grammar"] = {{"rows", st.grammar_rows}, {"ms", st.grammar_ms}};
+    }
     print_json_line(out);
   } else if (open_line && ::isatty(STDOUT_FILENO)) {
     write_stdout("\n");  // keep the shell prompt off the last line; pipes get exact text
@@ -327,10 +365,14 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--block-size", opt->block_size, "KV cache block size in tokens")->capture_default_str();
   cmd->add_option("-c,--ctx-size", opt->ctx_size, "Context size (0 = min(model context, 4096))")
       ->capture_default_str();
+  cmd->add_option("--grammar", opt->grammar, "Constrain the output to this GBNF grammar (start rule: root)");
+  cmd->add_option("--grammar-file", opt->grammar_file, "Read the GBNF grammar from this file");
+  cmd->add_option("-j,--json-schema", opt->json_schema, "Constrain the output to JSON valid under this JSON schema");
+  cmd->add_option("--json-schema-file", opt->json_schema_file, "Read the JSON schema from this file");
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
   add_mmap_flag(cmd, opt->mmap);
   add_spec_flag(cmd, opt->spec, "Speculative decoding: off, lookup, lookahead or auto");
-  cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none)")
+  cmd->add_option("--spec-window", opt->spec_window, "Max draft tokens verified per step (0 = none, not even a grammar's forced tokens)")
       ->capture_default_str();
   add_spec_tree_flag(cmd, opt->spec_tree);
   add_kv_tier_flags(cmd, opt->kv);

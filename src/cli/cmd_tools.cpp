@@ -170,6 +170,7 @@ void add_tools_command(CLI::App& app) {
   tools_app->require_subcommand(1);
   add_make_model_command(*tools_app);
   add_check_invariance_command(*tools_app);
+  add_json_schema_to_grammar_command(*tools_app);
 }
 
 }  // namespace fdl::cli

@@ -23,6 +23,8 @@ void add_profile_command(CLI::App& app);
 void add_tools_command(CLI::App& app);
 /// `tools check-invariance` (cmd_check_invariance.cpp), registered by add_tools_command.
 void add_check_invariance_command(CLI::App& tools_app);
+/// `tools json-schema-to-grammar` (cmd_json_schema_to_grammar.cpp), registered by add_tools_command.
+void add_json_schema_to_grammar_command(CLI::App& tools_app);
 void add_serve_command(CLI::App& app);
 /// `multiturn`: a multi-turn chat workload for the KV tier benchmark (cmd_multiturn.cpp).
 void add_multiturn_command(CLI::App& app);

@@ -25,7 +25,8 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec:
   max_k = std::min(max_k, size_t(ctx_.options.n_ctx) - used);
   if (max_k == 0) return;
   // Several candidates verified as a tree only where the model has tree attention.
-  const bool tree = sp.options.tree && ctx_.model.supports_tree_verification();
+  // (A grammar cuts drafts along one path: constrained sequences draft linearly.)
+  const bool tree = sp.options.tree && ctx_.model.supports_tree_verification() && !s.grammar;
   const auto propose_timed = [&](size_t k, bool candidates) {
     const auto t0 = Clock::now();
     // The pool's history is brought up to date only when a draft is wanted: a sequence
@@ -71,6 +72,21 @@ void Scheduler::plan_draft(LiveSequence& s, size_t n_live, bool speculate, spec:
   s.window.drop_shadow();  // the verification below is the evidence now
   propose_timed(max_k, tree);
   if (!tree) draft.assign_linear(draft_.tokens);
+}
+
+void Scheduler::constrain_draft(LiveSequence& s, spec::DraftTree& draft) {
+  // Forced tokens ride along even where the request does not speculate (up to the
+  // sequence's forced window, GrammarState::observe_forced).
+  size_t max_k = draft.size() + s.grammar->forced_window;
+  // As plan_draft: never past what the request may still emit, or past the context.
+  if (s.request.max_new_tokens > 0)
+    max_k = std::min(max_k, size_t(s.request.max_new_tokens) - s.n_generated - 1);
+  max_k = std::min(max_k, size_t(ctx_.options.n_ctx) - (s.request.prompt_ids.size() + s.n_generated));
+  const auto t0 = Clock::now();
+  draft_tokens_.assign(draft.tokens.begin(), draft.tokens.end());
+  s.draft_kept = s.grammar->constrain_draft(draft_tokens_, max_k);
+  draft.assign_linear(draft_tokens_);
+  ctx_.stats.grammar_ms += ms_between(t0, Clock::now());
 }
 
 namespace {
@@ -125,13 +141,23 @@ void Scheduler::plan_decode() {
   bool speculate = sp.enabled() && !sp.breaker.open() && !calibrate;
 
   // Drafts first (no memory taken), then make sure the blocks exist: without them the
-  // drafts go, then audit shadows, then the youngest sequences are preempted (recompute).
+  // drafts go (the speculative ones, then grammar-forced ones), then audit shadows, then the
+  // youngest sequences are preempted (recompute).
+  bool forced = true;
   for (;;) {
     plan_.drafts.resize(seqs.size());
     for (size_t r = 0; r < seqs.size(); ++r) plan_draft(*seqs[r], seqs.size(), speculate, plan_.drafts[r]);
     if (speculate && !prompts_pending && refresh_base(sp, seqs, plan_.drafts, seqs.size() + n_shadows)) {
       speculate = false;
       for (auto& d : plan_.drafts) d.clear();
+    }
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      if (!seqs[r]->grammar) continue;
+      // A request that asks for plain decoding (spec_window 0) gets no forced drafts either.
+      if (forced && seqs[r]->request.spec_window != 0)
+        constrain_draft(*seqs[r], plan_.drafts[r]);
+      else
+        plan_.drafts[r].clear();
     }
     size_t need = 0;
     for (size_t r = 0; r < seqs.size(); ++r) {
@@ -142,7 +168,8 @@ void Scheduler::plan_decode() {
     if (need <= ctx_.kv.pool().n_free()) break;
     prefix_cache_.evict(need - ctx_.kv.pool().n_free());
     if (need <= ctx_.kv.pool().n_free()) break;
-    if (speculate) {
+    if (speculate || forced) {
+      if (!speculate) forced = false;
       speculate = false;  // plain decoding needs the fewest blocks
       continue;
     }
@@ -219,7 +246,8 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     // token: with probability p(child), speculative sampling's rate for a point-mass draft
     // (Leviathan et al. 2023; SpecInfer's for several), so the emitted tokens have the
     // target distribution and a seed gives plain decoding's ids (docs/SPECULATIVE.md).
-    const int32_t tok = runner_.row_token(s, r);
+    const int32_t tok = sample_row(s, r);
+    if (tok < 0) break;  // the grammar cannot continue: s is finished with an error
     int32_t next = -1;
     for (size_t c = 0; c < children_.size(); ++c)
       if (outputs_[c] == tok) next = children_[c];
@@ -242,6 +270,12 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
     m.drafted += int64_t(k);
     m.accepted += int64_t(accepted);
     m.rejected += int64_t(k - accepted);
+    if (s.grammar) {
+      const size_t forced = k - s.draft_kept, forced_accepted = accepted > s.draft_kept ? accepted - s.draft_kept : 0;
+      m.forced_drafted += int64_t(forced);
+      m.forced_accepted += int64_t(forced_accepted);
+      s.grammar->observe_forced(forced, forced_accepted);
+    }
     // The window controller learns the main candidate's acceptance (what its window choice
     // assumes); tokens an alternate saved count as accepted up to the main chain's length.
     const size_t main = draft.main_depth();

@@ -11,6 +11,7 @@
 #include "decode/lookahead_pool.h"
 #include "decode/stop_matcher.h"
 #include "decode/window_controller.h"
+#include "engine/grammar_state.h"
 #include "flashdllm/kv_cache.h"
 #include "flashdllm/request.h"
 #include "flashdllm/sampling.h"
@@ -45,7 +46,7 @@ struct LiveSequence {
                const Tokenizer& tokenizer, Clock::time_point now)
       : id(rid), request(std::move(req)), sink(std::move(out)),
         sampler(request.sampling, n_vocab),
-        detokenizer(tokenizer, /*render_special=*/false, /*continues_text=*/true),
+        detokenizer(tokenizer, /*render_special=*/!request.skip_special_tokens, /*continues_text=*/true),
         stop(request.stop), context(request.prompt_ids) {
     pending.id = rid;
     submitted_at = now;
@@ -98,6 +99,11 @@ struct LiveSequence {
   int tree_backoff = 0;
   static constexpr int kMaxTreeBackoff = 64;
   std::optional<ShadowCopy> shadow;
+  /// Set when the request has a grammar: every sampled token is masked by it.
+  std::optional<GrammarState> grammar;
+  /// This step's draft: how many of its tokens came from the drafters (the rest the grammar
+  /// forced).
+  size_t draft_kept = 0;
 
   /// Context tokens that must be in the KV cache before decoding: the whole prompt for a
   /// new request; after a preemption, everything but the last sampled token (fed by decode).

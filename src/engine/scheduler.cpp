@@ -19,7 +19,7 @@ Scheduler::Scheduler(EngineContext& ctx, const SchedulerOptions& options)
       policy_(ctx.spec.options, ctx.spec.cache),
       output_(ctx.tokenizer, size_t(ctx.options.n_ctx), counters_,
               [this](LiveSequence& s, bool cache) { release_kv(s, cache); }),
-      runner_(ctx) {
+      runner_(ctx), maskers_(ctx.tokenizer) {
   running_.reserve(size_t(ctx.options.max_sequences));
 }
 
@@ -38,6 +38,10 @@ void Scheduler::add(RequestId id, GenerationRequest request, OutputSink sink) {
   // The penalties see the prompt too, as in llama.cpp.
   if (s->request.sampling.has_penalties())
     for (int32_t t : s->request.prompt_ids) s->sampler.accept(t);
+  if (s->request.grammar) {
+    const auto& g = s->request.grammar;
+    s->grammar.emplace(GrammarState{GrammarMatcher(g), maskers_.get(g, !s->request.skip_special_tokens), {}});
+  }
   s->spec_window = ctx_.spec.enabled()
                        ? (s->request.spec_window >= 0 ? s->request.spec_window
                                                       : ctx_.spec.options.window)
@@ -182,9 +186,9 @@ void Scheduler::deliver_step() {
 
 bool Scheduler::ids_only_step() const {
   if (plan_.drafted > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
-  // Log-probabilities and logit biases need the logits on the host (Sampler).
+  // Log-probabilities, logit biases and grammars need the logits on the host (Sampler).
   const auto wants_logprobs = [](const LiveSequence& s) {
-    return s.request.logprobs >= 0 || !s.request.sampling.logit_bias.empty();
+    return s.request.logprobs >= 0 || !s.request.sampling.logit_bias.empty() || s.grammar;
   };
   for (const auto& d : plan_.decodes)
     if (wants_logprobs(*d.s)) return false;
@@ -211,10 +215,24 @@ void Scheduler::finish_prefill(Clock::time_point batch_start, Clock::time_point 
     if (opt_.prefix_cache) cache_blocks(s, s.n_prefilled);
     if (!p.last) continue;
     s.timings.prompt_ms = ms_between(s.prefill_start, batch_end);
-    output_.on_token(s, runner_.row_token(s, row), runner_.logits_row(row));
+    const int32_t tok = sample_row(s, row);
+    if (tok >= 0) output_.on_token(s, tok, runner_.logits_row(row));
     ++row;
     if (!s.finished) start_shadow(s);
   }
+}
+
+int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
+  if (!s.grammar) return runner_.row_token(s, row);
+  const auto t0 = Clock::now();
+  const int32_t tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {
+    return s.sampler.sample(masked);
+  });
+  ++ctx_.stats.grammar_rows;
+  ctx_.stats.grammar_ms += ms_between(t0, Clock::now());
+  if (tok < 0)
+    output_.finish(s, "error", "the grammar allows no token of the model's vocabulary after the text generated so far");
+  return tok;
 }
 
 void Scheduler::drop_finished() {

@@ -26,6 +26,7 @@
 #include "decode/draft_policy.h"
 #include "decode/draft_tree.h"
 #include "engine/engine_context.h"
+#include "engine/grammar_state.h"
 #include "engine/live_sequence.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
@@ -107,6 +108,13 @@ class Scheduler {
   void feed_tree_trajectory(LiveSequence& s, const spec::DraftTree& draft, size_t row0, size_t before,
                             int32_t x0, size_t accepted);
   void finish_prefill(Clock::time_point batch_start, Clock::time_point batch_end);
+  /// The token logits row `row` gives `s` (runner_.row_token), masked by its grammar if it
+  /// has one; -1 when the grammar allows no token of the vocabulary (`s` is then finished
+  /// with an error).
+  int32_t sample_row(LiveSequence& s, size_t row);
+  /// Fits `s`'s draft to its grammar (GrammarState::constrain_draft): the drafters' tokens
+  /// the grammar allows, then the forced ones, within the request's limits.
+  void constrain_draft(LiveSequence& s, spec::DraftTree& draft);
   /// Delivers what the step produced and drops the finished sequences.
   void deliver_step();
   void drop_finished();
@@ -171,6 +179,7 @@ class Scheduler {
   SchedulerCounters counters_;
   OutputProcessor output_;
   ModelRunner runner_;
+  GrammarMaskers maskers_;
   uint64_t arrivals_ = 0;
   std::deque<SeqPtr> waiting_;   ///< preempted requests go back to the front
   std::vector<SeqPtr> running_;  ///< admission order (oldest first)
@@ -191,6 +200,7 @@ class Scheduler {
   std::vector<const LiveSequence*> in_flight_seqs_;  ///< submit_next: plan_.decodes' sequences, sorted
   std::vector<int32_t> outputs_, inputs_;
   spec::Draft draft_;
+  std::vector<int32_t> draft_tokens_;  ///< constrain_draft's
   std::vector<int32_t> emitted_q_;  ///< quantized logit of each emitted token (audit)
 };
 

@@ -20,8 +20,8 @@ namespace fdl::engine {
 void Scheduler::start_shadow(LiveSequence& s) {
   SpecState& sp = ctx_.spec;
   if (!sp.enabled() || sp.options.audit_fraction <= 0.0 || s.spec_window <= 0 ||
-      !s.request.sampling.is_greedy() || sp.breaker.open())
-    return;
+      !s.request.sampling.is_greedy() || sp.breaker.open() || s.grammar)
+    return;  // (a grammar's shadow would need its own matcher; constrained rows are not audited)
   // Deterministic selection of exactly `audit_fraction` of the eligible requests.
   sp.audit_credit += sp.options.audit_fraction;
   if (sp.audit_credit < 1.0) return;

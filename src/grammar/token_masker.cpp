@@ -1,0 +1,215 @@
+#include "grammar/token_masker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace fdl::grammar {
+namespace {
+
+// Bounds on what one grammar's caches may hold before they start over.
+constexpr size_t kMaxFrames = size_t(1) << 21;
+constexpr size_t kMaxSets = size_t(1) << 16;
+constexpr size_t kMaxMaskBytes = size_t(256) << 20;
+constexpr size_t kMaxFramesPerSet = 4096;
+constexpr size_t kMaxForcedBytes = 256;
+
+}  // namespace
+
+TokenMasker::TokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
+    : grammar_(std::move(grammar)), trie_(std::move(trie)) {}
+
+uint32_t TokenMasker::intern_frame(uint32_t pos, uint32_t parent) {
+  const uint64_t key = (uint64_t(pos) << 32) | parent;
+  const auto [it, inserted] = frame_ids_.try_emplace(key, uint32_t(frames_.size()));
+  if (inserted) frames_.push_back({pos, parent});
+  return it->second;
+}
+
+void TokenMasker::expand(uint32_t f, std::vector<uint32_t>& out) {
+  using Kind = Grammar::Element::Kind;
+  const auto& el = grammar_->elements();
+  work_.clear();
+  work_.push_back(f);
+  while (!work_.empty()) {
+    uint32_t cur = work_.back();
+    work_.pop_back();
+    for (;;) {
+      if (cur == kEmptyStack || el[frames_[cur].pos].kind == Kind::Bytes) {
+        out.push_back(cur);
+        break;
+      }
+      const Frame fr = frames_[cur];
+      if (el[fr.pos].kind == Kind::End) {
+        cur = fr.parent;
+        continue;
+      }
+      if (out.size() + work_.size() > kMaxFramesPerSet) break;
+      // As GrammarMatcher::expand: the continuation (dropped when it is an end), then each
+      // alternative on top of it.
+      const uint32_t base = el[fr.pos + 1].kind == Kind::End ? fr.parent : intern_frame(fr.pos + 1, fr.parent);
+      const auto& alts = grammar_->alternatives(el[fr.pos].value);
+      for (size_t i = 1; i < alts.size(); ++i) work_.push_back(intern_frame(alts[i], base));
+      cur = intern_frame(alts[0], base);
+    }
+  }
+}
+
+uint32_t TokenMasker::intern_set(std::vector<uint32_t>& frames) {
+  std::sort(frames.begin(), frames.end());
+  frames.erase(std::unique(frames.begin(), frames.end()), frames.end());
+  std::string key(reinterpret_cast<const char*>(frames.data()), frames.size() * sizeof(uint32_t));
+  const auto [it, inserted] = set_ids_.try_emplace(std::move(key), uint32_t(sets_.size()));
+  if (inserted) {
+    sets_.push_back(frames);
+    transitions_.resize(sets_.size() * 256, kUnknown);
+  }
+  return it->second;
+}
+
+uint32_t TokenMasker::set_of(const GrammarMatcher& m) {
+  next_.clear();
+  for (const GrammarMatcher::Stack& s : m.stacks()) {
+    uint32_t f = kEmptyStack;
+    for (const uint32_t pos : s) f = intern_frame(pos, f);  // bottom first
+    next_.push_back(f);
+  }
+  std::vector<uint32_t> frames = next_;
+  return intern_set(frames);
+}
+
+uint32_t TokenMasker::step(uint32_t set, uint8_t byte) {
+  uint32_t& t = transitions_[size_t(set) * 256 + byte];
+  if (t != kUnknown) return t;
+  const Grammar& g = *grammar_;
+  std::vector<uint32_t> out;
+  for (const uint32_t f : sets_[set]) {
+    if (f == kEmptyStack) continue;
+    const Frame fr = frames_[f];
+    if (!g.byte_sets()[g.elements()[fr.pos].value].test(byte)) continue;
+    expand(intern_frame(fr.pos + 1, fr.parent), out);
+  }
+  // intern_set may grow transitions_: write through the index, not the reference.
+  const uint32_t result = out.empty() ? kDead : intern_set(out);
+  transitions_[size_t(set) * 256 + byte] = result;
+  return result;
+}
+
+void TokenMasker::compute_mask(uint32_t set, std::vector<uint64_t>& bits) {
+  const auto& nodes = trie_->nodes();
+  const auto& ids = trie_->token_ids();
+  bits.assign((size_t(trie_->n_vocab()) + 63) / 64, 0);
+  walk_sets_.assign(trie_->max_depth() + 1, kDead);
+  walk_sets_[0] = set;
+  for (size_t i = 0; i < nodes.size();) {
+    const auto& node = nodes[i];
+    const uint32_t next = step(walk_sets_[node.depth - 1], node.byte);
+    if (next == kDead) {
+      i = node.end;  // no token below this node is allowed
+      continue;
+    }
+    walk_sets_[node.depth] = next;
+    for (uint32_t k = 0; k < node.n_tokens; ++k) {
+      const int32_t id = ids[node.first_token + k];
+      bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+    }
+    ++i;
+  }
+  const auto& frames = sets_[set];
+  if (std::find(frames.begin(), frames.end(), kEmptyStack) != frames.end())
+    for (const int32_t id : trie_->eog_ids()) bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+}
+
+void TokenMasker::reset_if_large() {
+  const size_t mask_bytes = masks_.size() * ((size_t(trie_->n_vocab()) + 63) / 64) * 8;
+  if (frames_.size() < kMaxFrames && sets_.size() < kMaxSets && mask_bytes < kMaxMaskBytes) return;
+  frames_.clear();
+  frame_ids_.clear();
+  sets_.clear();
+  set_ids_.clear();
+  transitions_.clear();
+  masks_.clear();
+}
+
+const std::vector<uint64_t>& TokenMasker::mask(const GrammarMatcher& m) {
+  reset_if_large();
+  const uint32_t set = set_of(m);
+  auto it = masks_.find(set);
+  if (it == masks_.end()) {
+    std::vector<uint64_t> bits;
+    compute_mask(set, bits);
+    it = masks_.emplace(set, std::move(bits)).first;
+  }
+  return it->second;
+}
+
+size_t TokenMasker::apply(const GrammarMatcher& m, std::span<const float> logits, std::span<float> out) {
+  const std::vector<uint64_t>& bits = mask(m);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const size_t n = std::min(logits.size(), size_t(trie_->n_vocab()));
+  size_t allowed = 0;
+  for (const uint64_t w : bits) allowed += size_t(__builtin_popcountll(w));
+  if (2 * allowed < n) {
+    // Few allowed: fill, then copy the allowed ones.
+    std::fill(out.begin(), out.end(), kNegInf);
+    for (size_t w = 0; w < bits.size(); ++w)
+      for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
+        const size_t t = w * 64 + size_t(__builtin_ctzll(word));
+        if (t < n) out[t] = logits[t];
+      }
+  } else {
+    // Most allowed: copy, then mask the others.
+    std::copy(logits.begin(), logits.end(), out.begin());
+    for (size_t w = 0; w * 64 < n; ++w)
+      for (uint64_t word = ~bits[w]; word != 0; word &= word - 1) {
+        const size_t t = w * 64 + size_t(__builtin_ctzll(word));
+        if (t < n) out[t] = kNegInf;
+      }
+    std::fill(out.begin() + std::ptrdiff_t(n), out.end(), kNegInf);  // padding beyond the vocabulary
+  }
+  return allowed;
+}
+
+bool TokenMasker::allows(const GrammarMatcher& m, int32_t token) {
+  if (token < 0 || token >= trie_->n_vocab()) return false;
+  const std::vector<uint64_t>& bits = mask(m);
+  return (bits[size_t(token) / 64] >> (token % 64)) & 1;
+}
+
+bool TokenMasker::accept(GrammarMatcher& m, int32_t token) const {
+  if (token < 0 || token >= trie_->n_vocab()) return false;
+  const auto& eog = trie_->eog_ids();
+  if (std::find(eog.begin(), eog.end(), token) != eog.end()) return m.can_end();
+  const std::string& bytes = trie_->bytes(token);
+  return !bytes.empty() && m.accept_bytes(bytes);
+}
+
+void TokenMasker::forced_tokens(const GrammarMatcher& m, size_t max_tokens, std::vector<int32_t>& out) const {
+  if (max_tokens == 0) return;
+  GrammarMatcher probe = m;
+  std::string forced;
+  while (forced.size() < kMaxForcedBytes && !probe.can_end()) {
+    const std::bitset<256> next = probe.next_bytes();
+    if (next.count() != 1) break;
+    size_t b = 0;
+    while (!next.test(b)) ++b;
+    forced.push_back(static_cast<char>(b));
+    probe.accept_byte(uint8_t(b));
+  }
+  std::vector<int32_t> spelled;
+  trie_->spell(forced, spelled);
+  size_t spelled_bytes = 0;
+  for (const int32_t t : spelled) {
+    if (max_tokens == 0) return;
+    out.push_back(t);
+    --max_tokens;
+    spelled_bytes += trie_->bytes(t).size();
+  }
+  const bool rest_empty = spelled_bytes == forced.size();
+  // Everything forced is spelled: if the grammar can only end there, so does the draft.
+  if (max_tokens > 0 && rest_empty && probe.can_end() && probe.next_bytes().none() && !trie_->eog_ids().empty())
+    out.push_back(trie_->eog_ids().front());
+}
+
+}  // namespace fdl::grammar
