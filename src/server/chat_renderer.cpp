@@ -76,6 +76,7 @@ int placeholder_at(const std::string& text, size_t at, size_t n) {
 ChatRenderer ChatRenderer::from_jinja(std::string_view source, std::string origin) {
   ChatRenderer r;
   r.jinja_ = std::make_shared<const jinja::Template>(source);
+  r.tool_format_ = detect_tool_call_format(*r.jinja_);
   r.origin_ = std::move(origin);
   return r;
 }
@@ -150,7 +151,11 @@ std::vector<std::string> ChatRenderer::stop_strings(const Tokenizer& tok) const 
 }
 
 std::string ChatRenderer::describe() const {
-  return builtin_ ? std::string(chat_template_name(*builtin_)) : "jinja (" + origin_ + ")";
+  if (builtin_) return std::string(chat_template_name(*builtin_));
+  std::string out = "jinja (" + origin_ + ")";
+  if (tool_format_.syntax != ToolCallSyntax::None)
+    out += ", tool calls: " + std::string(tool_call_syntax_name(tool_format_.syntax));
+  return out;
 }
 
 const ChatRenderer& chat_template_or_400(const std::optional<ChatRenderer>& chat) {

@@ -20,6 +20,7 @@
 
 #include "jinja/template.h"
 #include "server/chat_template.h"
+#include "server/tool_call_format.h"
 
 namespace fdl {
 class Tokenizer;
@@ -44,11 +45,16 @@ class ChatRenderer {
                               const nlohmann::ordered_json& tools = nullptr) const;
   /// Stop strings the engine needs beyond the vocabulary's end-of-generation tokens.
   std::vector<std::string> stop_strings(const Tokenizer& tok) const;
-  /// "jinja (<origin>)" or the built-in format's name, for logs.
+  /// "jinja (<origin>)" (with ", tool calls: <syntax>" where it has one) or the built-in
+  /// format's name, for logs.
   std::string describe() const;
+  /// How the template writes tool calls (detected once, at construction); syntax None for
+  /// built-in formats and templates without a known tool-call syntax.
+  const ToolCallFormat& tool_call_format() const { return tool_format_; }
 
  private:
   std::shared_ptr<const jinja::Template> jinja_;
+  ToolCallFormat tool_format_;
   std::optional<ChatTemplate> builtin_;
   std::string origin_;
 };

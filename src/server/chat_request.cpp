@@ -98,44 +98,30 @@ ChatMessage parse_message(const nlohmann::json& m, size_t i) {
   return out;
 }
 
-// `tools` (for the template, in the key order of `ordered` where given) and `tool_choice`; the
-// legacy function-calling fields are refused.
-nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::ordered_json* ordered) {
+// `tools` (for the template, in the key order of `ordered` where given; null when none or
+// when `tool_choice` is "none") and `tool_choice`; the legacy function-calling fields are
+// refused.
+nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::ordered_json* ordered,
+                                   ToolChoice& choice) {
   for (const char* field : {"functions", "function_call"}) {
     const nlohmann::json* v = find_field(body, field);
     if (v != nullptr && !(v->is_array() && v->empty()))
       throw invalid_param(field, std::string("'") + field + "' is not supported (use 'tools')");
   }
-  bool none = false;
-  if (const nlohmann::json* choice = find_field(body, "tool_choice")) {
-    if (!choice->is_string() || (*choice != "auto" && *choice != "none"))
-      throw invalid_param("tool_choice", "only 'tool_choice' \"auto\" or \"none\" is supported (a required or "
-                                         "named tool is not enforced yet)");
-    none = *choice == "none";
-  }
   const nlohmann::json* tools = find_field(body, "tools");
-  if (tools == nullptr || (tools->is_array() && tools->empty())) return nullptr;
-  if (!tools->is_array()) throw invalid_param("tools", "'tools' must be an array, got " + json_type_name(*tools));
-  for (size_t i = 0; i < tools->size(); ++i) {
+  if (tools != nullptr && !tools->is_array())
+    throw invalid_param("tools", "'tools' must be an array, got " + json_type_name(*tools));
+  for (size_t i = 0; tools != nullptr && i < tools->size(); ++i) {
     const nlohmann::json& t = (*tools)[i];
     const nlohmann::json* fn = t.is_object() ? find_field(t, "function") : nullptr;
     const nlohmann::json* name = fn != nullptr && fn->is_object() ? find_field(*fn, "name") : nullptr;
     if (name == nullptr || !name->is_string())
       throw invalid_param("tools", "'tools[" + std::to_string(i) + "].function.name' must be a string");
   }
-  if (none) return nullptr;
+  choice = parse_tool_choice(body, tools);
+  if (tools == nullptr || tools->empty() || choice.mode == ToolChoice::Mode::None) return nullptr;
   return ordered != nullptr && ordered->is_object() && ordered->contains("tools") ? (*ordered)["tools"]
                                                                                  : nlohmann::ordered_json::parse(tools->dump());
-}
-
-void refuse_unsupported(const nlohmann::json& body) {
-  if (const nlohmann::json* rf = find_field(body, "response_format")) {
-    const auto type = rf->is_object() ? rf->find("type") : rf->end();
-    if (!rf->is_object() || type == rf->end() || !type->is_string() || *type != "text") {
-      throw invalid_param("response_format",
-                          "only 'response_format' {\"type\": \"text\"} is supported");
-    }
-  }
 }
 
 }  // namespace
@@ -158,14 +144,13 @@ ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams&
     throw invalid_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
   }
   if (logprobs) r.params.logprobs = int32_t(top.value_or(0));
-  r.tools = parse_tools(body, ordered);
+  r.tools = parse_tools(body, ordered, r.tool_choice);
   // Tool calls again from the ordered body: their arguments print in the client's key order.
   if (ordered != nullptr && ordered->is_object() && ordered->contains("messages") && (*ordered)["messages"].is_array())
     for (size_t i = 0; i < r.messages.size() && i < (*ordered)["messages"].size(); ++i)
       if (!r.messages[i].tool_calls.is_null())
         r.messages[i].tool_calls =
             parse_tool_calls((*ordered)["messages"][i]["tool_calls"], "messages[" + std::to_string(i) + "].tool_calls");
-  refuse_unsupported(body);
   return r;
 }
 

@@ -5,12 +5,13 @@
 // an array of {"type":"text","text":...} parts (joined without separator, as OpenAI does for
 // text parts); an assistant turn may carry `tool_calls` (then a null content is allowed), a
 // tool turn `tool_call_id`. `tools`: an array of {"type": "function", "function": {"name",
-// ...}} given to the chat template; `tool_choice` "auto" (default) or "none" (the template
-// gets no tools). Refused with 400: other roles, other part types (images, audio), a null
-// content otherwise, fields of the wrong type, `tool_choice` "required" or a named function
-// (not enforced yet), the legacy `functions` / `function_call`, and a `response_format`
-// other than {"type":"text"}. `logprobs`: bool; `top_logprobs` 0..20 needs logprobs = true.
-// The model's reply is returned as text: tool calls in it are not parsed into `tool_calls` yet.
+// ...}} given to the chat template; `tool_choice` as tool_choice.h reads it ("none": the
+// template gets no tools; the grammar of "required" or a named function is made later, once
+// the template's tool-call syntax is known). Refused with 400: other roles, other part types
+// (images, audio), a null content otherwise, fields of the wrong type, a `tool_choice` that
+// names no function of `tools`, and the legacy `functions` / `function_call`.
+// `response_format` is read by response_format.h. `logprobs`: bool; `top_logprobs` 0..20
+// needs logprobs = true.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -20,6 +21,7 @@
 
 #include "server/chat_template.h"
 #include "server/generation_params.h"
+#include "server/tool_choice.h"
 
 namespace fdl::server {
 
@@ -29,6 +31,7 @@ struct ChatRequest {
   GenerationParams params;
   std::vector<ChatMessage> messages;
   nlohmann::ordered_json tools;  ///< the tools for the template, in the client's key order; null for none
+  ToolChoice tool_choice;        ///< validated against `tools`
 };
 
 /// Throws ApiError 400 naming the field (e.g. "messages[1].content"). `ordered`, the same body

@@ -6,14 +6,18 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/chat_request.h"
 #include "server/completion_request.h"
 #include "server/openai_error.h"
 #include "server/request_stream.h"
+#include "server/response_format.h"
 #include "server/response_json.h"
 #include "server/sse.h"
+#include "server/tool_call_parser.h"
+#include "server/tool_choice.h"
 #include "tokenizer/utf8.h"
 
 #include <xxhash.h>
@@ -45,11 +49,12 @@ struct Prepared {
   std::vector<std::string> extra_stops;  // the chat template's end marker, if text
   std::string cache_scope;               // prefix-cache scope (cache_scope_for)
   std::string echo;                      // completions with `echo`: the prompt's text, sent first
+  ToolCallPlan tools;                    // chat: how replies are read for tool calls
 };
 
-Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint, const nlohmann::ordered_json* ordered) {
+Prepared prepare(ServerContext& ctx, const json& body, Endpoint endpoint, const nlohmann::ordered_json* ordered) {
   const Tokenizer& tok = ctx.engine.tokenizer();
-  Prepared p{endpoint, {}, {}, {}, {}, {}};
+  Prepared p{endpoint, {}, {}, {}, {}, {}, {}};
   const char* prompt_param = "prompt";
   if (endpoint == Endpoint::Completions) {
     CompletionRequest r = parse_completion_request(body, tok.n_vocab(), ctx.options.sampling_defaults);
@@ -63,7 +68,22 @@ Prepared prepare(const ServerContext& ctx, const json& body, Endpoint endpoint, 
     p.params = std::move(r.params);
     p.prompt_ids = encode_chat_or_400(chat, tok, r.messages, r.tools);
     p.extra_stops = chat.stop_strings(tok);
+    p.tools = plan_tool_calls(r.tool_choice, r.tools, chat.tool_call_format(), &ctx.grammars);
+    p.params.grammar = p.tools.grammar;  // required / named: the reply is calls
     prompt_param = "messages";
+  }
+  // The output constraint; a tool choice that already set one (required / named) excludes it.
+  if (auto g = parse_output_grammar(body, ordered, ctx.grammars)) {
+    if (p.params.grammar)
+      throw invalid_param("response_format", "'response_format' (or 'grammar') cannot be combined with a 'tool_choice' "
+                                             "that requires a tool call");
+    p.params.grammar = std::move(g);
+  }
+  if (p.tools.format.syntax != ToolCallSyntax::None) {
+    if (p.params.grammar != p.tools.grammar)
+      p.tools = ToolCallPlan{};  // response_format constrains the reply: it is that JSON, not calls
+    else
+      p.params.skip_special_tokens = false;  // markers such as [TOOL_CALLS] are special tokens: keep their text
   }
   check_prompt_fits(p.prompt_ids.size(), ctx.engine.options().generator.n_ctx, prompt_param);
   return p;
@@ -141,6 +161,13 @@ void respond_whole(ServerContext& ctx, const Prepared& p, Submitted s, httplib::
     }
   }
   if (failure) throw *failure;
+  if (p.tools.format.syntax != ToolCallSyntax::None)
+    for (ChoiceResult& c : choices) {
+      ParsedReply reply = parse_tool_calls(p.tools.format, c.text, p.tools.names);
+      c.text = std::move(reply.content);
+      c.tool_calls = std::move(reply.calls);
+      if (c.finish_reason == "stop" && !c.tool_calls.empty()) c.finish_reason = "tool_calls";
+    }
   const ResponseMeta m{new_response_id(p.endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"),
                        unix_now(), ctx.options.served_model_name};
   const bool lp = p.params.logprobs >= 0;
@@ -156,9 +183,11 @@ void respond_whole(ServerContext& ctx, const Prepared& p, Submitted s, httplib::
 struct StreamState {
   StreamState(ServerContext& c, Prepared pr, Submitted s)
       : ctx(c), p(std::move(pr)), sub(std::move(s)), guard(c.active),
-        offsets(sub.ids.size(), 0) {
+        offsets(sub.ids.size(), 0), live_calls(sub.ids.size(), 0) {
     meta = ResponseMeta{new_response_id(p.endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"),
                         unix_now(), ctx.options.served_model_name};
+    if (p.tools.format.syntax != ToolCallSyntax::None)
+      for (size_t i = 0; i < sub.ids.size(); ++i) parsers.emplace_back(p.tools.format, p.tools.names);
   }
   ~StreamState() { abort_all(ctx.engine, sub.ids); }  // no-op for finished requests
 
@@ -168,6 +197,8 @@ struct StreamState {
   ActiveGuard guard;
   ResponseMeta meta;
   std::vector<size_t> offsets;  // bytes of text sent per choice (completions text_offset)
+  std::vector<ToolCallParser> parsers;  // per choice, for chat replies read for tool calls
+  std::vector<size_t> live_calls;       // per choice: calls begun and not failed
   size_t n_done = 0;            // choices whose final output was rendered
   Usage usage;
   bool started = false;
@@ -197,13 +228,40 @@ json finish_chunk(const StreamState& st, size_t i, const std::string& reason) {
   return completion_chunk(st.meta, i, "", nullptr, reason, st.p.params.include_usage);
 }
 
+// SSE text for one delivery of a reply read for tool calls: a chunk per parser event, the
+// delivery's logprobs on the first (or on an empty content delta when the parser holds the
+// text back).
+std::string tool_call_chunks(StreamState& st, size_t i, const RequestOutput& o) {
+  ToolCallParser& parser = st.parsers[i];
+  std::vector<ToolCallEvent> events = parser.feed(o.text);
+  if (o.finished) {
+    std::vector<ToolCallEvent> rest = parser.finish();
+    events.insert(events.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  }
+  json logprobs = st.p.params.logprobs >= 0 && !o.tokens.empty()
+                      ? chat_logprobs(st.ctx.engine.tokenizer(), o.tokens)
+                      : json(nullptr);
+  std::string out;
+  for (const ToolCallEvent& e : events) {
+    if (e.kind == ToolCallEvent::Kind::CallBegin) ++st.live_calls[i];
+    if (e.kind == ToolCallEvent::Kind::CallFailed) --st.live_calls[i];
+    out += sse_event(chat_chunk(st.meta, i, tool_call_delta(e), std::exchange(logprobs, nullptr), "",
+                                st.p.params.include_usage));
+  }
+  if (!logprobs.is_null())
+    out += sse_event(chat_chunk(st.meta, i, {{"content", ""}}, std::move(logprobs), "", st.p.params.include_usage));
+  return out;
+}
+
 // SSE text for one engine delivery.
 std::string render_event(StreamState& st, const RequestStream::Event& ev) {
   std::string out;
   const size_t i = ev.choice;
   const RequestOutput& o = ev.output;
   const bool lp = st.p.params.logprobs >= 0;
-  if (!o.text.empty() || (lp && !o.tokens.empty())) {
+  if (!st.parsers.empty()) {
+    out += tool_call_chunks(st, i, o);
+  } else if (!o.text.empty() || (lp && !o.tokens.empty())) {
     out += sse_event(text_chunk(st, i, o.text, o.tokens));
     st.offsets[i] += o.text.size();
   }
@@ -215,7 +273,8 @@ std::string render_event(StreamState& st, const RequestStream::Event& ev) {
   }
   st.usage.completion_tokens += o.completion_tokens;
   if (o.finish_reason == "stop" || o.finish_reason == "length") {
-    out += sse_event(finish_chunk(st, i, o.finish_reason));
+    const bool called = o.finish_reason == "stop" && !st.parsers.empty() && st.live_calls[i] > 0;
+    out += sse_event(finish_chunk(st, i, called ? "tool_calls" : o.finish_reason));
   } else {
     st.failed = true;
     out += sse_event(error_body(choice_failure(o)));

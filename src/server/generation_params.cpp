@@ -167,6 +167,8 @@ std::vector<GenerationRequest> make_engine_requests(const GenerationParams& para
     r.stop.insert(r.stop.end(), extra_stops.begin(), extra_stops.end());
     r.ignore_eos = params.ignore_eos;
     r.logprobs = params.logprobs;
+    r.grammar = params.grammar;
+    r.skip_special_tokens = params.skip_special_tokens;
     out.push_back(std::move(r));
   }
   return out;

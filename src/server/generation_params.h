@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@ struct GenerationParams {
   bool include_usage = false;      ///< stream_options.include_usage
   int32_t logprobs = -1;           ///< -1 = none, else this many alternatives per token
   bool ignore_eos = false;         ///< extension: keep going past end-of-generation
+  /// The grammar every choice's output follows (response_format, `grammar`, a required or
+  /// named tool), or null.
+  std::shared_ptr<const Grammar> grammar{};
+  /// false: special tokens keep their text in the output (tool-call markers are parsed out).
+  bool skip_special_tokens = true;
 };
 
 /// Parses the shared fields of `body` (a JSON object) for `endpoint`; the endpoint's own

@@ -112,10 +112,10 @@ struct HttpServer::Impl {
       return [this, ep](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
           const json body = parse_body(req);
-          const nlohmann::ordered_json ordered =
-              ep == Endpoint::Chat ? parse_body_ordered(req) : nlohmann::ordered_json(nullptr);
-          handle_generation(ctx, body, ep, cache_scope_for(req.get_header_value("Authorization")), res,
-                            ep == Endpoint::Chat ? &ordered : nullptr);
+          // Key order matters for tools (templates print them) and schemas (properties come out
+          // in the schema's order).
+          const nlohmann::ordered_json ordered = parse_body_ordered(req);
+          handle_generation(ctx, body, ep, cache_scope_for(req.get_header_value("Authorization")), res, &ordered);
         });
       };
     };

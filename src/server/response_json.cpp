@@ -105,9 +105,13 @@ json chat_response(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
   json out_choices = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
+    json message = {{"role", "assistant"},
+                    {"content", c.text.empty() && !c.tool_calls.empty() ? json(nullptr) : json(c.text)},
+                    {"refusal", nullptr}};
+    if (!c.tool_calls.empty()) message["tool_calls"] = tool_calls_json(c.tool_calls);
     out_choices.push_back(
         {{"index", i},
-         {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
+         {"message", std::move(message)},
          {"logprobs", with_logprobs ? chat_logprobs(tok, c.tokens) : json(nullptr)},
          {"finish_reason", finish_value(c.finish_reason)}});
   }
@@ -129,6 +133,29 @@ json completion_chunk(const ResponseMeta& meta, size_t index, const std::string&
                                           {"finish_reason", finish_value(finish_reason)}}})}};
   if (include_usage) chunk["usage"] = nullptr;
   return chunk;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& c : calls)
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+json tool_call_delta(const ToolCallEvent& e) {
+  switch (e.kind) {
+    case ToolCallEvent::Kind::CallBegin:
+      return {{"tool_calls", json::array({{{"index", e.index},
+                                           {"id", e.id},
+                                           {"type", "function"},
+                                           {"function", {{"name", e.name}, {"arguments", ""}}}}})}};
+    case ToolCallEvent::Kind::CallArguments:
+      return {{"tool_calls", json::array({{{"index", e.index}, {"function", {{"arguments", e.text}}}}})}};
+    case ToolCallEvent::Kind::Content:
+    case ToolCallEvent::Kind::CallFailed:
+      break;
+  }
+  return {{"content", e.text}};
 }
 
 json chat_chunk(const ResponseMeta& meta, size_t index, json delta, json logprobs,

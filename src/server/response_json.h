@@ -9,6 +9,11 @@
 //  - chat: {"object":"chat.completion", choices:[{"index","message":{"role":"assistant",
 //    "content"},"logprobs","finish_reason"}]}; chunks are "chat.completion.chunk" with a
 //    "delta" ({"role":"assistant","content":""} first, then {"content": piece}, then {}).
+//    A reply read for tool calls adds "tool_calls": [{"id","type":"function","function":
+//    {"name","arguments"}}] to the message (`arguments` a string of JSON; `content` null when
+//    the reply is only calls); streamed, a call is a delta {"tool_calls":[{"index","id",
+//    "type":"function","function":{"name","arguments":""}}]} then deltas
+//    {"tool_calls":[{"index","function":{"arguments": fragment}}]}.
 //  - usage: {"prompt_tokens","completion_tokens","total_tokens",
 //    "prompt_tokens_details":{"cached_tokens"}}; the usage chunk has "choices":[].
 // Log-probabilities that are -inf (tokens the sampling distribution excludes) are sent as
@@ -23,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flashdllm/engine.h"
+#include "server/tool_call_parser.h"
 
 namespace fdl::server {
 
@@ -35,9 +41,10 @@ struct ResponseMeta {
 
 /// One choice once finished (non-streaming responses).
 struct ChoiceResult {
-  std::string text;
+  std::string text;  ///< the reply; for one read for tool calls, its content outside the calls
   std::vector<SampledToken> tokens;
-  std::string finish_reason;  ///< "stop" | "length"
+  std::string finish_reason;  ///< "stop" | "length" | "tool_calls"
+  std::vector<ToolCall> tool_calls{};  ///< chat: the calls read from the reply
 };
 
 struct Usage {
@@ -70,6 +77,12 @@ nlohmann::json chat_response(const ResponseMeta& meta, const std::vector<ChoiceR
 nlohmann::json completion_chunk(const ResponseMeta& meta, size_t index, const std::string& text,
                                 nlohmann::json logprobs, const std::string& finish_reason,
                                 bool include_usage);
+/// OpenAI's message.tool_calls for `calls`.
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
+/// The streamed chat delta for one parser event: {"content"} for content and for a failed
+/// call's text, else a tool_calls delta.
+nlohmann::json tool_call_delta(const ToolCallEvent& event);
+
 /// One streamed chat chunk with `delta` as given.
 nlohmann::json chat_chunk(const ResponseMeta& meta, size_t index, nlohmann::json delta,
                           nlohmann::json logprobs, const std::string& finish_reason,

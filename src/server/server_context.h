@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "flashdllm/engine.h"
+#include "grammar/grammar_cache.h"
 #include "server/http_server.h"
 #include "server/server_metrics.h"
 
@@ -24,6 +25,8 @@ struct ServerContext {
   /// Shared with engine sinks: the Engine may deliver a final "abort" from its destructor,
   /// after the HttpServer (and this context) are gone.
   std::shared_ptr<ServerMetrics> metrics;
+  /// Compiled output grammars (response_format, grammar, tools), shared by equal requests.
+  grammar::GrammarCache grammars;
   std::atomic<bool> draining{false};
   std::atomic<size_t> active{0};  ///< generation requests in flight (see ActiveGuard)
   const int64_t started_unix =

@@ -75,6 +75,22 @@ TEST(ResponseJson, ChatShape) {
   EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(r["choices"][0]["message"]["content"], "Hello");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+}
+
+// A reply of only calls has content null; text beside calls stays.
+TEST(ResponseJson, ChatToolCalls) {
+  const Tokenizer& tok = *stories().tokenizer;
+  const std::vector<ToolCall> calls = {{"call_a", "get_time", "{}", 0}, {"call_b", "f", "{\"x\": 1}", 1}};
+  json r = chat_response({"chatcmpl-1", 1, "m"}, {{"", {}, "tool_calls", calls}}, Usage{1, 1, 0}, tok, false);
+  const json& m = r["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][1], json::parse(R"({"id": "call_b", "type": "function",
+                                                "function": {"name": "f", "arguments": "{\"x\": 1}"}})"));
+  r = chat_response({"chatcmpl-1", 1, "m"}, {{"Let me look.", {}, "tool_calls", calls}}, Usage{1, 1, 0}, tok, false);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "Let me look.");
 }
 
 TEST(ResponseJson, Chunks) {

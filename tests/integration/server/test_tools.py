@@ -1,0 +1,164 @@
+"""Tool calls end to end with the official openai client: real chat templates (Llama 3.1,
+Qwen 2.5, Mistral Nemo, Hermes 2 Pro) served with `--chat-template-file`, a tool_choice that
+the grammar enforces (so even the tiny test model writes a valid call), the call parsed into
+`tool_calls` (whole and streamed as deltas, the same), the tool's result sent back through the
+template, and an answer with tool_choice "auto"; unknown functions and unenforceable choices
+are 400s."""
+import json
+import os
+import unittest
+
+import openai
+
+from server_harness import STORIES, Server
+
+TEMPLATES = os.path.join(os.environ.get("FLASHDLLM_SHARED") or
+                         os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared"),
+                         "chat-templates", "templates")
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather for a city",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string", "description": "City name", "enum": ["Paris", "Oslo"]},
+                                      "days": {"type": "integer", "description": "Days ahead", "minimum": 0,
+                                               "maximum": 9}},
+                       "required": ["city", "days"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "The time now",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}},
+]
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def is_json(text):
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def streamed_calls(stream):
+    """Content and tool calls accumulated from chat chunks the way OpenAI clients do."""
+    content, calls, finish = "", {}, None
+    for chunk in stream:
+        for ch in chunk.choices:
+            d = ch.delta
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                call = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+                if tc.id:
+                    call["id"] = tc.id
+                if tc.function and tc.function.name:
+                    call["name"] = tc.function.name
+                if tc.function and tc.function.arguments:
+                    call["arguments"] += tc.function.arguments
+            finish = ch.finish_reason or finish
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+class ToolsThroughTemplates(unittest.TestCase):
+    def round_trip(self, template, tool_choice, id_length=None):
+        with Server("--chat-template-file", os.path.join(TEMPLATES, template), model=STORIES) as s:
+            c = s.openai()
+            args = dict(model="x", messages=QUESTION, tools=TOOLS, tool_choice=tool_choice, temperature=0,
+                        max_tokens=200)
+            r = c.chat.completions.create(**args)
+            choice = r.choices[0]
+            calls = choice.message.tool_calls
+            self.assertTrue(calls, (template, choice))
+            for call in calls:
+                self.assertEqual(call.type, "function")
+                self.assertIn(call.function.name, ("get_weather", "get_time"))
+                arguments = json.loads(call.function.arguments)  # a JSON string of the arguments object
+                self.assertIsInstance(arguments, dict)
+                if call.function.name == "get_weather":
+                    self.assertIn(arguments["city"], ("Paris", "Oslo"))
+                if id_length:
+                    self.assertEqual(len(call.id), id_length, call.id)
+                    self.assertTrue(call.id.isalnum(), call.id)
+                else:
+                    self.assertTrue(call.id.startswith("call_"), call.id)
+            if choice.finish_reason == "tool_calls":
+                self.assertIsNone(choice.message.content)
+            else:  # "required" lets the model add calls until max_tokens; the complete ones stand
+                self.assertEqual(choice.finish_reason, "length")
+            if isinstance(tool_choice, dict):
+                self.assertEqual([c.function.name for c in calls], [tool_choice["function"]["name"]])
+                self.assertEqual(choice.finish_reason, "tool_calls")
+
+            # Streamed: the same calls as deltas (ids are fresh per response). A call cut off by
+            # max_tokens was already begun in the stream: it stays there with partial arguments,
+            # while the whole response leaves it out; both give its text as content.
+            content, streamed, finish = streamed_calls(c.chat.completions.create(stream=True, **args))
+            if finish == "length":
+                streamed = [x for x in streamed if is_json(x["arguments"])]
+            self.assertEqual([(x["name"], x["arguments"]) for x in streamed],
+                             [(x.function.name, x.function.arguments) for x in calls])
+            self.assertTrue(all(x["id"] for x in streamed))
+            self.assertEqual(finish, choice.finish_reason)
+            self.assertEqual(content, choice.message.content or "")
+
+            # The calls and their results go back through the template; the answer is free.
+            messages = QUESTION + [
+                {"role": "assistant", "content": None,
+                 "tool_calls": [x.model_dump(exclude_none=True) for x in calls[:1]]},
+                {"role": "tool", "tool_call_id": calls[0].id, "content": json.dumps({"temp_c": 18})},
+            ]
+            answer = c.chat.completions.create(model="x", messages=messages, tools=TOOLS, tool_choice="auto",
+                                               temperature=0, max_tokens=16)
+            self.assertIn(answer.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+            m = answer.choices[0].message
+            self.assertTrue(m.content is not None or m.tool_calls)
+            _, _, finish = streamed_calls(c.chat.completions.create(
+                model="x", messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=16,
+                stream=True))
+            self.assertEqual(finish, answer.choices[0].finish_reason)
+
+            # Unknown function → 400 naming it.
+            with self.assertRaises(openai.BadRequestError) as e:
+                c.chat.completions.create(model="x", messages=QUESTION, tools=TOOLS, max_tokens=4,
+                                          tool_choice={"type": "function", "function": {"name": "nope"}})
+            self.assertIn("nope", str(e.exception))
+            self.assertEqual(e.exception.body["param"], "tool_choice")
+
+    def test_llama_3_1_named(self):
+        self.round_trip("meta-llama-Llama-3.1-8B-Instruct.jinja",
+                        {"type": "function", "function": {"name": "get_weather"}})
+
+    def test_qwen_2_5_required(self):
+        self.round_trip("Qwen-Qwen2.5-7B-Instruct.jinja", "required")
+
+    def test_qwen_2_5_named(self):
+        self.round_trip("Qwen-Qwen2.5-7B-Instruct.jinja", {"type": "function", "function": {"name": "get_weather"}})
+
+    def test_mistral_nemo_named(self):  # its template accepts only 9-character ids
+        self.round_trip("mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                        {"type": "function", "function": {"name": "get_weather"}}, id_length=9)
+
+    def test_hermes_2_pro_named(self):
+        self.round_trip("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+                        {"type": "function", "function": {"name": "get_time"}})
+
+
+class ToolChoiceRefusals(unittest.TestCase):
+    def test_unenforceable_choices_are_400(self):
+        # Gemma 2's template has no tool-call syntax: "auto" leaves replies as text, while
+        # "required" cannot be enforced.
+        with Server("--chat-template-file", os.path.join(TEMPLATES, "google-gemma-2-2b-it.jinja")) as s:
+            c = s.openai()
+            for choice, param in (("required", "tool_choice"), ("sometimes", "tool_choice")):
+                with self.assertRaises(openai.BadRequestError) as e:
+                    c.chat.completions.create(model="x", messages=QUESTION, tools=TOOLS, tool_choice=choice,
+                                              max_tokens=2)
+                self.assertEqual(e.exception.body["param"], param, e.exception.body)
+            with self.assertRaises(openai.BadRequestError) as e:  # required without tools
+                c.chat.completions.create(model="x", messages=QUESTION, tool_choice="required", max_tokens=2)
+            self.assertEqual(e.exception.body["param"], "tool_choice")
+            r = c.chat.completions.create(model="x", messages=QUESTION, tools=TOOLS, max_tokens=4)
+            self.assertIsNone(r.choices[0].message.tool_calls)
+
+
+if __name__ == "__main__":
+    unittest.main()

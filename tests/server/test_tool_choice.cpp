@@ -1,0 +1,112 @@
+// tool_choice: parsing and refusals, and the plan it makes for a template's syntax; the
+// JSON of tool calls in a message and in streamed deltas.
+#include <gtest/gtest.h>
+
+#include "server/chat_request.h"
+#include "server/openai_error.h"
+#include "server/response_json.h"
+#include "server/tool_choice.h"
+
+namespace fdl::server {
+namespace {
+
+using nlohmann::json;
+
+const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "get_time"}}])");
+
+ApiError choice_error(const json& choice, const json* tools = &kTools) {
+  try {
+    parse_tool_choice({{"tool_choice", choice}}, tools);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for " << choice.dump();
+  return ApiError(0, "");
+}
+
+TEST(ToolChoice, Parsed) {
+  EXPECT_EQ(parse_tool_choice(json::object(), &kTools).mode, ToolChoice::Mode::Auto);
+  EXPECT_EQ(parse_tool_choice({{"tool_choice", nullptr}}, &kTools).mode, ToolChoice::Mode::Auto);
+  EXPECT_EQ(parse_tool_choice({{"tool_choice", "auto"}}, nullptr).mode, ToolChoice::Mode::Auto);
+  EXPECT_EQ(parse_tool_choice({{"tool_choice", "none"}}, nullptr).mode, ToolChoice::Mode::None);
+  EXPECT_EQ(parse_tool_choice({{"tool_choice", "required"}}, &kTools).mode, ToolChoice::Mode::Required);
+  const ToolChoice named = parse_tool_choice(
+      {{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}, &kTools);
+  EXPECT_EQ(named.mode, ToolChoice::Mode::Function);
+  EXPECT_EQ(named.function, "get_time");
+}
+
+TEST(ToolChoice, Refusals) {
+  const ApiError unknown = choice_error({{"type", "function"}, {"function", {{"name", "get_wether"}}}});
+  EXPECT_EQ(unknown.status(), 400);
+  EXPECT_EQ(unknown.param(), "tool_choice");
+  EXPECT_NE(std::string(unknown.what()).find("'get_wether'"), std::string::npos) << unknown.what();
+  for (const json& bad : {json("sometimes"), json(1), json::array(), json({{"type", "function"}}),
+                          json({{"type", "tool"}, {"function", {{"name", "get_time"}}}}),
+                          json({{"type", "function"}, {"function", {{"name", 5}}}})})
+    EXPECT_EQ(choice_error(bad).param(), "tool_choice") << bad.dump();
+  const json empty = json::array();
+  EXPECT_EQ(choice_error("required", nullptr).param(), "tool_choice");
+  EXPECT_EQ(choice_error("required", &empty).param(), "tool_choice");
+  EXPECT_EQ(choice_error({{"type", "function"}, {"function", {{"name", "get_time"}}}}, nullptr).param(), "tool_choice");
+}
+
+TEST(ToolChoice, ThroughTheChatRequest) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                     {"tools", kTools},
+                     {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
+  const ChatRequest r = parse_chat_request(body);
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::Function);
+  EXPECT_EQ(r.tools.size(), 2u);
+  json none = body;
+  none["tool_choice"] = "none";
+  EXPECT_TRUE(parse_chat_request(none).tools.is_null());
+  json unknown = body;
+  unknown["tool_choice"]["function"]["name"] = "nope";
+  EXPECT_THROW(parse_chat_request(unknown), ApiError);
+}
+
+TEST(ToolChoice, Plans) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(kTools.dump());
+  const ToolCallFormat hermes{ToolCallSyntax::Hermes};
+  const ToolChoice automatic, none{ToolChoice::Mode::None, ""}, required{ToolChoice::Mode::Required, ""},
+      named{ToolChoice::Mode::Function, "get_time"};
+
+  const ToolCallPlan a = plan_tool_calls(automatic, tools, hermes);
+  EXPECT_EQ(a.format, hermes);
+  EXPECT_EQ(a.names, (std::vector<std::string>{"get_weather", "get_time"}));
+  EXPECT_EQ(a.grammar, nullptr);
+  EXPECT_NE(plan_tool_calls(required, tools, hermes).grammar, nullptr);
+  EXPECT_NE(plan_tool_calls(named, tools, hermes).grammar, nullptr);
+  EXPECT_EQ(plan_tool_calls(none, tools, hermes).format.syntax, ToolCallSyntax::None);
+  EXPECT_EQ(plan_tool_calls(automatic, nullptr, hermes).format.syntax, ToolCallSyntax::None);
+
+  // A template without a known syntax: "auto" leaves the reply as text; enforcing is a 400.
+  EXPECT_EQ(plan_tool_calls(automatic, tools, ToolCallFormat{}).format.syntax, ToolCallSyntax::None);
+  try {
+    plan_tool_calls(required, tools, ToolCallFormat{});
+    FAIL() << "expected a 400";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "tool_choice");
+  }
+}
+
+TEST(ToolCallJson, MessageCallsAndStreamedDeltas) {
+  const json tool_calls = tool_calls_json({ToolCall{"call_1", "get_time", "{}", 0}});
+  EXPECT_EQ(tool_calls, json::parse(R"([{"id": "call_1", "type": "function",
+                                         "function": {"name": "get_time", "arguments": "{}"}}])"));
+  ToolCallEvent begin{ToolCallEvent::Kind::CallBegin, 2, "", "call_9", "get_weather"};
+  EXPECT_EQ(tool_call_delta(begin), json::parse(R"({"tool_calls": [{"index": 2, "id": "call_9", "type": "function",
+                                                   "function": {"name": "get_weather", "arguments": ""}}]})"));
+  ToolCallEvent args{ToolCallEvent::Kind::CallArguments, 2, "{\"ci", "", ""};
+  EXPECT_EQ(tool_call_delta(args),
+            json::parse(R"({"tool_calls": [{"index": 2, "function": {"arguments": "{\"ci"}}]})"));
+  EXPECT_EQ(tool_call_delta({ToolCallEvent::Kind::Content, 0, "Hi", "", ""}), json({{"content", "Hi"}}));
+  EXPECT_EQ(tool_call_delta({ToolCallEvent::Kind::CallFailed, 1, "<tool_call>x", "", ""}),
+            json({{"content", "<tool_call>x"}}));
+}
+
+}  // namespace
+}  // namespace fdl::server
