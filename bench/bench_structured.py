@@ -10,7 +10,11 @@ For each model and schema, greedy, batch 1, on the CPU:
     greedy): ms per token with the same GBNF (flashdllm's conversion of the schema, printed
     by `flashdllm tools json-schema-to-grammar`) and without a grammar;
   * both engines' unconstrained ms per token over the same number of tokens, so each
-    engine's grammar overhead is its own constrained / unconstrained - 1.
+    engine's grammar overhead is its own constrained / unconstrained - 1;
+  * flashdllm serving: `--serve-requests` requests in a row with the schema through
+    `flashdllm serve` (temperature 1, one seed each), tokens per forward from its /metrics
+    (plain constrained decoding makes exactly 1): sequences that share a schema share what
+    was learned about how the model spells its fixed text.
 
 Usage (repository root, after building build/bin/flashdllm):
   .venv/bin/python bench/bench_structured.py [--model FILE ...] [--rounds 3] [-t 2]
@@ -110,6 +114,38 @@ class LlamaCpp:
         return produced, ms / max(produced - 1, 1)
 
 
+def serve_tokens_per_forward(binary: Path, model: Path, schema: dict, n: int, threads: int) -> tuple[float, float]:
+    """(tokens per forward, forced drafts accepted) over n chat requests in a row."""
+    import re
+    import urllib.request
+    proc = subprocess.Popen([str(binary), "serve", "-m", str(model), "--port", "0", "-t", str(threads),
+                             "--chat-template", "chatml"], stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        while port is None:
+            line = proc.stderr.readline()
+            if not line:
+                raise SystemExit("flashdllm serve exited")
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        base = f"http://127.0.0.1:{port}"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        for i in range(n):
+            body = {"messages": [{"role": "user", "content": PROMPT}], "temperature": 1.0, "seed": i, "max_tokens": 400,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+            req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+            opener.open(req).read()
+        metrics = opener.open(base + "/metrics").read().decode()
+        val = lambda name: float(re.search(rf"^{name} (\S+)$", metrics, re.M).group(1))
+        tpf = val("flashdllm_generation_tokens_total") / val("flashdllm_engine_steps_total")
+        acc = val("flashdllm_grammar_forced_accepted_tokens_total") / max(val("flashdllm_grammar_forced_drafted_tokens_total"), 1)
+        return tpf, acc
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flashdllm", type=Path, default=REPO / "build" / "bin" / "flashdllm")
@@ -117,6 +153,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-n", type=int, default=300, help="token limit per output")
+    ap.add_argument("--serve-requests", type=int, default=20)
     args = ap.parse_args()
     models = args.model or [SHARED / "models" / "codelm-16m-f16.gguf", REPO / "models" / "bench-110m-Q8_0.gguf"]
     rows = []
@@ -146,18 +183,19 @@ def main() -> None:
                 r["lc_gram"].append(ms)
                 r["lc_free"].append(lcpp.run(None, lc_gen)[1])
             med = {k: statistics.median(v) for k, v in r.items()}
-            rows.append((model.name, name, gen, lc_gen, med, tpf, forced_acc))
+            serve = serve_tokens_per_forward(args.flashdllm, model, schema, args.serve_requests, args.threads)
+            rows.append((model.name, name, gen, lc_gen, med, tpf, forced_acc, serve))
             print(f"{model.name} {name}: done", file=sys.stderr)
     print("| model | schema | tokens (fdl / llama.cpp) | flashdllm ms/tok: free, constrained, +forced drafts | "
           "flashdllm grammar host share | flashdllm tokens/forward (forced accepted) | llama.cpp ms/tok: free, "
-          "constrained | overhead flashdllm / llama.cpp |")
-    print("|---|---|---|---|---|---|---|---|")
-    for model, name, gen, lc_gen, m, tpf, acc in rows:
+          "constrained | overhead flashdllm / llama.cpp | served: tokens/forward (forced accepted) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model, name, gen, lc_gen, m, tpf, acc, (stpf, sacc) in rows:
         fo = m["fdl_plain"] / m["fdl_free"] - 1
         lo = m["lc_gram"] / m["lc_free"] - 1
         print(f"| {model} | {name} | {gen} / {lc_gen} | {m['fdl_free']:.2f}, {m['fdl_plain']:.2f}, {m['fdl_forced']:.2f} | "
               f"{100 * m['fdl_share']:.1f}% | {tpf:.2f} ({100 * acc:.0f}%) | {m['lc_free']:.2f}, {m['lc_gram']:.2f} | "
-              f"{100 * fo:+.1f}% / {100 * lo:+.1f}% |")
+              f"{100 * fo:+.1f}% / {100 * lo:+.1f}% | {stpf:.2f} ({100 * sacc:.0f}%) |")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,8 @@ struct EngineMetrics {
   uint64_t kv_blocks_copied = 0;  ///< copy-on-write copies (KvCache::blocks_copied)
   SpecMetrics spec;
   double forward_ms = 0;          ///< total time inside Model::forward
+  int64_t grammar_rows = 0;       ///< logits rows masked by a request's grammar
+  double grammar_ms = 0;          ///< host time masking them and fitting drafts to grammars
   /// Lower KV tiers (EngineOptions::generator.kv_tiers): per-tier occupancy, blocks/bytes
   /// moved each way, transfer latency, prefetch hits/late, checksum failures, lost tokens.
   KvTierMetrics kv_tiers;

@@ -313,6 +313,8 @@ EngineMetrics Engine::Impl::collect_metrics() const {
   m.kv_blocks_copied = im.core.kv.blocks_copied();
   m.spec = im.core.spec_metrics();
   m.forward_ms = im.core.stats.forward_ms;
+  m.grammar_rows = im.core.stats.grammar_rows;
+  m.grammar_ms = im.core.stats.grammar_ms;
   m.kv_tiers = im.core.tier_metrics();
   return m;
 }

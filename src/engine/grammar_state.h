@@ -57,6 +57,7 @@ struct GrammarState {
     row.resize(logits.size());
     if (masker->apply(matcher, logits, row) == 0) return -1;
     const int32_t tok = draw(std::span<const float>(row));
+    masker->record_choice(tok);
     masker->accept(matcher, tok);
     return tok;
   }

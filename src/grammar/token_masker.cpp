@@ -130,11 +130,14 @@ void TokenMasker::reset_if_large() {
   set_ids_.clear();
   transitions_.clear();
   masks_.clear();
+  chosen_.clear();
+  last_set_ = kDead;
 }
 
 const std::vector<uint64_t>& TokenMasker::mask(const GrammarMatcher& m) {
   reset_if_large();
   const uint32_t set = set_of(m);
+  last_set_ = set;
   auto it = masks_.find(set);
   if (it == masks_.end()) {
     std::vector<uint64_t> bits;
@@ -185,7 +188,11 @@ bool TokenMasker::accept(GrammarMatcher& m, int32_t token) const {
   return !bytes.empty() && m.accept_bytes(bytes);
 }
 
-void TokenMasker::forced_tokens(const GrammarMatcher& m, size_t max_tokens, std::vector<int32_t>& out) const {
+void TokenMasker::record_choice(int32_t token) {
+  if (last_set_ != kDead) chosen_[last_set_] = token;
+}
+
+void TokenMasker::forced_tokens(const GrammarMatcher& m, size_t max_tokens, std::vector<int32_t>& out) {
   if (max_tokens == 0) return;
   GrammarMatcher probe = m;
   std::string forced;
@@ -197,18 +204,38 @@ void TokenMasker::forced_tokens(const GrammarMatcher& m, size_t max_tokens, std:
     forced.push_back(static_cast<char>(b));
     probe.accept_byte(uint8_t(b));
   }
+  // Token by token: the model's earlier choice at this state where it fits the forced text,
+  // else the next token of the text's spelling (spelled again after a remembered choice).
+  GrammarMatcher at = m;
+  std::string_view rest = forced;
   std::vector<int32_t> spelled;
-  trie_->spell(forced, spelled);
-  size_t spelled_bytes = 0;
-  for (const int32_t t : spelled) {
-    if (max_tokens == 0) return;
+  size_t next_spelled = 0;
+  bool respell = true;
+  while (!rest.empty() && max_tokens > 0) {
+    int32_t t = -1;
+    if (const auto it = chosen_.find(set_of(at)); it != chosen_.end()) {
+      const std::string& b = trie_->bytes(it->second);
+      if (!b.empty() && rest.substr(0, b.size()) == b) t = it->second;
+    }
+    if (t >= 0) {
+      respell = true;
+    } else {
+      if (respell) {
+        spelled.clear();
+        trie_->spell(rest, spelled);
+        next_spelled = 0;
+        respell = false;
+      }
+      if (next_spelled == spelled.size()) return;
+      t = spelled[next_spelled++];
+    }
     out.push_back(t);
     --max_tokens;
-    spelled_bytes += trie_->bytes(t).size();
+    rest.remove_prefix(trie_->bytes(t).size());
+    at.accept_bytes(trie_->bytes(t));
   }
-  const bool rest_empty = spelled_bytes == forced.size();
   // Everything forced is spelled: if the grammar can only end there, so does the draft.
-  if (max_tokens > 0 && rest_empty && probe.can_end() && probe.next_bytes().none() && !trie_->eog_ids().empty())
+  if (max_tokens > 0 && rest.empty() && probe.can_end() && probe.next_bytes().none() && !trie_->eog_ids().empty())
     out.push_back(trie_->eog_ids().front());
 }
 

@@ -50,7 +50,13 @@ class TokenMasker {
   /// TokenTrie::spell does (the tokenizer's encoding where it fits); when the grammar may only
   /// end, one end-of-generation token. Tokens of this run are certain only as bytes: the
   /// model may spell them with other tokens, so they are drafts to verify.
-  void forced_tokens(const GrammarMatcher& m, size_t max_tokens, std::vector<int32_t>& out) const;
+  /// Where a sequence with this grammar was at the same state before, the token the model
+  /// chose there is drafted instead (record_choice), when it fits the forced text: sequences
+  /// that share a schema mostly spell its fixed text the same way, however the tokenizer
+  /// would.
+  void forced_tokens(const GrammarMatcher& m, size_t max_tokens, std::vector<int32_t>& out);
+  /// Notes that the model chose `token` at the state of the last mask()/apply() call.
+  void record_choice(int32_t token);
 
   const TokenTrie& trie() const { return *trie_; }
   size_t cached_masks() const { return masks_.size(); }
@@ -82,6 +88,8 @@ class TokenMasker {
   std::unordered_map<std::string, uint32_t> set_ids_;
   std::vector<uint32_t> transitions_;  ///< sets_.size() * 256
   std::unordered_map<uint32_t, std::vector<uint64_t>> masks_;
+  uint32_t last_set_ = kDead;                        ///< the state of the last mask()
+  std::unordered_map<uint32_t, int32_t> chosen_;     ///< state -> the token last chosen there
   // scratch
   std::vector<uint32_t> work_, next_, walk_sets_;
 };

@@ -105,6 +105,15 @@ std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<Brea
     mirror(counter("flashdllm_spec_tree_alt_accepted_tokens_total",
                    "Draft tokens accepted on a token tree's non-first branches"),
            double(m.spec.tree_alt_accepted), double(last_.spec.tree_alt_accepted));
+    mirror(counter("flashdllm_grammar_forced_drafted_tokens_total",
+                   "Draft tokens spelling text a request's grammar forces (docs/GRAMMARS.md)"),
+           double(m.spec.forced_drafted), double(last_.spec.forced_drafted));
+    mirror(counter("flashdllm_grammar_forced_accepted_tokens_total", "Grammar-forced draft tokens accepted"),
+           double(m.spec.forced_accepted), double(last_.spec.forced_accepted));
+    mirror(counter("flashdllm_grammar_rows_total", "Logits rows masked by a request's grammar"),
+           double(m.grammar_rows), double(last_.grammar_rows));
+    mirror(counter("flashdllm_grammar_seconds_total", "Host time spent on grammar masks and drafts"),
+           m.grammar_ms / 1000.0, last_.grammar_ms / 1000.0);
     mirror(counter("flashdllm_preemptions_total", "Requests preempted for lack of KV blocks"),
            double(m.preemptions), double(last_.preemptions));
     mirror(counter("flashdllm_requests_submitted_total", "Engine requests submitted"),

@@ -72,6 +72,33 @@ TEST(GrammarDecoding, ForcedDraftsKeepGreedyAndSeededOutputsAndSaveForwards) {
   }
 }
 
+TEST(GrammarDecoding, RequestsSharingAGrammarLearnHowTheModelSpellsItsFixedText) {
+  const auto& m = test::codelm_model();
+  const auto g = Grammar::compile(
+      R"(root ::= "{\"customer_identification_number\": " [0-9]{1,3} ", \"preferred_contact_channel\": \"" ("electronic_mail" | "telephone_call") "\"}")");
+  std::vector<GenerationRequest> reqs, plain_reqs;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    reqs.push_back(constrained(m, "record = ", g, 1.0f, seed, -1));
+    plain_reqs.push_back(constrained(m, "record = ", g, 1.0f, seed, 0));
+  }
+  GeneratorOptions one_at_a_time{.max_sequences = 1};
+  Generator plain = test::make_generator(m, one_at_a_time);
+  const auto expected = plain.generate(plain_reqs);
+  Generator first = test::make_generator(m, one_at_a_time);
+  first.generate({reqs[0]});
+  const SpecMetrics alone = first.spec_metrics();
+  Generator all = test::make_generator(m, one_at_a_time);
+  const auto got = all.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i].generated_ids, expected[i].generated_ids) << i;
+    EXPECT_TRUE(follows(g, got[i].text)) << got[i].text;
+  }
+  const SpecMetrics shared = all.spec_metrics();
+  // The later requests draft the spellings the earlier ones chose, so more drafts are taken.
+  EXPECT_GT(double(shared.forced_accepted) / double(shared.forced_drafted),
+            double(alone.forced_accepted) / double(alone.forced_drafted));
+}
+
 TEST(GrammarDecoding, SpeculativeDraftsAreCutByTheGrammar) {
   const auto& m = test::stories_model();
   const auto g = Grammar::compile(kStoryGrammar);
