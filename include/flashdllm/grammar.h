@@ -16,10 +16,12 @@
 // is accepted when at least one stack accepts it; the text may end when some stack is empty.
 //
 // Errors: compilation throws GrammarError with the line and column in the source (1-based)
-// and a one-line reason. A matcher never throws for text: accept_bytes() returns false and
+// and a one-line reason; so does a grammar whose start alone takes more than kExpandBudget
+// rule visits to expand (exponentially ambiguous empty rules). A matcher never throws for text: accept_bytes() returns false and
 // leaves the state as it was.
 // Thread-safety: a compiled Grammar is immutable and may be shared between threads and
-// requests; a GrammarMatcher is one sequence's state (not thread-safe, cheap to copy).
+// requests; a GrammarMatcher is one sequence's state (not thread-safe; a copy costs its
+// stacks: usually a few short vectors, at most kMaxStacks of kMaxStackDepth).
 #pragma once
 
 #include <bitset>
@@ -58,8 +60,8 @@ class Grammar {
   };
 
   /// Compiles GBNF text; `root`: the start rule. Throws GrammarError.
-  /// Limits (GrammarError beyond them): 1 MiB of text, 65,536 rules, repetition counts
-  /// up to 10,000 elements after expansion.
+  /// Limits (GrammarError beyond them): 1 MiB of text, 65,536 rules, groups nested 256
+  /// deep, a repetition expanding to 10,000 elements and all of them to 2^20.
   static std::shared_ptr<const Grammar> compile(std::string_view gbnf, std::string_view root = "root");
 
   /// The flat element array: every alternative of every rule, each closed by an End.
@@ -110,8 +112,15 @@ class GrammarMatcher {
 
   /// `stack` expanded: while its top is a rule reference or an alternative's end, it is
   /// replaced by what it stands for; every resulting stack (one per path through the
-  /// rules' alternatives) is appended to `out`. Used by the matcher and the token masks.
-  static void expand(const Grammar& g, Stack stack, std::vector<Stack>& out);
+  /// rules' alternatives) is appended to `out`. Each rule visited takes one unit of
+  /// `budget`; when it runs out the remaining paths are dropped and false is returned (the
+  /// text they would allow is refused, never accepted wrongly). Paths deeper than
+  /// kMaxStackDepth are dropped too.
+  static bool expand(const Grammar& g, Stack stack, std::vector<Stack>& out, size_t& budget);
+
+  static constexpr size_t kMaxStackDepth = 4096;   ///< nested rules one parse may hold
+  static constexpr size_t kMaxStacks = 16384;      ///< parses followed at once
+  static constexpr size_t kExpandBudget = 1 << 16; ///< rule visits per accepted byte
 
  private:
   std::shared_ptr<const Grammar> grammar_;

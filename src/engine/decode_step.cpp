@@ -84,7 +84,12 @@ void Scheduler::constrain_draft(LiveSequence& s, spec::DraftTree& draft) {
   max_k = std::min(max_k, size_t(ctx_.options.n_ctx) - (s.request.prompt_ids.size() + s.n_generated));
   const auto t0 = Clock::now();
   draft_tokens_.assign(draft.tokens.begin(), draft.tokens.end());
-  s.draft_kept = s.grammar->constrain_draft(draft_tokens_, max_k);
+  try {
+    s.draft_kept = s.grammar->constrain_draft(draft_tokens_, max_k);
+  } catch (const GrammarError&) {
+    draft_tokens_.clear();  // the sampling of this row reports it
+    s.draft_kept = 0;
+  }
   draft.assign_linear(draft_tokens_);
   ctx_.stats.grammar_ms += ms_between(t0, Clock::now());
 }
@@ -266,27 +271,33 @@ size_t Scheduler::verify(LiveSequence& s, const spec::DraftTree& draft, size_t r
   if (k == 0 && sp.enabled()) s.window.observe_plain_token(last);  // resolves shadow drafts
   if (k > 0) {
     SpecMetrics& m = sp.metrics;
-    ++m.spec_seq_steps;
-    m.drafted += int64_t(k);
-    m.accepted += int64_t(accepted);
-    m.rejected += int64_t(k - accepted);
+    // A grammar's forced tokens (after the drafters' `draft_kept`) have their own counters
+    // and window: speculation's statistics and window controller see only the drafters'.
+    const size_t spec_k = s.grammar ? std::min(s.draft_kept, k) : k;
+    const size_t spec_accepted = std::min(accepted, spec_k);
     if (s.grammar) {
-      const size_t forced = k - s.draft_kept, forced_accepted = accepted > s.draft_kept ? accepted - s.draft_kept : 0;
+      const size_t forced = k - spec_k, forced_accepted = accepted - spec_accepted;
       m.forced_drafted += int64_t(forced);
       m.forced_accepted += int64_t(forced_accepted);
       s.grammar->observe_forced(forced, forced_accepted);
     }
-    // The window controller learns the main candidate's acceptance (what its window choice
-    // assumes); tokens an alternate saved count as accepted up to the main chain's length.
-    const size_t main = draft.main_depth();
-    if (tree) {
-      ++m.tree_steps;
-      for (const int32_t c : path_) m.tree_alt_accepted += size_t(c) >= main ? 1 : 0;
+    if (spec_k > 0) {
+      ++m.spec_seq_steps;
+      m.drafted += int64_t(spec_k);
+      m.accepted += int64_t(spec_accepted);
+      m.rejected += int64_t(spec_k - spec_accepted);
+      // The window controller learns the main candidate's acceptance (what its window choice
+      // assumes); tokens an alternate saved count as accepted up to the main chain's length.
+      const size_t main = std::min(draft.main_depth(), spec_k);
+      if (tree) {
+        ++m.tree_steps;
+        for (const int32_t c : path_) m.tree_alt_accepted += size_t(c) >= main ? 1 : 0;
+      }
+      s.window.observe(main, std::min(accepted, main));
+      if (s.shadow)
+        s.shadow->pending.push_back({s.n_sampled - output_.sampled().size(), s.n_sampled,
+                                     step_fingerprint(output_.sampled(), emitted_q_)});
     }
-    s.window.observe(main, std::min(accepted, main));
-    if (s.shadow)
-      s.shadow->pending.push_back({s.n_sampled - output_.sampled().size(), s.n_sampled,
-                                   step_fingerprint(output_.sampled(), emitted_q_)});
   }
   if (sp.enabled()) {
     const SpecMode mode = sp.options.mode;

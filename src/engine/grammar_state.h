@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <memory>
 #include <span>
@@ -51,15 +52,24 @@ struct GrammarState {
 
   /// The token this row gives under the grammar: the sampler's draw from the masked logits
   /// (`draw`), which then advances the matcher. Returns -1 when no token of the vocabulary
-  /// can continue the grammar.
+  /// can continue the grammar. Throws GrammarError when the mask costs more than its bound.
+  /// A drawn token the matcher refuses although the mask allowed it (a parse the masks kept
+  /// past one of the matcher's bounds) is masked too and the draw repeated: the matcher has
+  /// the last word, so no token outside the grammar is ever emitted.
   template <typename Draw>
   int32_t sample(std::span<const float> logits, Draw draw) {
     row.resize(logits.size());
-    if (masker->apply(matcher, logits, row) == 0) return -1;
-    const int32_t tok = draw(std::span<const float>(row));
-    masker->record_choice(tok);
-    masker->accept(matcher, tok);
-    return tok;
+    size_t allowed = masker->apply(matcher, logits, row);
+    while (allowed > 0) {
+      const int32_t tok = draw(std::span<const float>(row));
+      if (masker->accept(matcher, tok)) {
+        masker->record_choice(tok);
+        return tok;
+      }
+      row[size_t(tok)] = -std::numeric_limits<float>::infinity();
+      --allowed;
+    }
+    return -1;
   }
   /// Keeps the prefix of `draft` the grammar allows after the current state, then appends
   /// up to forced_window forced tokens, to at most `max_tokens` in all. Returns how many of

@@ -64,7 +64,9 @@ void OutputProcessor::on_token(LiveSequence& s, int32_t token, std::span<const f
 
   const bool end_of_generation =
       token < tokenizer_.n_vocab() && tokenizer_.is_eog(token);
-  if (end_of_generation && !s.request.ignore_eos) {
+  // A grammar allows end-of-generation only where its text is complete: there it ends the
+  // request even with ignore_eos (going on would leave the grammar).
+  if (end_of_generation && (!s.request.ignore_eos || s.grammar)) {
     finish(s, "stop");
     return;
   }

@@ -225,13 +225,18 @@ void Scheduler::finish_prefill(Clock::time_point batch_start, Clock::time_point 
 int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
   if (!s.grammar) return runner_.row_token(s, row);
   const auto t0 = Clock::now();
-  const int32_t tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {
-    return s.sampler.sample(masked);
-  });
+  int32_t tok = -1;
+  std::string error = "the grammar allows no token of the model's vocabulary after the text generated so far";
+  try {
+    tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {
+      return s.sampler.sample(masked);
+    });
+  } catch (const GrammarError& e) {
+    error = e.what();  // this request's grammar is too costly: it fails, the others go on
+  }
   ++ctx_.stats.grammar_rows;
   ctx_.stats.grammar_ms += ms_between(t0, Clock::now());
-  if (tok < 0)
-    output_.finish(s, "error", "the grammar allows no token of the model's vocabulary after the text generated so far");
+  if (tok < 0) output_.finish(s, "error", error);
   return tok;
 }
 

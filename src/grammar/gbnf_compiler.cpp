@@ -13,6 +13,10 @@ namespace {
 constexpr size_t kMaxSourceBytes = size_t(1) << 20;
 constexpr size_t kMaxRules = 65536;
 constexpr size_t kMaxRepetitionItems = 10000;
+// Bounds on the compiled grammar as a whole: nesting of groups (the parser recurses), and
+// elements after repetitions are expanded (what the grammar occupies in memory).
+constexpr int kMaxNesting = 256;
+constexpr size_t kMaxElements = size_t(1) << 20;
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 bool is_name_char(char c) {
@@ -196,7 +200,9 @@ class GrammarBuilder {
     }
     if (c == '(') {
       ++pos_;
+      if (++nesting_ > kMaxNesting) fail(pos_ - 1, "groups nested more than 256 deep");
       std::vector<Seq> alts = parse_alternatives(true);
+      --nesting_;
       skip_space();
       if (peek() != ')') fail(pos_, "expected ')'");
       ++pos_;
@@ -245,6 +251,8 @@ class GrammarBuilder {
     const size_t copies = min + (unbounded ? 1 : max - min);
     if (copies * std::max<size_t>(unit.size(), 1) > kMaxRepetitionItems)
       fail(start, "repetition expands to more than 10000 elements");
+    expanded_ += copies * std::max<size_t>(unit.size(), 1);
+    if (expanded_ > kMaxElements) fail(start, "the grammar expands to more than 2^20 elements (its repetitions together)");
     if (unit.empty()) return;  // repeating nothing matches nothing
     const Item one = unit.size() == 1 ? unit[0] : Item{true, helper_rule(current_, {unit})};
     for (size_t i = 0; i < min; ++i) out.push_back(one);
@@ -303,6 +311,11 @@ class GrammarBuilder {
       if ((b & 0xC0) != 0x80) fail(start, "invalid UTF-8 in the grammar");
       cp = (cp << 6) | (b & 0x3F);
     }
+    // Only well-formed UTF-8: shortest form, a Unicode scalar value (the grammar must not
+    // accept text that is not UTF-8).
+    static constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOfLength[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
+      fail(start, "invalid UTF-8 in the grammar");
     pos_ += size_t(len);
     return cp;
   }
@@ -515,6 +528,8 @@ class GrammarBuilder {
   std::string_view src_;
   size_t pos_ = 0;
   std::string current_;  // the rule being parsed (helper rules are named after it)
+  int nesting_ = 0;       // groups open around the parse position
+  size_t expanded_ = 0;   // elements the repetitions have added
   std::vector<Rule> rules_;
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<std::bitset<256>> sets_;
@@ -523,7 +538,18 @@ class GrammarBuilder {
 };
 
 std::shared_ptr<const Grammar> Grammar::compile(std::string_view gbnf, std::string_view root) {
-  return GrammarBuilder(gbnf).build(root);
+  std::shared_ptr<const Grammar> g = GrammarBuilder(gbnf).build(root);
+  // Refused here, where the caller can report it, rather than on first use: a grammar whose
+  // start cannot even be expanded within the budget (chains of rules that match only empty
+  // text, each used twice, multiply their paths).
+  size_t budget = GrammarMatcher::kExpandBudget;
+  std::vector<GrammarMatcher::Stack> stacks;
+  for (const uint32_t alt : g->alternatives(g->root())) {
+    GrammarMatcher::expand(*g, GrammarMatcher::Stack{alt}, stacks, budget);
+    if (budget == 0)
+      throw GrammarError("", "the grammar is too ambiguous: expanding its start rule takes more than 65536 steps");
+  }
+  return g;
 }
 
 }  // namespace fdl

@@ -6,11 +6,7 @@
 namespace fdl {
 namespace {
 
-// Bounds that keep a hostile or deeply nested grammar from taking unbounded memory: a parse
-// deeper than this, or stacks beyond this many, are dropped (the text they would allow is
-// refused; nothing the grammar does not allow is ever accepted).
-constexpr size_t kMaxStackDepth = 4096;
-constexpr size_t kMaxStacks = 4096;
+constexpr size_t kMaxStacks = GrammarMatcher::kMaxStacks;
 
 void sort_unique(std::vector<GrammarMatcher::Stack>& stacks) {
   std::sort(stacks.begin(), stacks.end());
@@ -20,7 +16,8 @@ void sort_unique(std::vector<GrammarMatcher::Stack>& stacks) {
 
 }  // namespace
 
-void GrammarMatcher::expand(const Grammar& g, Stack stack, std::vector<Stack>& out) {
+bool GrammarMatcher::expand(const Grammar& g, Stack stack, std::vector<Stack>& out, size_t& budget) {
+  bool complete = true;
   const auto& el = g.elements();
   std::vector<Stack> work;
   work.push_back(std::move(stack));
@@ -36,7 +33,11 @@ void GrammarMatcher::expand(const Grammar& g, Stack stack, std::vector<Stack>& o
         s.pop_back();  // the alternative is complete: continue with what follows its rule
         continue;
       }
-      if (s.size() > kMaxStackDepth || out.size() + work.size() > kMaxStacks) break;
+      if (s.size() > kMaxStackDepth || out.size() + work.size() > kMaxStacks || budget == 0) {
+        complete = false;
+        break;
+      }
+      --budget;
       const uint32_t pos = s.back();
       const uint32_t rule = el[pos].value;
       // The reference is replaced by its continuation, or dropped when nothing follows it in
@@ -54,21 +55,24 @@ void GrammarMatcher::expand(const Grammar& g, Stack stack, std::vector<Stack>& o
       s.push_back(alts[0]);
     }
   }
+  return complete;
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
-  for (const uint32_t alt : grammar_->alternatives(grammar_->root())) expand(*grammar_, Stack{alt}, stacks_);
+  size_t budget = kExpandBudget;
+  for (const uint32_t alt : grammar_->alternatives(grammar_->root())) expand(*grammar_, Stack{alt}, stacks_, budget);
   sort_unique(stacks_);
 }
 
 bool GrammarMatcher::accept_byte(uint8_t byte) {
   const Grammar& g = *grammar_;
   scratch_.clear();
+  size_t budget = kExpandBudget;
   for (const Stack& s : stacks_) {
     if (s.empty() || !g.byte_sets()[g.elements()[s.back()].value].test(byte)) continue;
     Stack t = s;
     ++t.back();
-    expand(g, std::move(t), scratch_);
+    expand(g, std::move(t), scratch_, budget);
   }
   if (scratch_.empty()) return false;
   sort_unique(scratch_);

@@ -96,10 +96,16 @@ const Json& SchemaDocument::resolve(const std::string& ref, const std::string& w
 
 namespace {
 
+// Subschemas nested deeper than this are refused: the walk must see every $ref below an
+// $id, and a $ref it skipped would be resolved against the root instead of the $id's base.
+constexpr int kMaxIdWalkDepth = 256;
+
 // Walks the subschemas of `s` (at `where`); `id_at` is the pointer of the innermost $id
 // below the root seen so far, "" for none.
 void walk_ids(const Json& s, const std::string& where, const std::string& id_at, int depth) {
-  if (!s.is_object() || depth > 256) return;
+  if (!s.is_object()) return;
+  if (depth > kMaxIdWalkDepth)
+    throw GrammarError(where, "the schema nests more than " + std::to_string(kMaxIdWalkDepth) + " levels deep");
   std::string inner = id_at;
   if (const auto it = s.find("$id"); !where.empty() && it != s.end() && it->is_string())
     inner = child_pointer(where, "$id");

@@ -8,12 +8,26 @@
 namespace fdl::grammar {
 namespace {
 
-// Bounds on what one grammar's caches may hold before they start over.
-constexpr size_t kMaxFrames = size_t(1) << 21;
-constexpr size_t kMaxSets = size_t(1) << 16;
-constexpr size_t kMaxMaskBytes = size_t(256) << 20;
-constexpr size_t kMaxFramesPerSet = 4096;
+// Bounds on what one grammar's caches may hold before they start over (checked between
+// masks), and hard bounds a single mask computation may not pass (it fails instead).
+constexpr size_t kMaxFrames = size_t(1) << 20;
+constexpr size_t kMaxSets = size_t(1) << 15;
+constexpr size_t kMaxMaskBytes = size_t(128) << 20;
+constexpr size_t kHardMaxFrames = 4 * kMaxFrames;
+constexpr size_t kHardMaxSets = 4 * kMaxSets;
+// Rule visits one mask computation may make: a walk of a 128k vocabulary in a JSON string
+// makes about a million; a grammar that needs far more is refused rather than stall the
+// engine thread.
+constexpr size_t kMaskWorkBudget = size_t(1) << 24;
+// As the matcher's bounds, so the masks never allow what the matcher refuses on that account.
+constexpr size_t kMaxFramesPerSet = GrammarMatcher::kMaxStacks;
+constexpr size_t kMaxDepth = GrammarMatcher::kMaxStackDepth;
 constexpr size_t kMaxForcedBytes = 256;
+
+[[noreturn]] void too_costly() {
+  throw GrammarError("", "the grammar takes too much work to match over the model's vocabulary "
+                         "(more than 16M rule visits or 4M parse frames for one token mask)");
+}
 
 }  // namespace
 
@@ -23,7 +37,10 @@ TokenMasker::TokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr
 uint32_t TokenMasker::intern_frame(uint32_t pos, uint32_t parent) {
   const uint64_t key = (uint64_t(pos) << 32) | parent;
   const auto [it, inserted] = frame_ids_.try_emplace(key, uint32_t(frames_.size()));
-  if (inserted) frames_.push_back({pos, parent});
+  if (inserted) {
+    if (frames_.size() >= kHardMaxFrames) too_costly();
+    frames_.push_back({pos, parent, parent == kEmptyStack ? 1u : frames_[parent].depth + 1});
+  }
   return it->second;
 }
 
@@ -45,7 +62,9 @@ void TokenMasker::expand(uint32_t f, std::vector<uint32_t>& out) {
         cur = fr.parent;
         continue;
       }
-      if (out.size() + work_.size() > kMaxFramesPerSet) break;
+      if (out.size() + work_.size() > kMaxFramesPerSet || fr.depth > kMaxDepth) break;
+      if (work_left_ == 0) too_costly();
+      --work_left_;
       // As GrammarMatcher::expand: the continuation (dropped when it is an end), then each
       // alternative on top of it.
       const uint32_t base = el[fr.pos + 1].kind == Kind::End ? fr.parent : intern_frame(fr.pos + 1, fr.parent);
@@ -62,6 +81,7 @@ uint32_t TokenMasker::intern_set(std::vector<uint32_t>& frames) {
   std::string key(reinterpret_cast<const char*>(frames.data()), frames.size() * sizeof(uint32_t));
   const auto [it, inserted] = set_ids_.try_emplace(std::move(key), uint32_t(sets_.size()));
   if (inserted) {
+    if (sets_.size() >= kHardMaxSets) too_costly();
     sets_.push_back(frames);
     transitions_.resize(sets_.size() * 256, kUnknown);
   }
@@ -100,6 +120,7 @@ void TokenMasker::compute_mask(uint32_t set, std::vector<uint64_t>& bits) {
   const auto& nodes = trie_->nodes();
   const auto& ids = trie_->token_ids();
   bits.assign((size_t(trie_->n_vocab()) + 63) / 64, 0);
+  work_left_ = kMaskWorkBudget;
   walk_sets_.assign(trie_->max_depth() + 1, kDead);
   walk_sets_[0] = set;
   for (size_t i = 0; i < nodes.size();) {
@@ -151,8 +172,12 @@ size_t TokenMasker::apply(const GrammarMatcher& m, std::span<const float> logits
   const std::vector<uint64_t>& bits = mask(m);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), size_t(trie_->n_vocab()));
-  size_t allowed = 0;
-  for (const uint64_t w : bits) allowed += size_t(__builtin_popcountll(w));
+  size_t allowed = 0;  // among the ids the row has
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const size_t valid = std::min<size_t>(64, n - w * 64);
+    const uint64_t keep = valid == 64 ? ~uint64_t(0) : (uint64_t(1) << valid) - 1;
+    allowed += size_t(__builtin_popcountll(bits[w] & keep));
+  }
   if (2 * allowed < n) {
     // Few allowed: fill, then copy the allowed ones.
     std::fill(out.begin(), out.end(), kNegInf);

@@ -7,8 +7,10 @@
 // grammar's automaton over stack sets (a DFA built on demand) is shared by every mask and
 // every sequence with this grammar: inside a JSON string, say, all but the first walk of a
 // state are table lookups. A token is allowed when the walk reaches its node; the
-// end-of-generation tokens when the set may end. Everything is bounded (frames, sets, cached
-// masks); past a bound the caches start over.
+// end-of-generation tokens when the set may end. The caches are bounded (frames, sets, cached
+// masks) and start over past a bound; one mask computation is bounded in work and memory and
+// throws GrammarError past that (the request fails, the engine goes on). Stacks past the
+// matcher's depth and count bounds are dropped as the matcher drops them.
 // Cost: a mask miss is O(trie nodes visited), a hit O(1) plus the copy; apply() is one pass
 // over the logits.
 // Thread-safety: none (one per scheduler thread); the trie and grammar are shared read-only.
@@ -69,6 +71,7 @@ class TokenMasker {
   struct Frame {
     uint32_t pos;
     uint32_t parent;  // frame below, or kEmptyStack
+    uint32_t depth;   // frames in the stack, this one included
   };
 
   uint32_t intern_frame(uint32_t pos, uint32_t parent);
@@ -90,6 +93,7 @@ class TokenMasker {
   std::unordered_map<uint32_t, std::vector<uint64_t>> masks_;
   uint32_t last_set_ = kDead;                        ///< the state of the last mask()
   std::unordered_map<uint32_t, int32_t> chosen_;     ///< state -> the token last chosen there
+  size_t work_left_ = 0;  ///< rule visits the mask being computed may still make
   // scratch
   std::vector<uint32_t> work_, next_, walk_sets_;
 };

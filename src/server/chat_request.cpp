@@ -1,7 +1,11 @@
 #include "server/chat_request.h"
 
+#include <map>
+#include <string>
+
 #include "server/json_fields.h"
 #include "server/openai_error.h"
+#include "server/tool_call_format.h"
 
 namespace fdl::server {
 namespace {
@@ -111,12 +115,22 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
   const nlohmann::json* tools = find_field(body, "tools");
   if (tools != nullptr && !tools->is_array())
     throw invalid_param("tools", "'tools' must be an array, got " + json_type_name(*tools));
+  std::map<std::string, size_t> seen;  // name -> index of the tool that has it
   for (size_t i = 0; tools != nullptr && i < tools->size(); ++i) {
     const nlohmann::json& t = (*tools)[i];
     const nlohmann::json* fn = t.is_object() ? find_field(t, "function") : nullptr;
     const nlohmann::json* name = fn != nullptr && fn->is_object() ? find_field(*fn, "name") : nullptr;
-    if (name == nullptr || !name->is_string())
-      throw invalid_param("tools", "'tools[" + std::to_string(i) + "].function.name' must be a string");
+    const std::string at = "'tools[" + std::to_string(i) + "].function.name'";
+    if (name == nullptr || !name->is_string()) throw invalid_param("tools", at + " must be a string");
+    // A name the parser cannot read back would turn an enforced call into content; two tools
+    // of one name would make a call ambiguous.
+    const std::string& text = name->get_ref<const std::string&>();
+    if (!is_valid_tool_name(text))
+      throw invalid_param("tools", at + " must be 1 to " + std::to_string(kMaxToolNameBytes) +
+                                       " characters from a-z, A-Z, 0-9, '_', '-', '.' and ':'");
+    if (const auto [it, fresh] = seen.emplace(text, i); !fresh)
+      throw invalid_param("tools",
+                          at + " repeats the name '" + text + "' of tools[" + std::to_string(it->second) + "]");
   }
   choice = parse_tool_choice(body, tools);
   if (tools == nullptr || tools->empty() || choice.mode == ToolChoice::Mode::None) return nullptr;

@@ -8,8 +8,9 @@
 // ...}} given to the chat template; `tool_choice` as tool_choice.h reads it ("none": the
 // template gets no tools; the grammar of "required" or a named function is made later, once
 // the template's tool-call syntax is known). Refused with 400: other roles, other part types
-// (images, audio), a null content otherwise, fields of the wrong type, a `tool_choice` that
-// names no function of `tools`, and the legacy `functions` / `function_call`.
+// (images, audio), a null content otherwise, fields of the wrong type, tool names that are
+// not is_valid_tool_name (tool_call_format.h) or repeat another's, a `tool_choice` that names
+// no function of `tools`, and the legacy `functions` / `function_call`.
 // `response_format` is read by response_format.h. `logprobs`: bool; `top_logprobs` 0..20
 // needs logprobs = true.
 // Thread-safety: pure functions.

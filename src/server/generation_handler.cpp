@@ -85,6 +85,9 @@ Prepared prepare(ServerContext& ctx, const json& body, Endpoint endpoint, const 
     else
       p.params.skip_special_tokens = false;  // markers such as [TOOL_CALLS] are special tokens: keep their text
   }
+  // A grammar ends the text itself (end-of-generation where it is complete); the template's
+  // end marker as a stop string would only cut a value that happens to contain it.
+  if (p.params.grammar) p.extra_stops.clear();
   check_prompt_fits(p.prompt_ids.size(), ctx.engine.options().generator.n_ctx, prompt_param);
   return p;
 }

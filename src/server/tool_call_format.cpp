@@ -1,6 +1,7 @@
 // A chat template's tool-call syntax, found by rendering a probe call (tool_call_format.h).
 #include "server/tool_call_format.h"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 
@@ -100,6 +101,15 @@ std::string new_tool_call_id(const ToolCallFormat& format) {
   std::string id = format.nine_char_ids ? "" : "call_";
   for (int i = 0, n = format.nine_char_ids ? 9 : 24; i < n; ++i) id += kAlnum[pick(rng)];
   return id;
+}
+
+bool is_tool_name_char(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-' ||
+         c == '.' || c == ':';
+}
+
+bool is_valid_tool_name(std::string_view name) {
+  return !name.empty() && name.size() <= kMaxToolNameBytes && std::all_of(name.begin(), name.end(), is_tool_name_char);
 }
 
 }  // namespace fdl::server

@@ -25,6 +25,7 @@
 // Thread-safety: pure functions; new_tool_call_id uses a thread-local generator.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -60,6 +61,15 @@ std::string_view tool_call_syntax_name(ToolCallSyntax s);
 /// A fresh id for a call the model made: 9 random alphanumerics where the template needs
 /// them, else "call_" and 24 random alphanumerics.
 std::string new_tool_call_id(const ToolCallFormat& format);
+
+/// Function names a request may give its tools: OpenAI's ^[a-zA-Z0-9_-]{1,64}$, and '.' and
+/// ':', which some clients use for namespaces. The request refuses any other name, so every
+/// name the grammar can force is one the parser reads back as a call (Mistral's
+/// [TOOL_CALLS]NAME has no delimiter of its own, so the parser must know the characters).
+inline constexpr size_t kMaxToolNameBytes = 64;
+bool is_tool_name_char(char c);
+/// 1 to kMaxToolNameBytes bytes, each is_tool_name_char.
+bool is_valid_tool_name(std::string_view name);
 
 /// The marker texts of the syntaxes (special tokens in the models' vocabularies).
 inline constexpr std::string_view kHermesOpen = "<tool_call>";

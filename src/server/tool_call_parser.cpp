@@ -12,22 +12,18 @@
 namespace fdl::server {
 namespace {
 
-// A function name in Mistral's [TOOL_CALLS]NAME[ARGS] form: OpenAI's name characters, and
-// dots and colons that some clients use for namespaces.
+// A function name in Mistral's [TOOL_CALLS]NAME[ARGS] form: the characters a request's tool
+// names may have (is_tool_name_char). The bound is looser than a request's: a longer name is
+// still read as a call of an unknown function, as the JSON syntaxes read any name.
 constexpr size_t kMaxNameBytes = 256;
+static_assert(kMaxNameBytes >= kMaxToolNameBytes, "every valid tool name must parse");
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool is_name_char(char c) { return is_alnum(c) || c == '_' || c == '-' || c == '.' || c == ':'; }
 
 bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
-std::string_view without_leading_ws(std::string_view s) {
-  while (!s.empty() && is_ws(s.front())) s.remove_prefix(1);
-  return s;
 }
 
 }  // namespace
@@ -129,23 +125,30 @@ void ToolCallParser::step_content(char c) {
 // Sends held content except, unless the reply ended, a tail that may still become part of a
 // marker (a proper prefix of one) and the whitespace before that tail.
 void ToolCallParser::release_content(bool at_end) {
+  size_t tail = 0;  // the marker prefix at the end
   size_t keep = 0;
   if (!at_end) {
     for (const std::string_view marker : markers_)
-      for (size_t k = std::min(marker.size() - 1, held_.size()); k > keep; --k)
+      for (size_t k = std::min(marker.size() - 1, held_.size()); k > tail; --k)
         if (ends_with(held_, marker.substr(0, k))) {
-          keep = k;
+          tail = k;
           break;
         }
-    while (keep < held_.size() && is_ws(held_[held_.size() - keep - 1])) ++keep;
+    // The whitespace before it. The scan stops where held_'s known leading whitespace
+    // begins, so a long run costs O(1) per byte rather than a rescan of the run.
+    keep = tail;
+    while (keep < held_.size() && is_ws(held_[held_.size() - keep - 1]))
+      keep = held_.size() - keep - 1 < held_ws_ ? held_.size() : keep + 1;
   }
   emit_content(std::string_view(held_).substr(0, held_.size() - keep));
   held_.erase(0, held_.size() - keep);
+  held_ws_ = keep - tail;
 }
 
 void ToolCallParser::to_content(std::string replay, bool skip_whitespace) {
   state_ = State::Content;
   held_.clear();
+  held_ws_ = 0;
   skip_whitespace_ = skip_whitespace;
   if (!replay.empty()) input_.insert(pos_, replay);
 }
@@ -188,6 +191,7 @@ void ToolCallParser::begin_call(std::string raw, State state) {
   name_.clear();
   arguments_.clear();
   held_.clear();
+  held_ws_ = 0;
   state_ = state;
 }
 
@@ -211,6 +215,7 @@ void ToolCallParser::send_arguments(const std::string& arguments) {
 void ToolCallParser::call_complete(State next) {
   raw_.clear();
   held_.clear();
+  held_ws_ = 0;
   state_ = next;
   skip_whitespace_ = next == State::Content;
 }
@@ -263,14 +268,15 @@ void ToolCallParser::step_after_call(char c) {
     }
     return call_failed(std::string(1, c));
   }
-  const bool before_text = without_leading_ws(held_).empty();
+  const bool before_text = held_ws_ == held_.size();
   if (before_text && is_ws(c)) {
     held_ += c;
+    ++held_ws_;
     return;
   }
   if (state_ == State::HermesClose) {
     held_ += c;
-    const std::string_view text = without_leading_ws(held_);
+    const std::string_view text = std::string_view(held_).substr(held_ws_);
     if (text == kHermesClose) return call_complete(State::Content);
     if (starts_with(kHermesClose, text)) return;
     return to_content(std::move(held_), true);
@@ -286,7 +292,7 @@ void ToolCallParser::step_after_call(char c) {
 void ToolCallParser::step_mistral_name(char c) {
   const bool in_name = state_ == State::MistralName;
   if (held_.empty() && c != '[') {  // a character of the name or the id
-    const bool ok = in_name ? is_name_char(c) && name_.size() < kMaxNameBytes : is_alnum(c) && raw_.size() < 1024;
+    const bool ok = in_name ? is_tool_name_char(c) && name_.size() < kMaxNameBytes : is_alnum(c) && raw_.size() < 1024;
     if (!ok) return call_failed(std::string(1, c));
     raw_ += c;
     if (in_name) name_ += c;

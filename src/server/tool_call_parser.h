@@ -108,6 +108,8 @@ class ToolCallParser {
   std::string input_;       // the bytes being stepped through (replayed bytes are inserted)
   size_t pos_ = 0;
   std::string held_;        // bytes not settled yet in the current state
+  size_t held_ws_ = 0;      // held_ starts with this many whitespace bytes (counted as they
+                            // arrive, so whitespace runs are never rescanned)
   bool skip_whitespace_ = false;  // after a call: whitespace before further content is dropped
   size_t tag_read_ = 0;           // Llama 3: bytes of <|python_tag|> read at the start
 

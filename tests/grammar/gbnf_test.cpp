@@ -136,3 +136,29 @@ TEST(Gbnf, DeepNestingIsBoundedNotACrash) {
 
 }  // namespace
 }  // namespace fdl
+
+namespace fdl {
+namespace {
+
+TEST(GbnfBounds, HostileGrammarsAreRefusedQuickly) {
+  EXPECT_NE(error_of("root ::= " + std::string(40000, '(') + "\"a\"" + std::string(40000, ')')).find("256 deep"),
+            std::string::npos);
+  std::string reps = "root ::= ";
+  for (int i = 0; i < 200; ++i) reps += "\"a\"{10000} ";
+  EXPECT_NE(error_of(reps).find("2^20"), std::string::npos);
+  // Rules that match only empty text, each used twice: 2^40 paths to the first byte.
+  std::string chain = "root ::= r1 \"x\"\n";
+  for (int i = 1; i < 40; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " r" + std::to_string(i + 1) + "\n";
+  chain += "r40 ::= \"\"\n";
+  EXPECT_NE(error_of(chain).find("too ambiguous"), std::string::npos);
+}
+
+TEST(GbnfBounds, LiteralsMustBeWellFormedUtf8) {
+  EXPECT_NE(error_of("root ::= \"\xED\xA0\x80\"").find("invalid UTF-8"), std::string::npos);  // a surrogate
+  EXPECT_NE(error_of("root ::= \"\xC0\x80\"").find("invalid UTF-8"), std::string::npos);      // overlong
+  EXPECT_NE(error_of("root ::= \"\xF5\x80\x80\x80\"").find("invalid UTF-8"), std::string::npos);
+  EXPECT_EQ(error_of("root ::= \"\xF0\x9F\x98\x80\""), "");
+}
+
+}  // namespace
+}  // namespace fdl

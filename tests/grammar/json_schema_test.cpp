@@ -666,6 +666,23 @@ TEST(JsonSchema, HostileSchemasHitTheCaps) {
   EXPECT_NO_THROW(Grammar::compile(g));
 }
 
+TEST(JsonSchema, RefDeepBelowAnIdIsRefusedAtTheNestingCap) {
+  // A $ref 300 levels inside an $id, reached straight through a pointer: the converter's own
+  // depth stays small, so only the $id walk can refuse it; it must not fall back to the root.
+  Json inner = Json{{"$ref", "#/$defs/b"}};
+  std::string target = "#/$defs/a";
+  for (int i = 0; i < 300; ++i) {
+    inner = Json{{"properties", Json{{"p", inner}}}};
+    target += "/properties/p";
+  }
+  inner["$id"] = "http://x/a";
+  const Json schema = Json{{"$defs", Json{{"a", inner}, {"b", Json::object()}}}, {"$ref", target}};
+  std::string at_cap = "/$defs/a";
+  for (int i = 0; i < 256; ++i) at_cap += "/properties/p";
+  EXPECT_EQ(where_of(schema.dump()), at_cap);
+  EXPECT_NE(error_of(schema.dump()).find("256 levels"), std::string::npos);
+}
+
 TEST(JsonSchema, ConverterSharesRulesAcrossSchemas) {
   SchemaConverter c;
   const std::string a =

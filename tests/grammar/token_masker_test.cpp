@@ -2,6 +2,7 @@
 // matcher accepts (checked token by token), forced tokens spell the forced bytes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <string>
 
@@ -120,6 +121,44 @@ TEST(TokenMasker, ApplySetsDisallowedLogitsToMinusInfinity) {
   for (int32_t id = 0; id < tok->n_vocab(); ++id) wide_finite += std::isfinite(logits[size_t(id)]) ? 1 : 0;
   EXPECT_EQ(wide_finite, wide_allowed);
   EXPECT_GT(2 * wide_allowed, size_t(tok->n_vocab()));
+}
+
+}  // namespace
+}  // namespace fdl
+
+namespace fdl {
+namespace {
+
+TEST(TokenMasker, MasksAgreeWithTheMatcherAtItsDepthBound) {
+  const auto tok = load_tokenizer("stories260K.gguf");
+  const auto g = Grammar::compile(R"g(root ::= "[" root "]" | "x")g");
+  grammar::TokenMasker masker(g, std::make_shared<const grammar::TokenTrie>(*tok, false));
+  GrammarMatcher m(g);
+  size_t depth = 0;
+  while (m.accept_byte('[')) ++depth;
+  EXPECT_LT(depth, GrammarMatcher::kMaxStackDepth + 2);
+  const std::vector<uint64_t> bits = masker.mask(m);
+  for (int32_t id = 0; id < tok->n_vocab(); ++id) {
+    if (!((bits[size_t(id) / 64] >> (id % 64)) & 1)) continue;
+    GrammarMatcher probe = m;
+    EXPECT_TRUE(masker.accept(probe, id)) << "token " << id << " '" << tok->token_to_piece(id) << "'";
+  }
+}
+
+TEST(TokenMasker, AMaskOfAHostileGrammarIsBoundedInTime) {
+  const auto tok = load_tokenizer("codelm-16m-f16.gguf");
+  std::string gbnf = "root ::= ";
+  for (int i = 0; i < 4000; ++i) gbnf += (i ? " | " : "") + std::string("[a-f]* \"xxxxx") + std::to_string(i) + "\"";
+  const auto g = Grammar::compile(gbnf);
+  grammar::TokenMasker masker(g, std::make_shared<const grammar::TokenTrie>(*tok, false));
+  GrammarMatcher m(g);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    masker.mask(m);
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too much work"), std::string::npos);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 }  // namespace

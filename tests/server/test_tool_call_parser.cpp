@@ -2,6 +2,7 @@
 // time; markers held back and never content; malformed calls given back as content.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -276,6 +277,48 @@ TEST(ToolCallParser, UnicodeArgumentsAreKeptAsWritten) {
   EXPECT_EQ(r.calls[0].arguments, "{\"city\": \"Z\xC3\xBCrich \\u00e9\"}");
   EXPECT_EQ(nlohmann::json::parse(r.calls[0].arguments)["city"], "Z\xC3\xBCrich \xC3\xA9");
   expect_split_invariant(kHermes, text);
+}
+
+// Long runs of whitespace are held (they may lead to a marker) but must cost O(1) per byte:
+// a reply of 200k spaces, fed a byte at a time as a stream delivers it, parses in milliseconds.
+TEST(ToolCallParser, LongWhitespaceRunsStayLinear) {
+  const std::string spaces(200000, ' ');
+  std::string mixed;
+  for (size_t i = 0; i < 100000; ++i) mixed += i % 2 == 0 ? " " : "\n";
+  const std::string call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}";
+  struct Case {
+    ToolCallFormat format;
+    std::string text, content;
+    size_t calls;
+  };
+  const std::vector<Case> cases = {
+      {kHermes, spaces, spaces, 0},
+      {kHermes, "Hi" + spaces + "there", "Hi" + spaces + "there", 0},
+      {kHermes, "Hi" + spaces + "<tool", "Hi" + spaces + "<tool", 0},
+      {kHermes, call + spaces, "", 1},
+      {kHermes, call + mixed + "</tool_call>" + mixed + "Done.", "Done.", 1},
+      {kHermes, call + mixed + "</tool_x", "</tool_x", 1},
+      {kMistralArgs, "Hi" + mixed + "[TOOL_CALLS]get_time[ARGS]{}" + spaces, "Hi", 1},
+      {kMistralArray, "[TOOL_CALLS][{\"name\": \"get_time\"}" + spaces + "]" + mixed + "ok", "ok", 1},
+      {kLlama, spaces + "{\"name\": \"get_time\", \"parameters\": {}}" + mixed + "ok", "ok", 1},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    ToolCallParser parser(c.format, kNames, counting_ids());
+    ParsedReply reply;
+    const auto start = std::chrono::steady_clock::now();
+    for (const char byte : c.text) collect_tool_call_events(reply, parser.feed(std::string_view(&byte, 1)));
+    collect_tool_call_events(reply, parser.finish());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 2.0) << "case " << i;
+    EXPECT_EQ(reply.content, c.content) << "case " << i;
+    EXPECT_EQ(reply.calls.size(), c.calls) << "case " << i;
+  }
+  // Whitespace runs around partial markers, split every way: what is held and released
+  // is the same as before the counting.
+  const std::string around = "a  \n <to  <tool_ x \n\n<tool_call>{\"name\": \"get_time\"}  \n </tool_call>  b  <t";
+  EXPECT_EQ(parse(kHermes, around).content, "a  \n <to  <tool_ xb  <t");
+  expect_split_invariant(kHermes, around);
 }
 
 TEST(ToolCallIds, AsTheTemplateRequires) {

@@ -5,6 +5,7 @@
 #include "server/chat_request.h"
 #include "server/openai_error.h"
 #include "server/response_json.h"
+#include "server/tool_call_parser.h"
 #include "server/tool_choice.h"
 
 namespace fdl::server {
@@ -66,6 +67,46 @@ TEST(ToolChoice, ThroughTheChatRequest) {
   json unknown = body;
   unknown["tool_choice"]["function"]["name"] = "nope";
   EXPECT_THROW(parse_chat_request(unknown), ApiError);
+}
+
+// Tool names: OpenAI's rule plus '.' and ':', checked where the request is read, so that a
+// call the grammar forces always parses back as a call, never as content.
+TEST(ToolChoice, ToolNamesAreCheckedAndDistinct) {
+  auto body_with = [](const std::vector<std::string>& names) {
+    json tools = json::array();
+    for (const std::string& n : names) tools.push_back({{"type", "function"}, {"function", {{"name", n}}}});
+    return json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"tools", tools}, {"tool_choice", "required"}};
+  };
+  const std::vector<std::string> good = {"get_weather", "a", "Z-9", "ns.sub:fn_1", std::string(64, 'x')};
+  EXPECT_NO_THROW(parse_chat_request(body_with(good)));
+  for (const std::string& name : good) {
+    const ParsedReply r = parse_tool_calls(ToolCallFormat{ToolCallSyntax::MistralNameArgs, true},
+                                           "[TOOL_CALLS]" + name + "[ARGS]{}", {name});
+    ASSERT_EQ(r.calls.size(), 1u) << name;
+    EXPECT_EQ(r.calls[0].name, name);
+    EXPECT_EQ(r.content, "");
+  }
+  for (const std::string bad : {"", "get weather", "caf\xC3\xA9", "a/b", "f\n", "<tool_call>", "f[ARGS]",
+                                std::string(65, 'x').c_str()}) {
+    try {
+      parse_chat_request(body_with({"get_time", bad}));
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "tools");
+      EXPECT_NE(std::string(e.what()).find("'tools[1].function.name' must be 1 to 64 characters"), std::string::npos)
+          << e.what();
+    }
+  }
+  try {
+    parse_chat_request(body_with({"get_time", "get_weather", "get_time"}));
+    ADD_FAILURE() << "no error for a repeated name";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "tools");
+    EXPECT_NE(std::string(e.what()).find("'tools[2].function.name' repeats the name 'get_time' of tools[0]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ToolChoice, Plans) {

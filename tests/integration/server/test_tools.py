@@ -159,6 +159,29 @@ class ToolChoiceRefusals(unittest.TestCase):
             r = c.chat.completions.create(model="x", messages=QUESTION, tools=TOOLS, max_tokens=4)
             self.assertIsNone(r.choices[0].message.tool_calls)
 
+    def test_bad_and_repeated_tool_names_are_400(self):
+        # Names follow OpenAI's rule (plus '.' and ':'), so that an enforced call always parses
+        # back as a call; two tools of one name are refused.
+        def tool(name):
+            return {"type": "function", "function": {"name": name}}
+        with Server("--chat-template-file", os.path.join(TEMPLATES, "Qwen-Qwen2.5-7B-Instruct.jinja")) as s:
+            c = s.openai()
+            for tools, message in (([tool("get time")], "'tools[0].function.name' must be 1 to 64 characters"),
+                                   ([tool("get_time"), tool("wetter_\u00fc")], "'tools[1].function.name' must be"),
+                                   ([tool("x" * 65)], "'tools[0].function.name' must be"),
+                                   ([tool("f"), tool("f")], "repeats the name 'f' of tools[0]")):
+                with self.assertRaises(openai.BadRequestError) as e:
+                    c.chat.completions.create(model="x", messages=QUESTION, tools=tools, tool_choice="required",
+                                              max_tokens=2)
+                self.assertEqual(e.exception.body["param"], "tools", e.exception.body)
+                self.assertIn(message, e.exception.body["message"])
+            longest = "ns.get:time-" + "x" * 52  # 64 characters, all of them allowed
+            r = c.chat.completions.create(model="x", messages=QUESTION, tools=[tool(longest)], max_tokens=200,
+                                          tool_choice={"type": "function", "function": {"name": longest}},
+                                          temperature=0)
+            self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+            self.assertEqual([x.function.name for x in r.choices[0].message.tool_calls], [longest])
+
 
 if __name__ == "__main__":
     unittest.main()
