@@ -365,10 +365,15 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--block-size", opt->block_size, "KV cache block size in tokens")->capture_default_str();
   cmd->add_option("-c,--ctx-size", opt->ctx_size, "Context size (0 = min(model context, 4096))")
       ->capture_default_str();
-  cmd->add_option("--grammar", opt->grammar, "Constrain the output to this GBNF grammar (start rule: root)");
-  cmd->add_option("--grammar-file", opt->grammar_file, "Read the GBNF grammar from this file");
-  cmd->add_option("-j,--json-schema", opt->json_schema, "Constrain the output to JSON valid under this JSON schema");
-  cmd->add_option("--json-schema-file", opt->json_schema_file, "Read the JSON schema from this file");
+  // An empty value is refused rather than read as "no constraint".
+  const CLI::Validator non_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                                 "");
+  cmd->add_option("--grammar", opt->grammar, "Constrain the output to this GBNF grammar (start rule: root)")
+      ->check(non_empty);
+  cmd->add_option("--grammar-file", opt->grammar_file, "Read the GBNF grammar from this file")->check(non_empty);
+  cmd->add_option("-j,--json-schema", opt->json_schema, "Constrain the output to JSON valid under this JSON schema")
+      ->check(non_empty);
+  cmd->add_option("--json-schema-file", opt->json_schema_file, "Read the JSON schema from this file")->check(non_empty);
   cmd->add_flag("--json", opt->json, "Print one JSON object (ids, text, timings) instead of streaming");
   add_mmap_flag(cmd, opt->mmap);
   add_spec_flag(cmd, opt->spec, "Speculative decoding: off, lookup, lookahead or auto");

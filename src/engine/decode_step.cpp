@@ -91,7 +91,9 @@ void Scheduler::constrain_draft(LiveSequence& s, spec::DraftTree& draft) {
     s.draft_kept = 0;
   }
   draft.assign_linear(draft_tokens_);
-  ctx_.stats.grammar_ms += ms_between(t0, Clock::now());
+  const double ms = ms_between(t0, Clock::now());
+  ctx_.stats.grammar_ms += ms;
+  s.grammar->host_ms += ms;
 }
 
 namespace {

@@ -81,6 +81,14 @@ struct GrammarState {
   /// drafts it rejects costs little.
   void observe_forced(size_t drafted, size_t accepted);
 
+  /// Host time this sequence's grammar work took (masks, draws, drafts), against its
+  /// allowance: a grammar whose masks are so costly (an exponentially ambiguous one, say)
+  /// that it would hold up every other sequence on the engine thread fails instead.
+  double host_ms = 0;
+  bool over_budget(size_t tokens) const { return host_ms > kBaseMs + kMsPerToken * double(tokens); }
+  static constexpr double kBaseMs = 2000;     ///< cold masks of a new schema on a large vocabulary
+  static constexpr double kMsPerToken = 5;    ///< ~100x a cached mask on a 128k vocabulary
+
   static constexpr size_t kMaxForcedWindow = 16;
   size_t forced_window = 4;  ///< forced tokens drafted per step at most
 };

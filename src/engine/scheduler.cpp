@@ -234,8 +234,15 @@ int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
   } catch (const GrammarError& e) {
     error = e.what();  // this request's grammar is too costly: it fails, the others go on
   }
+  const double ms = ms_between(t0, Clock::now());
   ++ctx_.stats.grammar_rows;
-  ctx_.stats.grammar_ms += ms_between(t0, Clock::now());
+  ctx_.stats.grammar_ms += ms;
+  s.grammar->host_ms += ms;
+  if (tok >= 0 && s.grammar->over_budget(s.n_sampled)) {
+    tok = -1;
+    error = "the grammar is too costly to follow: its masks took " + std::to_string(int64_t(s.grammar->host_ms)) +
+            " ms of host time for " + std::to_string(s.n_sampled) + " tokens";
+  }
   if (tok < 0) output_.finish(s, "error", error);
   return tok;
 }

@@ -85,7 +85,10 @@ Value Value::function(Function f, std::string name) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth)
+    throw TemplateError("the template's input nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
+                        " levels deep");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return none();
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
@@ -95,12 +98,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array a;
-      for (const auto& e : j) a.push_back(from_json(e));
+      for (const auto& e : j) a.push_back(from_json(e, depth + 1));
       return Value(std::move(a));
     }
     case nlohmann::ordered_json::value_t::object: {
       Object o;
-      for (const auto& [k, e] : j.items()) o.items.emplace_back(Value(k), from_json(e));
+      for (const auto& [k, e] : j.items()) o.items.emplace_back(Value(k), from_json(e, depth + 1));
       return Value(std::move(o));
     }
     default: return Value();

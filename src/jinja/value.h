@@ -72,8 +72,10 @@ class Value {
   /// HTML-escapes the plain one.
   static Value markup(std::string s);
   static Value function(Function f, std::string name);
-  /// JSON to Value: objects keep their key order.
-  static Value from_json(const nlohmann::ordered_json& j);
+  /// JSON to Value: objects keep their key order. Throws TemplateError for JSON nested more
+  /// than kMaxJsonDepth deep (the conversion, and every later walk of the value, recurses).
+  static Value from_json(const nlohmann::ordered_json& j, int depth = 0);
+  static constexpr int kMaxJsonDepth = 512;
 
   Kind kind() const;
   /// For undefined values: the name that was looked up (for error messages).

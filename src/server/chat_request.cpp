@@ -55,6 +55,8 @@ nlohmann::ordered_json parse_tool_calls(const J& calls, const std::string& at) {
     nlohmann::ordered_json call = nlohmann::ordered_json::parse(c.dump());
     const auto& fn = c["function"];
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      check_json_nesting(fn["arguments"].template get_ref<const std::string&>(), here + ".function.arguments",
+                         "'" + here + ".function.arguments'");
       const auto parsed = nlohmann::ordered_json::parse(fn["arguments"].template get<std::string>(), nullptr, false);
       if (parsed.is_object()) call["function"]["arguments"] = parsed;
     } else if (fn.contains("arguments") && !fn["arguments"].is_object()) {
@@ -131,6 +133,15 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
     if (const auto [it, fresh] = seen.emplace(text, i); !fresh)
       throw invalid_param("tools",
                           at + " repeats the name '" + text + "' of tools[" + std::to_string(it->second) + "]");
+    // Arguments are a JSON object (OpenAI's rule): a schema for anything else would make the
+    // model write calls no parser reads as calls.
+    if (const nlohmann::json* params = find_field(*fn, "parameters")) {
+      const std::string pat = "'tools[" + std::to_string(i) + "].function.parameters'";
+      if (!params->is_object()) throw invalid_param("tools", pat + " must be a JSON schema object");
+      const nlohmann::json* type = find_field(*params, "type");
+      if (type != nullptr && !(type->is_string() && *type == "object"))
+        throw invalid_param("tools", pat + " must describe an object (\"type\": \"object\"), got " + type->dump());
+    }
   }
   choice = parse_tool_choice(body, tools);
   if (tools == nullptr || tools->empty() || choice.mode == ToolChoice::Mode::None) return nullptr;

@@ -16,6 +16,7 @@
 #include "server/content_length.h"
 #include "server/generation_handler.h"
 #include "server/token_endpoints.h"
+#include "server/json_fields.h"
 #include "server/openai_error.h"
 #include "server/server_context.h"
 
@@ -57,6 +58,7 @@ bool needs_auth(const std::string& path) {
 }
 
 json parse_body(const httplib::Request& req) {
+  check_json_nesting(req.body, "", "the request body");
   try {
     return json::parse(req.body);
   } catch (const json::exception& e) {  // parse errors, and numbers beyond a double (1e999)

@@ -20,6 +20,28 @@ std::string number_text(double v) {
 
 }  // namespace
 
+void check_json_nesting(std::string_view text, const std::string& param, const std::string& what) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonNesting)
+        throw ApiError(400, what + " nests arrays and objects more than " + std::to_string(kMaxJsonNesting) +
+                                " levels deep", param);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 std::string json_type_name(const nlohmann::json& v) {
   switch (v.type()) {
     case nlohmann::json::value_t::null: return "null";

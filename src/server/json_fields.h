@@ -10,10 +10,19 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace fdl::server {
+
+/// Deepest nesting of arrays and objects a request may hold: templates, tool-call parsing
+/// and serialization walk JSON recursively, so deeper text is refused before it is parsed.
+inline constexpr size_t kMaxJsonNesting = 128;
+
+/// Throws ApiError 400 (`param`; the message names `what`) when `text` nests arrays and
+/// objects more than kMaxJsonNesting deep. One pass over the bytes; strings are skipped.
+void check_json_nesting(std::string_view text, const std::string& param, const std::string& what);
 
 /// The field if present and not null, else nullptr.
 const nlohmann::json* find_field(const nlohmann::json& body, const char* name);

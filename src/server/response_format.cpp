@@ -82,7 +82,9 @@ std::shared_ptr<const Grammar> parse_output_grammar(const nlohmann::json& body, 
   const nlohmann::json* schema = find_field(body, "json_schema");
   if (gbnf != nullptr && gbnf->is_null()) gbnf = nullptr;
   if (schema != nullptr && schema->is_null()) schema = nullptr;
-  if (rf != nullptr && rf->is_null()) rf = nullptr;
+  // {"type": "text"} is the default some clients always send: it constrains nothing, so it
+  // does not conflict with `grammar` or `json_schema`.
+  if (rf != nullptr && (rf->is_null() || (rf->is_object() && rf->contains("type") && (*rf)["type"] == "text"))) rf = nullptr;
   if (int(rf != nullptr) + int(gbnf != nullptr) + int(schema != nullptr) > 1)
     throw invalid_param(gbnf != nullptr ? "grammar" : "json_schema",
                         "give at most one of 'response_format', 'grammar' and 'json_schema'");

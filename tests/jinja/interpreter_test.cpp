@@ -184,3 +184,18 @@ TEST(Jinja, HostileTemplatesAreRefusedCleanly) {
 
 }  // namespace
 }  // namespace fdl::jinja
+
+namespace fdl::jinja {
+namespace {
+
+TEST(JinjaValue, JsonNestedTooDeepIsATemplateErrorNotACrash) {
+  nlohmann::ordered_json deep = nlohmann::ordered_json::array();
+  for (int i = 0; i < 20000; ++i) deep = nlohmann::ordered_json::array({std::move(deep)});
+  EXPECT_THROW(Value::from_json(deep), TemplateError);
+  nlohmann::ordered_json ok = nlohmann::ordered_json::array();
+  for (int i = 0; i < 100; ++i) ok = nlohmann::ordered_json::array({std::move(ok)});
+  EXPECT_NO_THROW(Value::from_json(ok));
+}
+
+}  // namespace
+}  // namespace fdl::jinja

@@ -87,3 +87,20 @@ TEST(ResponseFormat, BadInputNamesTheFieldAndPosition) {
 
 }  // namespace
 }  // namespace fdl::server
+
+#include "server/json_fields.h"
+
+namespace fdl::server {
+namespace {
+
+TEST(JsonNesting, DeepTextIsRefusedShallowTextAndStringsPass) {
+  const std::string ok = std::string(kMaxJsonNesting, '[') + std::string(kMaxJsonNesting, ']');
+  EXPECT_NO_THROW(check_json_nesting(ok, "p", "x"));
+  const std::string deep = std::string(kMaxJsonNesting + 1, '{');
+  EXPECT_THROW(check_json_nesting(deep, "p", "x"), ApiError);
+  // Brackets inside strings (escaped quotes included) do not count.
+  EXPECT_NO_THROW(check_json_nesting("[\"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"]", "p", "x"));
+}
+
+}  // namespace
+}  // namespace fdl::server

@@ -182,6 +182,32 @@ class ToolChoiceRefusals(unittest.TestCase):
             self.assertEqual(r.choices[0].finish_reason, "tool_calls")
             self.assertEqual([x.function.name for x in r.choices[0].message.tool_calls], [longest])
 
+    def test_non_object_parameters_and_deep_json_are_400(self):
+        with Server("--chat-template-file", os.path.join(TEMPLATES, "Qwen-Qwen2.5-7B-Instruct.jinja")) as s:
+            c = s.openai()
+            for params in ({"type": "string"}, {"type": "array", "items": {}}, [1]):
+                with self.assertRaises(openai.BadRequestError) as e:
+                    c.chat.completions.create(model="x", messages=QUESTION, max_tokens=2, tool_choice="required",
+                                              tools=[{"type": "function", "function": {"name": "f", "parameters": params}}])
+                self.assertEqual(e.exception.body["param"], "tools", e.exception.body)
+            # Deeply nested JSON in a tool's schema or a call's arguments is refused before any
+            # recursive walk of it (templates, serialization).
+            deep = "[" * 20000 + "]" * 20000
+            body = ('{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f",'
+                    '"parameters":{"type":"object","x-junk":' + deep + '}}}]}')
+            status, headers, data = s.request("POST", "/v1/chat/completions", body.encode())
+            self.assertEqual(status, 400, data[:300])
+            self.assertIn(b"levels deep", data)
+            args = json.dumps({"a": json.loads("[" * 200 + "]" * 200)})
+            status, payload = s.post("/v1/chat/completions", {"messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": args}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "ok"}], "max_tokens": 2})
+            self.assertEqual(status, 400, payload)
+            self.assertEqual(payload["error"]["param"], "messages[1].tool_calls[0].function.arguments")
+            self.assertEqual(s.request("GET", "/health")[0], 200)
+
 
 if __name__ == "__main__":
     unittest.main()
