@@ -80,7 +80,7 @@ BAD = [
     ("body is an array", "/v1/completions", "[]", 400, None),
     ("body is a string", "/v1/completions", '"Once upon a time"', 400, None),
     ("invalid UTF-8", "/v1/completions", b'{"prompt": "Once \xff\xfe upon"}', 400, None),
-    ("deep nesting", "/v1/completions", '{"prompt": ' + "[" * 20000 + "]" * 20000 + "}", 400, "prompt"),
+    ("deep nesting", "/v1/completions", '{"prompt": ' + "[" * 20000 + "]" * 20000 + "}", 400, None),
     ("body over the limit", "/v1/completions", json.dumps(comp(prompt="x" * 70000)), 413, None),
     ("chat: messages []", "/v1/chat/completions", chat(messages=[]), 400, "messages"),
     ("chat: messages missing", "/v1/chat/completions", {"model": "m"}, 400, "messages"),
