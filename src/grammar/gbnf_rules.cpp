@@ -86,7 +86,7 @@ std::string RuleSet::fresh_name(std::string_view hint) {
 void RuleSet::check_caps(size_t extra, const std::string& where) const {
   if (bytes_ + extra > kMaxBytes)
     throw GrammarError(where, "the schema's grammar would exceed 1 MiB of GBNF");
-  if (rules_.size() >= kMaxRules)
+  if (rules_.size() + 1 >= kMaxRules)  // one more is kept for the root rule
     throw GrammarError(where, "the schema's grammar would exceed " + std::to_string(kMaxRules) + " rules");
 }
 

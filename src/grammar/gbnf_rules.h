@@ -20,8 +20,10 @@ namespace fdl::grammar {
 /// Not thread-safe.
 class RuleSet {
  public:
-  /// The GBNF compiler's limits (flashdllm/grammar.h), minus room for the root rule.
+  /// The GBNF compiler's limit on text (flashdllm/grammar.h), minus room for the root rule.
   static constexpr size_t kMaxBytes = (size_t(1) << 20) - 4096;
+  /// Rules in all, the root rule gbnf() adds included: the converter's own cap, well below the
+  /// compiler's 65,536, which also counts a rule for each group and repetition in them.
   static constexpr size_t kMaxRules = 20000;
 
   /// Adds `name ::= body` under a fresh name made from `hint`, or returns the name of the

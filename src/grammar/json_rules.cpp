@@ -60,15 +60,16 @@ std::pair<uint64_t, uint64_t> format_lengths(std::string_view f) {
 }
 
 std::string define_json_rule(RuleSet& rules, const std::string& name, const std::string& where) {
+  // A fixed rule is defined together with the rules it refers to (and rolled back with them).
+  if (rules.has(name)) return name;
   for (const std::string& n : fixed_closure(name))
     for (const FixedRule& r : kFixedRules)
       if (n == r.name) rules.define_fixed(r.name, r.body, where);
   return name;
 }
 
-bool gbnf_matches(const RuleSet& rules, const std::string& expr, std::string_view text) {
-  GrammarMatcher m(Grammar::compile(cat("root ::= ", expr, "\n", rules.text())));
-  return m.accept_bytes(text) && m.can_end();
+std::shared_ptr<const Grammar> compile_expr(const RuleSet& rules, const std::string& expr) {
+  return Grammar::compile(cat("root ::= ", expr, "\n", rules.text()));
 }
 
 }  // namespace fdl::grammar

@@ -4,11 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "grammar/gbnf_rules.h"
+
+namespace fdl {
+class Grammar;
+}
 
 namespace fdl::grammar {
 
@@ -27,7 +32,7 @@ std::string define_json_rule(RuleSet& rules, const std::string& name, const std:
 /// Shortest and longest text of an enforced format (is_enforced_format).
 std::pair<uint64_t, uint64_t> format_lengths(std::string_view format);
 
-/// Whether `text` is a sentence of `root ::= <expr>` over `rules` (compiled on the spot).
-bool gbnf_matches(const RuleSet& rules, const std::string& expr, std::string_view text);
+/// `root ::= <expr>` over `rules`, compiled (once, to match many texts).
+std::shared_ptr<const Grammar> compile_expr(const RuleSet& rules, const std::string& expr);
 
 }  // namespace fdl::grammar

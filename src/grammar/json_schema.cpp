@@ -3,10 +3,13 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "flashdllm/grammar.h"
 #include "grammar/code_point_set.h"
@@ -26,6 +29,12 @@ namespace {
 constexpr int kMaxDepth = 64;
 // prefixItems are written as nested optional groups; the compiler parses groups recursively.
 constexpr size_t kMaxPrefixItems = 256;
+// An enum is one rule with an alternative per value, and a matcher follows every alternative
+// at once until the text tells them apart (GrammarMatcher::kMaxStacks = 16,384 at most).
+constexpr size_t kMaxEnumValues = 10000;
+// Members of one object (properties and required names together): each is a part of the
+// object's rule and a name its additional keys must differ from.
+constexpr size_t kMaxMembers = 4096;
 // The largest minLength/minItems accepted: beyond it no generation would finish anyway.
 constexpr uint64_t kMaxMinCount = 100000;
 // Integer digits: 15 where a side is unbounded, up to 18 where the bounds ask for them.
@@ -60,13 +69,27 @@ bool is_rule_name(const std::string& e) {
 // `value` as compact JSON, as a GBNF literal.
 std::string json_literal(const Json& value, const std::string& where) { return gbnf_quote(dump_json(value, where)); }
 
-// A sorted nlohmann::json schema as an ordered one.
+// A sorted nlohmann::json value as an ordered one, member by member (parsing its text again
+// would insert each member after comparing its key with all before it: quadratic).
+nlohmann::ordered_json converted(const nlohmann::json& v) {
+  if (v.is_array()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& e : v) out.push_back(converted(e));
+    return out;
+  }
+  if (!v.is_object()) return nlohmann::ordered_json(v);  // scalars convert directly
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (auto it = v.begin(); it != v.end(); ++it) append_member(out, it.key(), converted(it.value()));
+  return out;
+}
+
 nlohmann::ordered_json ordered(const nlohmann::json& schema) {
   try {
-    return nlohmann::ordered_json::parse(schema.dump());
+    (void)schema.dump();  // refuses strings that are not UTF-8
   } catch (const nlohmann::json::exception&) {
     throw GrammarError("", "a string in the schema is not valid UTF-8");
   }
+  return converted(schema);
 }
 
 // A count keyword (minLength, maxItems, ...): a non-negative integer.
@@ -151,7 +174,7 @@ class Visitor {
   // GBNF for the JSON texts valid under `s`: a rule name.
   std::string visit(const Json& s0, const std::string& where, const std::string& hint) {
     if (depth_ >= kMaxDepth) throw GrammarError(where, "the schema nests more than 64 levels deep");
-    doc_.spend(where);
+    doc_.spend_on(s0, where);
     ++depth_;
     struct Leave {
       int& d;
@@ -162,15 +185,17 @@ class Visitor {
       throw Unsatisfiable(where, "the schema false allows nothing");
     }
     if (!s0.is_object()) throw GrammarError(where, "a schema must be an object or a boolean");
-    const Json s = normalized(s0, where);
+    Json storage;
+    const Json& s = normalized(s0, where, storage);
+    if (&s == &storage) doc_.spend(where, long(json_size(storage) / kNodesPerStep));  // a copy of the subtree
     for (auto it = s.begin(); it != s.end(); ++it)
       if (is_refused_keyword(it.key()))
         throw GrammarError(child_pointer(where, it.key()), it.key() + " is not supported");
     if (const auto ref = s.find("$ref"); ref != s.end()) {
       if (!has_constraints(s, {"$ref"})) return ref_rule(*ref, where);
-      return visit(merge_schemas({s}, doc_, where), where, hint);  // $ref with sibling keywords: both apply
+      return visit(merge_schemas({&s}, doc_, where), where, hint);  // $ref with sibling keywords: both apply
     }
-    if (s.contains("allOf")) return visit(merge_schemas({s}, doc_, where), where, hint);
+    if (s.contains("allOf")) return visit(merge_schemas({&s}, doc_, where), where, hint);
     if (s.contains("anyOf") || s.contains("oneOf")) return alternatives(s, where, hint);
     if (s.contains("enum") || s.contains("const")) return enumeration(s, where, hint);
     return typed(s, where, hint);
@@ -179,6 +204,8 @@ class Visitor {
   void rollback(size_t mark) {
     rules_.rollback(mark);
     for (auto it = refs_.begin(); it != refs_.end();) it = it->second.mark >= mark ? refs_.erase(it) : std::next(it);
+    for (auto it = patterns_.begin(); it != patterns_.end();)
+      it = it->second.mark >= mark ? patterns_.erase(it) : std::next(it);
   }
 
  private:
@@ -222,61 +249,87 @@ class Visitor {
     siblings.erase(key);
     // Keywords beside anyOf apply to every branch: S and (A or B) = (S and A) or (S and B).
     const bool distribute = has_constraints(siblings, {});
-    std::vector<Json> branches;  // those not visibly unsatisfiable
-    std::vector<size_t> index;   // their positions in the list
-    std::optional<Unsatisfiable> first_error;
-    for (size_t i = 0; i < list.size(); ++i) {
+    std::optional<Unsatisfiable> merge_error, visit_error;  // the first of each, for the message
+    // A branch with the siblings merged in, or null when that is visibly unsatisfiable.
+    auto merged = [&](size_t i) -> Json {
       try {
-        branches.push_back(distribute ? merge_schemas({siblings, list[i]}, doc_, child_pointer(at, i)) : list[i]);
-        index.push_back(i);
+        return merge_schemas({&siblings, &list[i]}, doc_, child_pointer(at, i));
       } catch (const Unsatisfiable& e) {
-        if (!first_error) first_error = e;
+        if (!merge_error) merge_error = e;
+        return nullptr;
       }
-    }
-    if (key == "oneOf") branches = exclusive_branches(branches, doc_, at);
+    };
     std::vector<std::string> exprs;
-    for (size_t k = 0; k < branches.size(); ++k) {
-      if (branches[k].is_null()) continue;  // a oneOf branch left out
+    std::set<std::string> seen;
+    auto write = [&](const Json& branch, size_t i) {
       const size_t mark = rules_.mark();
       try {
-        exprs.push_back(visit(branches[k], child_pointer(at, index[k]), hint + "-" + std::to_string(index[k])));
+        std::string e = visit(branch, child_pointer(at, i), hint + "-" + std::to_string(i));
+        if (seen.insert(e).second) exprs.push_back(std::move(e));
       } catch (const Unsatisfiable& e) {
         rollback(mark);
-        if (!first_error) first_error = e;
+        if (!visit_error) visit_error = e;
+      }
+    };
+    if (key == "oneOf" && list.size() >= 2 && list.size() <= kMaxExclusiveBranches) {
+      // The branches are compared with each other before any is written.
+      std::vector<Json> branches;  // those not visibly unsatisfiable
+      std::vector<size_t> index;   // their positions in the list
+      for (size_t i = 0; i < list.size(); ++i) {
+        Json b = distribute ? merged(i) : list[i];
+        if (!distribute || !b.is_null()) branches.push_back(std::move(b)), index.push_back(i);
+      }
+      branches = exclusive_branches(branches, doc_, at);
+      for (size_t k = 0; k < branches.size(); ++k)
+        if (!branches[k].is_null()) write(branches[k], index[k]);  // null: a oneOf branch left out
+    } else {
+      // One branch at a time: merged copies of every branch at once could each be as large as
+      // the siblings.
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (!distribute) {
+          write(list[i], i);
+        } else if (const Json b = merged(i); !b.is_null()) {
+          write(b, i);
+        }
       }
     }
+    const std::optional<Unsatisfiable>& first_error = merge_error ? merge_error : visit_error;
     if (exprs.empty() && !first_error) throw Unsatisfiable(at, "no oneOf branch excludes the others");
     if (exprs.empty()) throw Unsatisfiable(at, "no branch can be satisfied (" + std::string(first_error->what()) + ")");
-    std::vector<std::string> unique;
-    for (const std::string& e : exprs)
-      if (std::find(unique.begin(), unique.end(), e) == unique.end()) unique.push_back(e);
-    return unique.size() == 1 ? unique[0] : rules_.add(hint, join(unique, " | "), where);
+    return exprs.size() == 1 ? exprs[0] : rules_.add(hint, join(exprs, " | "), where);
   }
 
   std::string enumeration(const Json& s, const std::string& where, const std::string& hint) {
-    std::vector<Json> values;
+    std::vector<const Json*> values;
     if (const auto e = s.find("enum"); e != s.end()) {
-      if (!e->is_array()) throw GrammarError(child_pointer(where, "enum"), "enum must be an array");
-      values.assign(e->begin(), e->end());
+      const std::string at = child_pointer(where, "enum");
+      if (!e->is_array()) throw GrammarError(at, "enum must be an array");
+      if (e->size() > kMaxEnumValues)
+        throw GrammarError(at, "enum with more than " + std::to_string(kMaxEnumValues) + " values is not supported");
+      for (const Json& v : *e) values.push_back(&v);
     }
     if (const auto c = s.find("const"); c != s.end()) {
-      if (s.contains("enum"))
-        std::erase_if(values, [&](const Json& v) { return !json_equal(v, *c); });
-      else
-        values = {*c};
+      if (s.contains("enum")) {
+        const std::string want = canonical_json(*c);
+        std::erase_if(values, [&](const Json* v) { return canonical_json(*v) != want; });
+      } else {
+        values = {&*c};
+      }
     }
     Json rest = s;
     rest.erase("enum");
     rest.erase("const");
-    std::vector<Json> kept;
-    for (const Json& v : values) {
-      if (std::any_of(kept.begin(), kept.end(), [&](const Json& k) { return json_equal(k, v); })) continue;
-      if (satisfies(v, rest, doc_, where)) kept.push_back(v);
+    std::vector<const Json*> kept;
+    std::set<std::string> seen;  // canonical_json of the values met
+    ValueChecker checker(doc_);
+    for (const Json* v : values) {
+      if (!seen.insert(canonical_json(*v)).second) continue;
+      if (checker.satisfies(*v, rest, where)) kept.push_back(v);
     }
     const std::string at = child_pointer(where, s.contains("enum") ? "enum" : "const");
     if (kept.empty()) throw Unsatisfiable(at, "no enum/const value satisfies the other keywords");
     std::vector<std::string> literals;
-    for (const Json& v : kept) literals.push_back(json_literal(v, at));
+    for (const Json* v : kept) literals.push_back(json_literal(*v, at));
     return rule(hint, join(literals, " | "), where);
   }
 
@@ -333,11 +386,25 @@ class Visitor {
     }
     std::string content;
     if (pattern != s.end())
-      content = regex_to_gbnf(pattern->get<std::string>(), min_len, max_len, rules_, hint + "-pattern",
-                              child_pointer(where, "pattern"));
+      content = pattern_gbnf(pattern->get_ref<const std::string&>(), min_len, max_len, hint,
+                             child_pointer(where, "pattern"));
     else
       content = repeat(rules_, fixed("json-char", where), min_len, max_len, hint + "-chars", where);
     return seq({kQuote, content, kQuote});
+  }
+
+  // A pattern's GBNF, translated once per pattern and length bounds: a translation costs the
+  // pattern's length (paid to the work budget), and schemas repeat patterns, as anyOf branches
+  // that each take the pattern beside them do.
+  std::string pattern_gbnf(const std::string& pattern, uint64_t min_len, uint64_t max_len, const std::string& hint,
+                           const std::string& at) {
+    auto key = std::make_tuple(pattern, min_len, max_len);
+    if (const auto it = patterns_.find(key); it != patterns_.end()) return it->second.expr;
+    doc_.spend(at, long(pattern.size() / kPatternCharsPerStep));
+    const size_t mark = rules_.mark();
+    std::string expr = regex_to_gbnf(pattern, min_len, max_len, rules_, hint + "-pattern", at);
+    bounded(patterns_).emplace(std::move(key), Translation{expr, mark});
+    return expr;
   }
 
   static void check_multiple_of(const Json& s, const std::string& where) {
@@ -391,7 +458,9 @@ class Visitor {
     if (*lo > *hi)
       throw Unsatisfiable(first_of(s, {"maximum", "exclusiveMaximum"}, where),
                           "no integer lies within minimum/maximum");
-    return cat("(", decimal_range_gbnf(*lo, *hi, 0), ")");
+    auto [it, fresh] = bounded(integer_ranges_).try_emplace({*lo, *hi});
+    if (fresh) it->second = cat("(", decimal_range_gbnf(*lo, *hi, 0), ")");
+    return it->second;
   }
 
   std::string number_body(const Json& s, const std::string& where) {
@@ -408,15 +477,26 @@ class Visitor {
     if (!lo && !hi) return fixed("json-number", where);
     const std::string upper_at = first_of(s, {"maximum", "exclusiveMaximum"}, where);
     if (lo && hi && *lo > *hi) throw Unsatisfiable(upper_at, "no number lies within minimum/maximum");
+    auto bits = [](std::optional<double> d) { return d ? std::optional(std::bit_cast<uint64_t>(*d)) : std::nullopt; };
+    const auto key = std::make_pair(bits(lo), bits(hi));
+    if (const auto it = number_ranges_.find(key); it != number_ranges_.end()) {
+      if (it->second) return *it->second;
+      throw Unsatisfiable(upper_at, "no number with at most 15 fraction digits lies within minimum/maximum");
+    }
     for (const int k : {6, 9, 12, 15}) {
       const Int128 cap = pow10_128(kNumberDigits + k) - 1;  // |x| < 10^15
       const Int128 a = lo ? scaled_min(*lo, k) : -cap, b = hi ? scaled_max(*hi, k) : cap;
+      // Numbers are written below 10^15 in magnitude: a bound beyond that on its own side
+      // only narrows what the validator allows, but one that leaves nothing below it is refused.
       if (a > cap || b < -cap)
         throw GrammarError(a > cap ? first_of(s, {"minimum", "exclusiveMinimum"}, where) : upper_at,
-                           "number bounds at or beyond 10^15 in magnitude are not supported");
-      if (std::max(a, -cap) <= std::min(b, cap))
-        return cat("(", decimal_range_gbnf(std::max(a, -cap), std::min(b, cap), k), ")");
+                           "a lower bound at or above 10^15 (or an upper bound at or below -10^15) is not supported");
+      if (std::max(a, -cap) <= std::min(b, cap)) {
+        std::string body = cat("(", decimal_range_gbnf(std::max(a, -cap), std::min(b, cap), k), ")");
+        return *(bounded(number_ranges_)[key] = std::move(body));
+      }
     }
+    bounded(number_ranges_)[key] = std::nullopt;
     throw Unsatisfiable(upper_at, "no number with at most 15 fraction digits lies within minimum/maximum");
   }
 
@@ -493,26 +573,38 @@ class Visitor {
   };
 
   std::string object_body(const Json& s, const std::string& where, const std::string& hint) {
-    const Json props = s.value("properties", Json::object());
+    const auto props_it = s.find("properties");
+    const Json no_props = Json::object();
+    const Json& props = props_it != s.end() ? *props_it : no_props;
     if (!props.is_object()) throw GrammarError(child_pointer(where, "properties"), "properties must be an object");
-    const Json required = s.value("required", Json::array());
+    const auto required_it = s.find("required");
+    const Json no_required = Json::array();
+    const Json& required = required_it != s.end() ? *required_it : no_required;
     if (!required.is_array() ||
         !std::all_of(required.begin(), required.end(), [](const Json& r) { return r.is_string(); }))
       throw GrammarError(child_pointer(where, "required"), "required must be an array of strings");
-    auto is_required = [&](const std::string& k) {
-      return std::find(required.begin(), required.end(), Json(k)) != required.end();
-    };
+    // Every member's name once, properties first (sets: lookups in the lists are linear).
+    std::vector<std::string> names;
+    std::set<std::string_view> listed, required_names;
+    for (auto it = props.begin(); it != props.end(); ++it)
+      if (listed.insert(it.key()).second) names.push_back(it.key());
+    for (const Json& r : required) {
+      const std::string& name = r.get_ref<const std::string&>();
+      if (required_names.insert(name).second && !listed.count(name)) names.push_back(name);
+    }
+    if (names.size() > kMaxMembers)
+      throw GrammarError(child_pointer(where, listed.size() > kMaxMembers ? "properties" : "required"),
+                         "objects with more than " + std::to_string(kMaxMembers) +
+                             " properties and required names together are not supported");
     // additionalProperties absent counts as false here (as in OpenAI's strict mode): only
     // the listed properties are written, which the schema allows either way.
     const auto add = s.find("additionalProperties");
     const bool open = add != s.end() && !(add->is_boolean() && !add->get<bool>());
     const Containers inside(containers_);
     std::vector<Member> members;
-    std::vector<std::string> names;
     for (auto it = props.begin(); it != props.end(); ++it) {
       const std::string& key = it.key();
-      names.push_back(key);
-      const bool req = is_required(key);
+      const bool req = required_names.count(key) != 0;
       const size_t mark = rules_.mark();
       try {
         const std::string value =
@@ -523,9 +615,8 @@ class Visitor {
         if (req) throw;  // an optional property nothing satisfies is left out
       }
     }
-    for (const Json& r : required) {
-      const std::string key = r.get<std::string>();
-      if (props.contains(key) || std::find(names.begin(), names.end(), key) != names.end()) continue;
+    for (size_t i = listed.size(); i < names.size(); ++i) {
+      const std::string& key = names[i];
       // Required but not listed: its value follows additionalProperties (any value when absent,
       // unless unevaluatedProperties says otherwise).
       const Json* value_schema = add != s.end()                        ? &*add
@@ -535,7 +626,6 @@ class Visitor {
       const std::string value =
           visit(value_schema ? *value_schema : any, child_pointer(where, "required"), hint + "-" + key);
       members.push_back({seq({json_literal(Json(key), where), kColon, value}), true});
-      names.push_back(key);
     }
     std::string extra;  // one additional member, when allowed
     if (open) {
@@ -573,14 +663,30 @@ class Visitor {
     while (firsts < n && !members[firsts].required) ++firsts;
     const bool all_optional = firsts == n;
     firsts = std::min(firsts + 1, n);
-    // tail[i]: members i.. after at least one member was written.
-    std::vector<std::string> tail(n + 1);
-    tail[n] = extra.empty() ? "" : "(" + kSep + " " + extra + ")*";
-    for (size_t i = n; i-- > 0;) {
+    // piece[i]: member i after an earlier one (omittable when optional); piece[n]: the extras.
+    std::vector<std::string> piece(n + 1);
+    for (size_t i = 0; i < n; ++i) {
       const std::string m = seq({kSep, members[i].text});
-      tail[i] = seq({members[i].required ? m : "(" + m + ")?", tail[i + 1]});
-      // Several first-member choices share their tails: name them instead of copying.
-      if (firsts > 2 && !tail[i].empty() && i > 0) tail[i] = rules_.add(hint + "-rest", tail[i], where);
+      piece[i] = members[i].required ? m : "(" + m + ")?";
+    }
+    piece[n] = extra.empty() ? "" : "(" + kSep + " " + extra + ")*";
+    // tail[i]: members i.. after at least one member was written. Several first-member
+    // choices share their tails: each is a rule naming the next. Otherwise the (at most two)
+    // tails needed are written out once each; a tail per member would be quadratic.
+    std::vector<std::string> tail(n + 1);
+    tail[n] = piece[n];
+    if (firsts > 2) {
+      for (size_t i = n; i-- > 1;) tail[i] = rules_.add(hint + "-rest", seq({piece[i], tail[i + 1]}), where);
+    } else {
+      for (size_t i = 1; i <= firsts && i < n; ++i) {
+        std::string t;
+        for (size_t k = i; k <= n; ++k)
+          if (!piece[k].empty()) {
+            if (!t.empty()) t += ' ';
+            t += piece[k];
+          }
+        tail[i] = std::move(t);
+      }
     }
     std::vector<std::string> alts;
     for (size_t j = 0; j < firsts; ++j) alts.push_back(seq({members[j].text, tail[j + 1]}));
@@ -622,6 +728,7 @@ class Visitor {
       }
       trie[node].terminal = true;
     }
+    doc_.spend(where, long(trie.size()));  // a rule per node, written again for each object visited
     const std::string any_char = rules_.add(hint + "-key-char", gbnf_class(raw), where);
     std::vector<std::string> rule_of(trie.size());
     // Children have higher indices than their parent: fill from the end.
@@ -647,10 +754,30 @@ class Visitor {
     int containers = 0;  // objects/arrays entered when its expansion began
   };
 
+  struct Translation {
+    std::string expr;
+    size_t mark = 0;  // the RuleSet mark before its rules were added
+  };
+  // Digit blocks of numeric ranges (no rules, so never rolled back), by their bounds: a range
+  // takes microseconds (a number's bounds are found by reading decimal texts back), and one
+  // property schema merged into every anyOf branch asks for the same ranges again and again.
+  // These memos (and patterns_) are cleared when they hold kMaxKept entries: what was rolled
+  // back out of the grammar would otherwise keep them growing.
+  static constexpr size_t kMaxKept = 4096;
+  template <class Map>
+  static Map& bounded(Map& m) {
+    if (m.size() >= kMaxKept) m.clear();
+    return m;
+  }
+
   RuleSet& rules_;
   SchemaDocument doc_;
   std::string base_;
   std::map<std::string, RefRule> refs_;  // by target pointer
+  std::map<std::tuple<std::string, uint64_t, uint64_t>, Translation> patterns_;  // by pattern and lengths
+  std::map<std::pair<Int128, Int128>, std::string> integer_ranges_;
+  std::map<std::pair<std::optional<uint64_t>, std::optional<uint64_t>>, std::optional<std::string>>
+      number_ranges_;  // by the bounds' bits; nullopt: no number fits
   int depth_ = 0;
   int containers_ = 0;
 };

@@ -16,8 +16,10 @@
 //
 // Errors: GrammarError(where, reason) with `where` the JSON pointer of the offending
 // subschema or keyword ("/properties/age/minimum"), for invalid or unsupported schemas, for
-// schemas nothing satisfies, and past the caps (1 MiB of GBNF, nesting 64 deep, a budget of
-// work steps against schemas whose anyOf/$ref structure multiplies the work).
+// schemas nothing satisfies, and past the caps (1 MiB of GBNF and 20,000 rules, nesting 64
+// deep, 10,000 enum values, 4,096 members per object, a budget of work steps against schemas
+// whose anyOf/$ref structure multiplies the work). Within them a schema of up to 1 MiB is
+// converted or refused in well under a second and a few tens of MB.
 //
 // Thread-safety: a SchemaConverter is one build (not thread-safe); the free functions are
 // safe to call from any thread.

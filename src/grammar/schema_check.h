@@ -3,6 +3,7 @@
 // apart from the others (so that oneOf may be written as a plain choice).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "grammar/schema_document.h"
@@ -16,11 +17,35 @@ namespace fdl::grammar {
 /// accept it (never the other way). Throws GrammarError(where) for refused keywords.
 bool satisfies(const Json& value, const Json& schema, const SchemaDocument& doc, const std::string& where);
 
+/// satisfies() for many values: what it learns of a schema object the first time (its
+/// constraint keywords, its enum as a sorted set, its properties by name) is kept by the
+/// object's address, so that a value costs about its own size rather than the schema's (an
+/// enum of n values checked against a schema with a large enum would otherwise be quadratic);
+/// the grammars of patterns and formats are kept by `doc`. The schemas it is given must stay
+/// alive and unchanged while it is used (their addresses are its keys), and so must `doc`.
+class ValueChecker {
+ public:
+  explicit ValueChecker(const SchemaDocument& doc);
+  ~ValueChecker();
+  ValueChecker(const ValueChecker&) = delete;
+  ValueChecker& operator=(const ValueChecker&) = delete;
+
+  bool satisfies(const Json& value, const Json& schema, const std::string& where);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Whether no value the converter writes for schema `a` is valid under schema `b` (false
 /// when unsure). True when the types differ, when a's enum values all fail b, or for objects
 /// when b requires a property a never writes, b forbids one a always writes, or a property
 /// both require has values under a that all fail b.
 bool excludes(const Json& a, const Json& b, const SchemaDocument& doc, const std::string& where);
+
+/// The most oneOf branches exclusive_branches() compares (its checks are quadratic in them);
+/// more are returned unchanged.
+constexpr size_t kMaxExclusiveBranches = 64;
 
 /// oneOf's branches narrowed so that no value written for one is valid under another: each
 /// branch as it is when excludes() proves every other branch rejects its values, else cut to

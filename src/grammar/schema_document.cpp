@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "flashdllm/grammar.h"
+#include "grammar/gbnf_rules.h"
 #include "grammar/numeric_range.h"
 
 namespace fdl::grammar {
@@ -64,6 +65,10 @@ bool decode_token(std::string_view raw, std::string& out) {
 }  // namespace
 
 const Json& SchemaDocument::resolve(const std::string& ref, const std::string& where, std::string* pointer) const {
+  if (const auto hit = resolved_.find(ref); hit != resolved_.end()) {
+    if (pointer) *pointer = hit->second.pointer;
+    return *hit->second.node;
+  }
   if (ref.empty() || ref[0] != '#')
     throw GrammarError(where,
                        "$ref '" + ref + "' is not local; only references into the schema itself (#...) are supported");
@@ -78,8 +83,8 @@ const Json& SchemaDocument::resolve(const std::string& ref, const std::string& w
     std::string token;
     if (!decode_token(frag.substr(i, next - i), token))
       throw GrammarError(where, "$ref '" + ref + "' is not a valid JSON pointer");
-    if (node->is_object() && node->contains(token)) {
-      node = &(*node)[token];
+    if (const auto member = node->is_object() ? node->find(token) : node->end(); member != node->end()) {
+      node = &*member;
     } else if (node->is_array() && !token.empty() &&
                std::all_of(token.begin(), token.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
                token.size() < 10 && std::stoul(token) < node->size()) {
@@ -91,6 +96,7 @@ const Json& SchemaDocument::resolve(const std::string& ref, const std::string& w
     i = next + 1;
   }
   if (pointer) *pointer = path;
+  resolved_.emplace(ref, Target{node, path});
   return *node;
 }
 
@@ -133,9 +139,24 @@ void walk_ids(const Json& s, const std::string& where, const std::string& id_at,
 
 void refuse_nested_ids(const Json& root) { walk_ids(root, "", "", 0); }
 
-void SchemaDocument::spend(const std::string& where) const {
-  if (--steps_left_ < 0)
+void SchemaDocument::spend(const std::string& where, long n) const {
+  steps_left_ = n > steps_left_ ? -1 : steps_left_ - n;
+  if (steps_left_ < 0)
     throw GrammarError(where, "the schema is too complex to convert (over " + std::to_string(kWorkSteps) + " steps)");
+}
+
+size_t json_size(const Json& v) {
+  size_t n = 1;
+  if (v.is_string()) n += v.get_ref<const std::string&>().size() / kBytesPerNode;
+  if (v.is_object())
+    for (auto it = v.begin(); it != v.end(); ++it) n += it.key().size() / kBytesPerNode + json_size(it.value());
+  if (v.is_array())
+    for (const Json& e : v) n += json_size(e);
+  return n;
+}
+
+void SchemaDocument::spend_on(const Json& s, const std::string& where) const {
+  spend(where, 1 + (s.is_object() ? long(s.size()) / kMembersPerStep : 0));
 }
 
 std::string child_pointer(const std::string& where, std::string_view token) {
@@ -197,6 +218,21 @@ Json normalized(const Json& s, const std::string& where) {
   return out;
 }
 
+const Json& normalized(const Json& s, const std::string& where, Json& storage) {
+  const auto excl_min = s.find("exclusiveMinimum"), excl_max = s.find("exclusiveMaximum"), items = s.find("items");
+  const bool old_spelling = (excl_min != s.end() && excl_min->is_boolean()) ||
+                            (excl_max != s.end() && excl_max->is_boolean()) ||
+                            (items != s.end() && items->is_array()) || s.contains("additionalItems");
+  if (!old_spelling) return s;
+  storage = normalized(s, where);
+  return storage;
+}
+
+void append_member(Json& object, std::string key, Json value) {
+  auto& members = object.get_ref<Json::object_t&>();
+  members.Json::object_t::Container::emplace_back(std::move(key), std::move(value));
+}
+
 bool has_constraints(const Json& s, std::initializer_list<std::string_view> skip) {
   for (auto it = s.begin(); it != s.end(); ++it) {
     if (!is_constraint_keyword(it.key())) continue;
@@ -238,6 +274,74 @@ int compare_numbers(const Json& a, const Json& b) {
   return fa ? -r : r;
 }
 
+namespace {
+
+void append_canonical(const Json& v, std::string& out) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      out += 'n';
+      return;
+    case Json::value_t::boolean:
+      out += v.get<bool>() ? 't' : 'f';
+      return;
+    case Json::value_t::string: {
+      const auto& text = v.get_ref<const std::string&>();
+      out += cat("s", std::to_string(text.size()), ":", text);
+      return;
+    }
+    case Json::value_t::array:
+      out += '[';
+      for (const Json& e : v) append_canonical(e, out);
+      out += ']';
+      return;
+    case Json::value_t::object: {
+      std::vector<std::pair<const std::string*, const Json*>> members;
+      members.reserve(v.size());
+      for (auto it = v.begin(); it != v.end(); ++it) members.emplace_back(&it.key(), &it.value());
+      std::sort(members.begin(), members.end(), [](const auto& x, const auto& y) { return *x.first < *y.first; });
+      out += '{';
+      for (const auto& [key, value] : members) {
+        out += cat("s", std::to_string(key->size()), ":", *key);
+        append_canonical(*value, out);
+      }
+      out += '}';
+      return;
+    }
+    default:
+      break;
+  }
+  if (!v.is_number()) {
+    out += cat("?", v.dump(), ";");  // binary or discarded: never from parsed JSON
+    return;
+  }
+  // Integers and integral doubles below 10^30 by their exact digits (1 and 1.0 are equal);
+  // other doubles equal only themselves, and the shortest text that reads back as a double
+  // names it uniquely. Non-finite doubles (only from code) get texts no number has.
+  out += '#';
+  if (v.is_number_unsigned()) {
+    out += std::to_string(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    out += std::to_string(v.get<int64_t>());
+  } else if (const double d = v.get<double>(); std::isnan(d)) {
+    out += "nan";
+  } else if (std::isinf(d)) {
+    out += d > 0 ? "inf" : "-inf";
+  } else if (std::floor(d) == d && std::fabs(d) < 1e30) {
+    out += to_string_128(Int128(d));
+  } else {
+    out += v.dump();
+  }
+  out += ';';
+}
+
+}  // namespace
+
+std::string canonical_json(const Json& value) {
+  std::string out;
+  append_canonical(value, out);
+  return out;
+}
+
 bool json_equal(const Json& a, const Json& b) {
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
   if (a.type() != b.type()) return false;
@@ -247,14 +351,8 @@ bool json_equal(const Json& a, const Json& b) {
       if (!json_equal(a[i], b[i])) return false;
     return true;
   }
-  if (a.is_object()) {
-    if (a.size() != b.size()) return false;
-    for (auto it = a.begin(); it != a.end(); ++it) {
-      const auto other = b.find(it.key());
-      if (other == b.end() || !json_equal(it.value(), *other)) return false;
-    }
-    return true;
-  }
+  // Objects: looking each key up in the other would be quadratic (members are a list).
+  if (a.is_object()) return a.size() == b.size() && canonical_json(a) == canonical_json(b);
   return a == b;
 }
 

@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
 
 #include "grammar/unsatisfiable.h"
 
@@ -11,37 +15,42 @@ namespace {
 
 constexpr int kMaxParts = 256;  // schemas flattened into one merge (a cycle runs out of these)
 
-// A part of a merge and where it came from, for messages.
+// A part of a merge and where it came from, for messages. Parts point into the schemas
+// merged or the document (a copy of each would cost its whole subtree, per merge), or into
+// the normalized copies the merge keeps; its own $ref and allOf were followed by flatten.
 struct Part {
-  Json schema;
+  const Json* schema;
   std::string where;
 };
 
-void flatten(const Json& s, const SchemaDocument& doc, const std::string& where, std::vector<Part>& out, int& budget) {
+void flatten(const Json& s, const SchemaDocument& doc, const std::string& where, std::vector<Part>& out,
+             std::deque<Json>& copies, int& budget) {
   if (--budget < 0) throw GrammarError(where, "allOf/$ref nesting is too deep or cyclic");
-  doc.spend(where);
+  doc.spend_on(s, where);
   if (s.is_boolean()) {
     if (s.get<bool>()) return;
     throw Unsatisfiable(where, "allOf includes the schema false");
   }
   if (!s.is_object()) throw GrammarError(where, "a schema must be an object or a boolean");
-  Json n = normalized(s, where);
-  if (const auto ref = n.find("$ref"); ref != n.end()) {
+  Json copy;
+  const Json* n = &normalized(s, where, copy);
+  if (n == &copy) {
+    doc.spend(where, long(json_size(copy) / kNodesPerStep));
+    n = &copies.emplace_back(std::move(copy));
+  }
+  if (const auto ref = n->find("$ref"); ref != n->end()) {
     if (!ref->is_string()) throw GrammarError(child_pointer(where, "$ref"), "$ref must be a string");
     std::string target_where;
     const Json& target = doc.resolve(ref->get<std::string>(), child_pointer(where, "$ref"), &target_where);
-    n.erase("$ref");
-    flatten(target, doc, target_where, out, budget);
+    flatten(target, doc, target_where, out, copies, budget);
   }
-  if (const auto all = n.find("allOf"); all != n.end()) {
+  if (const auto all = n->find("allOf"); all != n->end()) {
     if (!all->is_array() || all->empty())
       throw GrammarError(child_pointer(where, "allOf"), "allOf must be a non-empty array");
-    const Json parts = *all;
-    n.erase("allOf");
-    for (size_t i = 0; i < parts.size(); ++i)
-      flatten(parts[i], doc, child_pointer(child_pointer(where, "allOf"), i), out, budget);
+    for (size_t i = 0; i < all->size(); ++i)
+      flatten((*all)[i], doc, child_pointer(child_pointer(where, "allOf"), i), out, copies, budget);
   }
-  out.push_back({std::move(n), where});
+  out.push_back({n, where});
 }
 
 // allOf of `schemas`, `true` ones left out.
@@ -77,35 +86,51 @@ std::vector<std::string> intersect_types(const std::vector<std::string>& a, cons
   return out;
 }
 
+// An object schema's properties by name (a lookup in the object itself is a linear scan).
+using PropertyIndex = std::map<std::string_view, const Json*>;
+
+PropertyIndex index_properties(const Json& schema) {
+  PropertyIndex index;
+  if (const auto props = schema.find("properties"); props != schema.end() && props->is_object())
+    for (auto it = props->begin(); it != props->end(); ++it) index.emplace(it.key(), &it.value());
+  return index;
+}
+
 void merge_objects(const std::vector<Part>& parts, Json& result) {
   std::vector<const Json*> objs;
   for (const Part& part : parts)
-    if (part.schema.contains("properties") || part.schema.contains("additionalProperties"))
-      objs.push_back(&part.schema);
+    if (part.schema->contains("properties") || part.schema->contains("additionalProperties"))
+      objs.push_back(part.schema);
   if (objs.empty()) return;
-  std::vector<std::string> keys;
-  for (const Json* p : objs)
+  // Every property name in the order it first appears, with the schema it has there; the
+  // parts' properties by name, to find the others (none needed when there is one part).
+  std::vector<std::pair<std::string_view, const Json*>> keys;
+  std::set<std::string_view> seen;
+  std::vector<PropertyIndex> indexes;
+  for (const Json* p : objs) {
+    if (objs.size() > 1) indexes.push_back(index_properties(*p));
     if (const auto props = p->find("properties"); props != p->end() && props->is_object())
       for (auto it = props->begin(); it != props->end(); ++it)
-        if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) keys.push_back(it.key());
+        if (objs.size() == 1 || seen.insert(it.key()).second) keys.emplace_back(it.key(), &it.value());
+  }
   Json props = Json::object();
-  for (const std::string& key : keys) {
+  for (const auto& [key, first] : keys) {
     std::vector<Json> constraints;
     bool excluded = false;
-    for (const Json* p : objs) {
-      const auto own = p->find("properties");
-      if (own != p->end() && own->is_object() && own->contains(key)) {
-        constraints.push_back((*own)[key]);
-      } else if (const auto add = p->find("additionalProperties"); add != p->end()) {
+    if (objs.size() == 1) constraints.push_back(*first);
+    for (size_t i = 0; i < indexes.size(); ++i) {
+      if (const auto own = indexes[i].find(key); own != indexes[i].end()) {
+        constraints.push_back(*own->second);
+      } else if (const auto add = objs[i]->find("additionalProperties"); add != objs[i]->end()) {
         if (add->is_boolean() && !add->get<bool>())
           excluded = true;
         else
           constraints.push_back(*add);
       }
     }
-    props[key] = excluded ? Json(false) : conjunction(constraints);
+    append_member(props, std::string(key), excluded ? Json(false) : conjunction(constraints));
   }
-  if (!keys.empty()) result["properties"] = props;
+  if (!keys.empty()) result["properties"] = std::move(props);
   std::vector<Json> adds;
   bool any_add = false, closed = false;
   for (const Json* p : objs)
@@ -121,8 +146,8 @@ void merge_objects(const std::vector<Part>& parts, Json& result) {
 }
 
 void merge_arrays(const std::vector<Part>& all, Json& result) {
-  std::vector<Json> parts;
-  for (const Part& p : all) parts.push_back(p.schema);
+  std::vector<std::reference_wrapper<const Json>> parts;
+  for (const Part& p : all) parts.emplace_back(*p.schema);
   size_t n = 0;
   bool any = false;
   for (const Json& p : parts) {
@@ -171,22 +196,24 @@ std::vector<std::string> type_names(const Json& type, const std::string& where) 
   return out;
 }
 
-Json merge_schemas(const std::vector<Json>& in, const SchemaDocument& doc, const std::string& where) {
+Json merge_schemas(std::initializer_list<const Json*> in, const SchemaDocument& doc, const std::string& where) {
   std::vector<Part> parts;
+  std::deque<Json> copies;  // normalized copies of parts that needed them
   int budget = kMaxParts;
-  for (const Json& s : in) flatten(s, doc, where, parts, budget);
+  for (const Json* s : in) flatten(*s, doc, where, parts, copies, budget);
   Json result = Json::object();
   bool have_types = false, have_values = false;
   std::vector<std::string> types;
   std::vector<Json> values;
+  std::set<std::string> required;  // canonical_json of result's `required`
   for (const Part& part : parts) {
-    for (auto it = part.schema.begin(); it != part.schema.end(); ++it) {
+    for (auto it = part.schema->begin(); it != part.schema->end(); ++it) {
       const std::string& k = it.key();
       const Json& v = it.value();
       const std::string at = child_pointer(part.where, k);
       if (!is_constraint_keyword(k) || k == "properties" || k == "additionalProperties" || k == "items" ||
-          k == "prefixItems")
-        continue;  // annotations; object and array keywords are combined below
+          k == "prefixItems" || k == "$ref" || k == "allOf")
+        continue;  // annotations; object and array keywords are combined below; flatten followed the rest
       if (k == "type") {
         const std::vector<std::string> t = type_names(v, at);
         types = have_types ? intersect_types(types, t) : t;
@@ -194,13 +221,20 @@ Json merge_schemas(const std::vector<Json>& in, const SchemaDocument& doc, const
         if (types.empty()) throw Unsatisfiable(at, "allOf: no type satisfies every branch");
       } else if (k == "enum" || k == "const") {
         if (k == "enum" && !v.is_array()) throw GrammarError(at, "enum must be an array");
-        const Json list = k == "const" ? Json::array({v}) : v;
-        std::vector<Json> kept;
-        for (const Json& x : list)
-          if (!have_values ||
-              std::any_of(values.begin(), values.end(), [&](const Json& y) { return json_equal(x, y); }))
-            kept.push_back(x);
-        values = std::move(kept);
+        const Json single = k == "const" ? Json::array({v}) : Json();
+        const Json& list = k == "const" ? single : v;
+        if (!have_values) {
+          values.assign(list.begin(), list.end());
+        } else {
+          // The values of `list` also in `values`, through a sorted set (pairwise is quadratic).
+          std::vector<std::string> before;
+          for (const Json& x : values) before.push_back(canonical_json(x));
+          std::sort(before.begin(), before.end());
+          std::vector<Json> kept;
+          for (const Json& x : list)
+            if (std::binary_search(before.begin(), before.end(), canonical_json(x))) kept.push_back(x);
+          values = std::move(kept);
+        }
         have_values = true;
         if (values.empty()) throw Unsatisfiable(at, "allOf: no enum/const value satisfies every branch");
       } else if (is_lower_bound(k) || is_upper_bound(k)) {
@@ -212,7 +246,7 @@ Json merge_schemas(const std::vector<Json>& in, const SchemaDocument& doc, const
         Json& req = result["required"];
         if (req.is_null()) req = Json::array();
         for (const Json& r : v)
-          if (std::find(req.begin(), req.end(), r) == req.end()) req.push_back(r);
+          if (required.insert(canonical_json(r)).second) req.push_back(r);
       } else if (k == "uniqueItems") {
         if (v.is_boolean() && v.get<bool>()) result[k] = true;
       } else if (k == "anyOf" || k == "oneOf") {
@@ -227,9 +261,12 @@ Json merge_schemas(const std::vector<Json>& in, const SchemaDocument& doc, const
     }
   }
   if (have_types) result["type"] = types.size() == 1 ? Json(types[0]) : Json(types);
-  if (have_values) result["enum"] = values;
+  if (have_values) result["enum"] = std::move(values);
   merge_objects(parts, result);
   merge_arrays(parts, result);
+  // The result copies its parts' constraints whole (enum lists, property schemas): merging
+  // large schemas again and again is paid for by their size.
+  doc.spend(where, long(json_size(result) / kNodesPerStep));
   return result;
 }
 

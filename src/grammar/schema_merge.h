@@ -2,6 +2,7 @@
 // keywords) rewritten as one schema that the converter can write as a grammar.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ namespace fdl::grammar {
 /// keyword must be equal wherever it appears. Throws Unsatisfiable when the parts exclude
 /// each other visibly (no common type, no common enum value, a false part), GrammarError
 /// for what cannot be combined (two different patterns, ...) or a $ref/allOf cycle.
-Json merge_schemas(const std::vector<Json>& parts, const SchemaDocument& doc, const std::string& where);
+/// `parts` are read in place (they must outlive the call); only the result is a new schema.
+Json merge_schemas(std::initializer_list<const Json*> parts, const SchemaDocument& doc, const std::string& where);
 
 /// The `type` keyword's names ("integer" included), checked; GrammarError for others.
 std::vector<std::string> type_names(const Json& type, const std::string& where);

@@ -4,6 +4,7 @@
 // that a small validator written here accepts.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
@@ -664,6 +665,159 @@ TEST(JsonSchema, HostileSchemasHitTheCaps) {
   const std::string g = json_schema_to_gbnf(Json::parse(R"({"type": "string", "maxLength": 1000000000})"));
   EXPECT_LT(g.size(), 4000u);
   EXPECT_NO_THROW(Grammar::compile(g));
+}
+
+// Seconds json_schema_to_gbnf takes for `schema`; `gbnf` gets the grammar, or "" when refused
+// (and `error` the "where: reason").
+double convert_timed(const Json& schema, std::string& gbnf, std::string* error = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  gbnf.clear();
+  try {
+    gbnf = json_schema_to_gbnf(schema);
+  } catch (const GrammarError& e) {
+    if (error) *error = e.where() + ": " + e.reason();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Json object_of(int n_props, int n_required_only, bool props_required) {
+  Json s = Json{{"type", "object"}, {"properties", Json::object()}, {"required", Json::array()}};
+  for (int i = 0; i < n_props; ++i) {
+    s["properties"][cat("p", std::to_string(i))] = Json::object();
+    if (props_required) s["required"].push_back(cat("p", std::to_string(i)));
+  }
+  for (int i = 0; i < n_required_only; ++i) s["required"].push_back(cat("k", std::to_string(i)));
+  return s;
+}
+
+TEST(JsonSchema, ObjectMembersAreLinearAndCapped) {
+  // Each member's grammar is written once, never again for each member before it, so the
+  // text grows linearly: twice the members, about twice the text.
+  std::string gbnf, half;
+  for (const bool optional : {false, true}) {
+    EXPECT_LT(convert_timed(object_of(4000, 0, !optional), gbnf), 1.0);
+    convert_timed(object_of(2000, 0, !optional), half);
+    ASSERT_FALSE(gbnf.empty());
+    EXPECT_LT(gbnf.size(), 4000u * (optional ? 160 : 60)) << optional;
+    EXPECT_LT(double(gbnf.size()) / double(half.size()), 2.2) << optional;
+    const auto g = Grammar::compile(gbnf);
+    std::string text = "{";
+    for (int i = optional ? 3998 : 0; i < 4000; ++i)
+      text += cat(text.size() > 1 ? "," : "", "\"p", std::to_string(i), "\":0");
+    EXPECT_TRUE(accepts(g, text + "}")) << optional;
+    EXPECT_EQ(accepts(g, R"({"p1":0})"), optional);
+  }
+  // Required names not in `properties`: any value each.
+  EXPECT_LT(convert_timed(object_of(0, 4000, false), gbnf), 1.0);
+  EXPECT_LT(gbnf.size(), 4000u * 100);
+  std::string all = R"({"k0":[1],"k1":null)";
+  for (int i = 2; i < 4000; ++i) all += cat(",\"k", std::to_string(i), "\":0");
+  EXPECT_TRUE(accepts(Grammar::compile(gbnf), all + "}"));
+  // Past 4,096 members (properties and required names together) the object is refused.
+  std::string error;
+  EXPECT_LT(convert_timed(object_of(0, 10000, false), gbnf, &error), 1.0);
+  EXPECT_EQ(error.substr(0, error.find(':')), "/required") << error;
+  EXPECT_NE(error.find("4096"), std::string::npos) << error;
+  EXPECT_LT(convert_timed(object_of(3000, 3000, true), gbnf, &error), 1.0);
+  EXPECT_EQ(error.substr(0, error.find(':')), "/required") << error;
+  EXPECT_EQ(where_of(object_of(5000, 0, false).dump()), "/properties");
+  EXPECT_EQ(where_of(object_of(4000, 96, true).dump()), "(no error)");  // required ones count once
+  // Duplicate required names count once too.
+  Json dups = object_of(0, 0, false);
+  for (int i = 0; i < 20000; ++i) dups["required"].push_back("a");
+  EXPECT_LT(convert_timed(dups, gbnf), 1.0);
+  EXPECT_TRUE(accepts(Grammar::compile(gbnf), R"({"a":1})"));
+  // Through the sorted nlohmann::json overload, which converts member by member.
+  nlohmann::json sorted = nlohmann::json::object();
+  for (int i = 0; i < 4000; ++i) sorted["properties"][cat("p", std::to_string(i))] = nlohmann::json::object();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(json_schema_to_gbnf(sorted));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+}
+
+TEST(JsonSchema, LargeEnumsAreNearLinearAndCapped) {
+  std::string gbnf, error;
+  Json ints = Json{{"enum", Json::array()}};
+  for (int i = 0; i < 80000; ++i) ints["enum"].push_back(i);
+  EXPECT_LT(convert_timed(ints, gbnf, &error), 1.0);
+  EXPECT_EQ(error.substr(0, error.find(':')), "/enum") << error;
+  EXPECT_NE(error.find("10000"), std::string::npos) << error;
+  // 10,000 values: deduplicated through a sorted set and checked against the other keywords
+  // one by one, each against the enum of a property as a set.
+  Json strings = Json{{"type", "string"}, {"pattern", "^s[0-9]+$"}, {"enum", Json::array()}};
+  for (int i = 0; i < 10000; ++i) strings["enum"].push_back(cat("s", std::to_string(i % 9000)));
+  EXPECT_LT(convert_timed(strings, gbnf), 1.0);
+  auto g = Grammar::compile(gbnf);
+  EXPECT_TRUE(accepts(g, R"("s8999")"));
+  EXPECT_FALSE(accepts(g, R"("s9000")"));
+  Json objects = Json{{"type", "object"},
+                      {"properties", Json{{"a", Json{{"enum", Json::array()}}}}},
+                      {"enum", Json::array()}};
+  for (int i = 0; i < 40000; ++i) objects["properties"]["a"]["enum"].push_back(2 * i);
+  for (int i = 0; i < 10000; ++i) objects["enum"].push_back(Json{{"a", i}});
+  EXPECT_LT(convert_timed(objects, gbnf), 1.0);
+  g = Grammar::compile(gbnf);
+  EXPECT_TRUE(accepts(g, R"({"a":9998})"));
+  EXPECT_FALSE(accepts(g, R"({"a":9999})"));
+  // Equal values as JSON Schema counts them are written once: 1 and 1.0, objects whatever
+  // their key order; the sets tell apart what differs in type alone.
+  g = compile(R"({"enum": [1, 1.0, {"a": 1, "b": [2]}, {"b": [2.0], "a": 1}, "1", true, null, [], {}]})");
+  for (const char* ok : {"1", R"({"a":1,"b":[2]})", R"("1")", "true", "null", "[]", "{}"})
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  EXPECT_FALSE(accepts(g, "1.0"));
+  EXPECT_FALSE(accepts(g, R"({"b":[2.0],"a":1})"));
+  g = compile(R"({"enum": [{"a": 1}, {"a": 2}, {"a": 3}], "properties": {"a": {"enum": [2.0, 3, "x"]}},
+                 "uniqueItems": true, "required": ["a", "a"]})");
+  EXPECT_FALSE(accepts(g, R"({"a":1})"));
+  EXPECT_TRUE(accepts(g, R"({"a":2})"));
+  EXPECT_TRUE(accepts(g, R"({"a":3})"));
+  g = compile(R"({"enum": [[1, 1.0], [1, 2], [{"a": 1, "b": 2}, {"b": 2, "a": 1}]], "uniqueItems": true})");
+  EXPECT_TRUE(accepts(g, "[1,2]"));
+  EXPECT_FALSE(accepts(g, "[1,1.0]"));
+  EXPECT_FALSE(accepts(g, R"([{"a":1,"b":2},{"b":2,"a":1}])"));
+  // allOf intersects enums the same way.
+  g = compile(R"({"allOf": [{"enum": [1, 2.0, {"x": [1]}]}, {"enum": [2, {"x": [1.0]}, 3]}]})");
+  EXPECT_FALSE(accepts(g, "1"));
+  EXPECT_TRUE(accepts(g, "2"));
+  EXPECT_TRUE(accepts(g, R"({"x":[1.0]})"));
+}
+
+TEST(JsonSchema, RepeatedWorkIsRefusedQuickly) {
+  std::string gbnf, error;
+  // anyOf distributes the properties beside it into each of its branches.
+  Json numbers = Json{{"type", "object"}, {"properties", Json::object()}, {"anyOf", Json::array()}};
+  for (int i = 0; i < 1000; ++i)
+    numbers["properties"][cat("p", std::to_string(i))] = Json{{"type", "number"}, {"minimum", i * 0.001}};
+  for (int i = 0; i < 100000; ++i) numbers["anyOf"].push_back(Json::object());
+  EXPECT_LT(convert_timed(numbers, gbnf, &error), 1.0);
+  EXPECT_NE(error.find("too complex"), std::string::npos) << error;
+  // One long string against an ambiguous pattern: the matcher's work is paid for.
+  const Json ambiguous = Json{{"type", "string"}, {"pattern", "(a?){500}b"}, {"enum", {std::string(100000, 'a')}}};
+  EXPECT_LT(convert_timed(ambiguous, gbnf, &error), 1.0);
+  EXPECT_NE(error.find("too complex"), std::string::npos) << error;
+  // Many members that are not keywords, in a schema merged again and again.
+  Json junk = Json{{"$defs", Json{{"big", Json{{"type", "integer"}}}}}, {"anyOf", Json::array()}};
+  for (int i = 0; i < 5000; ++i) junk["$defs"]["big"][cat("x", std::to_string(i))] = i;
+  for (int i = 0; i < 10000; ++i) junk["anyOf"].push_back(Json{{"$ref", "#/$defs/big"}, {"minimum", i}});
+  EXPECT_LT(convert_timed(junk, gbnf, &error), 1.0);
+  EXPECT_NE(error.find("too complex"), std::string::npos) << error;
+}
+
+TEST(JsonSchema, TheRuleCapCountsEveryRuleWritten) {
+  // anyOf of n constants: a rule per constant, one for the choice, and root.
+  auto consts = [](int n) {
+    Json s = Json{{"anyOf", Json::array()}};
+    for (int i = 0; i < n; ++i) s["anyOf"].push_back(Json{{"const", i}});
+    return s;
+  };
+  std::string gbnf, error;
+  convert_timed(consts(int(RuleSet::kMaxRules) - 2), gbnf, &error);
+  ASSERT_FALSE(gbnf.empty()) << error;
+  EXPECT_EQ(size_t(std::count(gbnf.begin(), gbnf.end(), '\n')), RuleSet::kMaxRules);
+  EXPECT_NO_THROW(Grammar::compile(gbnf));
+  convert_timed(consts(int(RuleSet::kMaxRules) - 1), gbnf, &error);
+  EXPECT_TRUE(gbnf.empty());
+  EXPECT_NE(error.find("20000 rules"), std::string::npos) << error;
 }
 
 TEST(JsonSchema, RefDeepBelowAnIdIsRefusedAtTheNestingCap) {
