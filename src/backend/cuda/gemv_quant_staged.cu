@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_block.cuh"
@@ -50,14 +51,23 @@ struct StagedArgs {
   NormIn norm;  // kNorm: X is norm's row, normalized in the block (one token)
 };
 
-// Shared memory: the rounded activations of n tokens, q [n][cols] int8, d [n][cols / 32],
-// s [n][cols / 16].
+// Shared memory: the rounded activations of n tokens, q [n][cols] int8 (permuted by
+// quant::swizzle16, padded to whole 128-byte lines), d [n][cols / 32], s [n][cols / 16].
 // kNorm adds the normalized fp32 row, xs [cols], after them.
-size_t staged_bytes(int n, int64_t cols) {
-  const size_t q = (size_t(n) * size_t(cols) + 15) / 16 * 16;
-  return q + size_t(n) * size_t(cols / 32) * sizeof(float) + size_t(n) * size_t(cols / 16) * sizeof(int32_t);
+__host__ __device__ size_t staged_q_bytes(int n, int64_t cols) { return (size_t(n) * size_t(cols) + 127) / 128 * 128; }
+__host__ __device__ size_t staged_d_bytes(int n, int64_t cols) { return (size_t(n) * size_t(cols / 32) * sizeof(float) + 15) / 16 * 16; }
+__host__ __device__ size_t staged_bytes(int n, int64_t cols) {
+  return staged_q_bytes(n, cols) + staged_d_bytes(n, cols) + size_t(n) * size_t(cols / 16) * sizeof(int32_t);
 }
-size_t norm_staged_bytes(int64_t cols) { return staged_bytes(1, cols) + size_t(cols) * sizeof(float); }
+size_t norm_staged_bytes(int64_t cols) { return (staged_bytes(1, cols) + 15) / 16 * 16 + size_t(cols) * sizeof(float); }
+
+// Lane `lane`'s share of storing group g's rounding (q8_dot.cuh: store_group, with q permuted).
+__device__ __forceinline__ void stage_group(const quant::Q8Group& r, int g, int lane, int8_t* q, float* d,
+                                            int32_t* s) {
+  q[quant::swizzle16(g * 32 + lane)] = int8_t(r.q);
+  if (lane == 0) d[g] = r.d;
+  if ((lane & 15) == 0) s[g * 2 + lane / 16] = r.sum16;
+}
 
 // Rounds X's n rows into shared memory: warp w takes groups w, w + 16, ..., each lane issuing
 // kBatch groups' loads before it rounds any (one L2 round trip per kBatch x 16 groups).
@@ -77,7 +87,7 @@ __device__ __forceinline__ void stage_activations(const float* X, int n, int col
     for (int k = 0; k < kBatch; ++k) {
       const int g = g0 + k * kWarps;
       if (g >= total) break;
-      quant::store_group(quant::round_group(v[k]), g, lane, sq, sd, ss);
+      stage_group(quant::round_group(v[k]), g, lane, sq, sd, ss);
     }
   }
   __syncthreads();
@@ -89,91 +99,131 @@ __device__ __forceinline__ void stage_normalized(const NormIn& in, int cols, flo
                                                  int32_t* ss) {
   block::norm_to_smem<kThreads, true>(in, cols, in.w, xs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < cols / 32; g += kWarps)
-    quant::store_group(quant::round_group(xs[g * 32 + lane]), g, lane, sq, sd, ss);
+  for (int g = warp; g < cols / 32; g += kWarps) stage_group(quant::round_group(xs[g * 32 + lane]), g, lane, sq, sd, ss);
   __syncthreads();
 }
 
-template <typename F, int NT, int UNROLL, int NB, bool kPairs, bool kNorm>
+// R rows a warp multiplies together (a "group"): each batch of the stream loads one pair per
+// lane of each of the group's rows, and the pair's activations, read once from shared memory,
+// multiply all of them. Pairs mode: R / 2 (gate, up) pairs per group, gate row p then up row p;
+// with R = 1, gate row p and up row p are consecutive groups (the gate's sum waits in a
+// register).
+template <typename F, int NT, int R, int NB, bool kPairs, bool kNorm>
 __global__ void __launch_bounds__(kThreads, 1) gemv_quant_staged_kernel(StagedArgs a) {
+  static_assert(R == 1 || R == 2, "one or two rows per group");
+  constexpr bool kSplitPairs = kPairs && R == 1;
   extern __shared__ uint4 smem[];
   launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = a.cols, pairs = quant::pairs_of(cols), n = a.n;
   const int64_t row_bytes = quant_row_bytes(F::kType, cols);
-  // This block's rows (pairs) [r0, r1) and this warp's count of them.
+  // This block's rows (pairs) [r0, r1) and this warp's count of them: its entries m = 0, 1, ...
+  // are rows (pairs) r0 + warp + 16 m.
   const int64_t span = kPairs ? a.rows / 2 : a.rows;
   const int64_t r0 = ::min(span, int64_t(blockIdx.x) * a.per_block), r1 = ::min(span, r0 + a.per_block);
   const int mine = r0 + warp < r1 ? int((r1 - r0 - warp + kWarps - 1) / kWarps) : 0;
-  const int my_rows = kPairs ? 2 * mine : mine;
-  // Stream entry i: row r0 + warp + 16 i, or in pairs mode gate (even i) and up (odd i) of pair
-  // r0 + warp + 16 (i / 2).
-  auto row_index = [&](int i) -> int64_t {
-    if constexpr (kPairs) return (i & 1) * span + r0 + warp + int64_t(kWarps) * (i >> 1);
-    return r0 + warp + int64_t(kWarps) * i;
+  constexpr int kEntries = kSplitPairs ? 1 : kPairs ? R / 2 : R;  // entries per group
+  const int groups = kSplitPairs ? 2 * mine : (mine + kEntries - 1) / kEntries;
+  // The entry of row j of group i (it exists if below `mine`: warp-uniform), and its row.
+  auto entry = [&](int i, int j) {
+    if constexpr (kSplitPairs) return i >> 1;
+    return kEntries * i + (kPairs ? j / 2 : j);
   };
-  const int per_row = (pairs + 32 * UNROLL - 1) / (32 * UNROLL), total = my_rows * per_row;
+  auto row_index = [&](int i, int j) -> int64_t {
+    const int64_t e = r0 + warp + int64_t(kWarps) * entry(i, j);
+    if constexpr (kSplitPairs) return (i & 1) * span + e;
+    if constexpr (kPairs) return (j & 1) * span + e;
+    return e;
+  };
+  const int per_row = (pairs + 31) / 32, total = groups * per_row;  // batches per group, in all
   using Raw = typename F::Raw;
-  Raw buf[NB][UNROLL];
-  auto load = [&](Raw(&w)[UNROLL], int k) {
-    if (k >= total) return;
-    const uint8_t* row = a.data + row_index(k / per_row) * row_bytes;
-    const int base = lane + (k % per_row) * 32 * UNROLL;
+  Raw buf[NB][R];
+  int load_i = 0, load_k = 0;  // the next batch to load: group load_i, pairs lane + 32 load_k
+  auto load_next = [&](Raw(&w)[R]) {
+    const int P = lane + 32 * load_k;
+    if (load_i < groups && P < pairs) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      if (base + 32 * u < pairs) F::load(row, base + 32 * u, cols, w[u]);
+      for (int j = 0; j < R; ++j)
+        if (entry(load_i, j) < mine) F::load(a.data + row_index(load_i, j) * row_bytes, P, cols, w[j]);
+    }
+    if (++load_k == per_row) load_k = 0, ++load_i;
   };
 #pragma unroll
-  for (int j = 0; j < NB - 1; ++j) load(buf[j], j);
+  for (int j = 0; j < NB - 1; ++j) load_next(buf[j]);
 
   int8_t* sq = reinterpret_cast<int8_t*>(smem);
-  float* sd = reinterpret_cast<float*>(sq + (size_t(n) * cols + 15) / 16 * 16);
-  int32_t* ss = reinterpret_cast<int32_t*>(sd + size_t(n) * (cols / 32));
+  float* sd = reinterpret_cast<float*>(sq + staged_q_bytes(n, cols));
+  int32_t* ss = reinterpret_cast<int32_t*>(reinterpret_cast<int8_t*>(sd) + staged_d_bytes(n, cols));
   grid_dependency_wait();  // the activations come from the previous kernel; the weights do not
   if constexpr (kNorm) {
-    stage_normalized(a.norm, cols, reinterpret_cast<float*>(ss + size_t(n) * (cols / 16)), sq, sd, ss);
+    const size_t at = (staged_bytes(1, cols) + 15) / 16 * 16;
+    stage_normalized(a.norm, cols, reinterpret_cast<float*>(reinterpret_cast<int8_t*>(smem) + at), sq, sd, ss);
   } else {
     stage_activations(a.X, n, cols, sq, sd, ss);
   }
 
-  float acc[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  float acc[R][NT];
   [[maybe_unused]] float gate[NT];
-  auto consume = [&](const Raw(&w)[UNROLL], int k) {
-    const int base = lane + (k % per_row) * 32 * UNROLL;
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int P = base + 32 * u;
-      if (P >= pairs) break;
+  for (int j = 0; j < R; ++j)
 #pragma unroll
-      for (int t = 0; t < NT; ++t)
-        if (t < n) F::dot(w[u], P, cols, quant::Q8Row{sq + t * cols, sd + t * (cols / 32), ss + t * (cols / 16)}, acc[t]);
-    }
-    if (k % per_row != per_row - 1) return;
-    const int i = k / per_row;
+    for (int t = 0; t < NT; ++t) acc[j][t] = 0.f;
+  int use_i = 0, use_k = 0;  // the next batch to multiply
+  auto consume = [&](const Raw(&w)[R]) {
+    const int P = lane + 32 * use_k;
+    if (P < pairs) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      float v = acc[t];
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      acc[t] = 0.f;
-      if constexpr (kPairs) {
-        if (!(i & 1)) {
-          gate[t] = v;
-        } else if (lane == 0 && t < n) {
-          a.Y[int64_t(t) * a.ldy + row_index(i) - span] = ffn_act(gate[t], v, a.gelu);
-        }
-      } else {
-        if (lane == 0 && t < n) a.Y[int64_t(t) * a.ldy + a.y0 + row_index(i)] = v;
+      for (int t = 0; t < NT; ++t) {
+        if (t >= n) break;
+        const quant::PairAct x = F::act(P, cols, quant::SwizzledQ8Row{sq, t * cols, sd + t * (cols / 32), ss + t * (cols / 16)});
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+          if (entry(use_i, j) < mine) F::dot_act(w[j], P, cols, x, acc[j][t]);
       }
     }
+    if (++use_k != per_row) return;
+    // The group's rows are complete: reduce each over the warp and write it.
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float v = acc[j][t];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[j][t] = v;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const bool here = entry(use_i, j) < mine;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if constexpr (kSplitPairs) {
+          if (!(use_i & 1)) {
+            gate[t] = acc[j][t];
+          } else if (lane == 0 && t < n) {
+            a.Y[int64_t(t) * a.ldy + row_index(use_i, j) - span] = ffn_act(gate[t], acc[j][t], a.gelu);
+          }
+        } else if constexpr (kPairs) {
+          if ((j & 1) && here && lane == 0 && t < n)
+            a.Y[int64_t(t) * a.ldy + row_index(use_i, j) - span] = ffn_act(acc[j - 1][t], acc[j][t], a.gelu);
+        } else {
+          if (here && lane == 0 && t < n) a.Y[int64_t(t) * a.ldy + a.y0 + row_index(use_i, j)] = acc[j][t];
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[j][t] = 0.f;
+    use_k = 0;
+    ++use_i;
   };
   for (int k = 0; k < total; k += NB) {
 #pragma unroll
     for (int j = 0; j < NB; ++j) {  // buffer indices are compile-time: the ring stays in registers
       if (k + j >= total) break;
-      load(buf[(j + NB - 1) % NB], k + j + NB - 1);
-      consume(buf[j], k + j);
+      load_next(buf[(j + NB - 1) % NB]);
+      consume(buf[j]);
     }
   }
 }
@@ -188,18 +238,30 @@ bool staged_enabled() {
   return on;
 }
 
-// One pair per lane per batch, four register buffers: three batches in flight while one is
-// multiplied (docs/GPU.md: deeper or wider rings measured within 1-2%).
-template <typename F, int NT, bool kPairs, bool kNorm>
-auto* kernel_for() {
-  return gemv_quant_staged_kernel<F, NT, 1, 4, kPairs, kNorm>;
+/// FLASHDLLM_GEMV_QUANT_ROWS (read once): rows a warp multiplies together in one-token steps,
+/// 1 or 2 (default 2).
+int rows_per_group() {
+  static const int rows = [] {
+    const char* e = std::getenv("FLASHDLLM_GEMV_QUANT_ROWS");
+    return e != nullptr && std::string(e) == "1" ? 1 : 2;
+  }();
+  return rows;
+}
+
+// Register buffers for R rows per group: one pair per lane per row per batch, NB - 1 batches
+// in flight while one is multiplied. A Q4_K pair's raw bytes take 12 registers, the others'
+// 17-20, so with two rows their rings are shallower (three buffers would spill).
+template <typename F, int R>
+constexpr int buffers_for() {
+  if constexpr (R == 1) return 4;
+  return std::is_same_v<F, quant::Q4KPair> ? 3 : 2;
 }
 
 size_t shared_memory_limit() { return size_t(device_attribute_once(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
-template <typename F, int NT, bool kPairs, bool kNorm>
+template <typename F, int NT, int R, bool kPairs, bool kNorm>
 void launch_typed(StagedArgs a, cudaStream_t stream) {
-  auto* kernel = kernel_for<F, NT, kPairs, kNorm>();
+  auto* kernel = gemv_quant_staged_kernel<F, NT, R, buffers_for<F, R>(), kPairs, kNorm>;
   const size_t smem = kNorm ? norm_staged_bytes(a.cols) : staged_bytes(a.n, a.cols);
   // Opted in once per kernel to all the dynamic shared memory the fits() checks allow (the 48
   // KiB default counts the static reductions of norm mode too), not with a runtime call per
@@ -217,13 +279,25 @@ void launch_typed(StagedArgs a, cudaStream_t stream) {
   launch_pdl(kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, a);
 }
 
+// Rows per group: one-token steps as rows_per_group() says; longer ones (whose activations
+// are read once per token anyway) one row, or one gate/up pair.
+template <typename F, int NT, bool kPairs, bool kNorm>
+void launch_rows(const StagedArgs& a, cudaStream_t stream) {
+  if constexpr (NT > 1) {
+    return launch_typed<F, NT, 1, kPairs, kNorm>(a, stream);
+  } else {
+    if (rows_per_group() == 1) return launch_typed<F, 1, 1, kPairs, kNorm>(a, stream);
+    return launch_typed<F, 1, 2, kPairs, kNorm>(a, stream);
+  }
+}
+
 template <int NT, bool kPairs, bool kNorm>
 void launch_nt(QType type, const StagedArgs& a, cudaStream_t stream) {
   switch (type) {
-    case QType::Q4_K: return launch_typed<quant::Q4KPair, NT, kPairs, kNorm>(a, stream);
-    case QType::Q5_K: return launch_typed<quant::Q5KPair, NT, kPairs, kNorm>(a, stream);
-    case QType::Q6_K: return launch_typed<quant::Q6KPair, NT, kPairs, kNorm>(a, stream);
-    case QType::Q8_0: return launch_typed<quant::Q80Pair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q4_K: return launch_rows<quant::Q4KPair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q5_K: return launch_rows<quant::Q5KPair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q6_K: return launch_rows<quant::Q6KPair, NT, kPairs, kNorm>(a, stream);
+    case QType::Q8_0: return launch_rows<quant::Q80Pair, NT, kPairs, kNorm>(a, stream);
     default: throw CudaError("gemv_quant: a run of no type");
   }
 }
@@ -235,7 +309,6 @@ void launch(QType type, const StagedArgs& a, cudaStream_t stream) {
   if (a.n == 2) return launch_nt<2, kPairs, false>(type, a, stream);
   return launch_nt<4, kPairs, false>(type, a, stream);
 }
-
 
 // The launch of one run of W's rows, rows y0 .. of Y ([n][ldy]).
 StagedArgs run_args(const QuantRun& run, int64_t cols, int n, float* Y, int64_t y0, int64_t ldy) {

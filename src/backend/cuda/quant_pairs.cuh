@@ -9,7 +9,8 @@
 // A pair shares what a lone unit would load or decode twice: Q4_K/Q5_K's 16-byte head and
 // its 6-bit scales (the two units of a chunk have the same two), Q6_K's scale d, and the
 // activation scales of its two groups; the loads are 16 bytes each, issued by load() before
-// dot() uses any.
+// dot() uses any. A pair's activations are read once (act(): 64 bytes of 8-bit values, the two
+// groups' scales and sums) and multiply every row a lane takes at that pair (dot_act()).
 // Device code only; include from .cu files.
 #pragma once
 
@@ -27,12 +28,43 @@ namespace fdl::cuda::quant {
 __device__ __forceinline__ int pairs_of(int cols) { return (cols / 32 + 1) / 2; }
 
 /// The token's rounded activations (Q8Activations' layout for one token; shared or global).
+/// Every activation row type has q16(at) (16 values from value `at`, a multiple of 16), d(g)
+/// (group g's scale), s(i) (the integer sum of half-group i), and d2(g) / s4(g) for groups g,
+/// g + 1 (g even; s4 gives s(2g) .. s(2g + 3)).
 struct Q8Row {
   const int8_t* q;   ///< [cols]
-  const float* d;    ///< [cols / 32]
-  const int32_t* s;  ///< [cols / 16]
+  const float* dd;   ///< [cols / 32]
+  const int32_t* ss; ///< [cols / 16]
   __device__ uint4 q16(int at) const { return *reinterpret_cast<const uint4*>(q + at); }
-  __device__ int sum32(int g) const { return s[2 * g] + s[2 * g + 1]; }
+  __device__ float d(int g) const { return dd[g]; }
+  __device__ int s(int i) const { return ss[i]; }
+  __device__ float2 d2(int g) const { return make_float2(dd[g], dd[g + 1]); }
+  __device__ int4 s4(int g) const { return make_int4(ss[2 * g], ss[2 * g + 1], ss[2 * g + 2], ss[2 * g + 3]); }
+};
+
+/// Where byte `o` of the staged 8-bit activations lives in shared memory: the 16-byte chunks of
+/// each 128-byte line permuted by the line's index mod 4 (chunk ^ {0, 1, 6, 7}). A warp's
+/// 16-byte loads of 32 pairs (lane i at 64 i + 16 m: Q4_K, Q5_K, Q8_0) or of Q6_K's group pattern
+/// (at 32 ga: ga = 0, 1, 4, 5, 8, ...) then fall in distinct banks for every 8 lanes; unpermuted,
+/// lanes 64 bytes apart hit the same four banks four times over.
+__device__ __forceinline__ int swizzle16(int o) {
+  const int line = (o >> 7) & 3;
+  return o ^ (((line & 1) | ((line & 2) ? 6 : 0)) << 4);
+}
+
+/// A token's activations staged in shared memory (gemv_quant_staged.cu): q permuted by
+/// swizzle16 over the whole staging buffer `base` (the token's values from byte `off`), its
+/// scales and sums unpermuted, 16-byte aligned for d2/s4 when cols is a multiple of 128.
+struct SwizzledQ8Row {
+  const int8_t* base;
+  int off;
+  const float* dd;
+  const int32_t* ss;
+  __device__ uint4 q16(int at) const { return *reinterpret_cast<const uint4*>(base + swizzle16(off + at)); }
+  __device__ float d(int g) const { return dd[g]; }
+  __device__ int s(int i) const { return ss[i]; }
+  __device__ float2 d2(int g) const { return *reinterpret_cast<const float2*>(dd + g); }
+  __device__ int4 s4(int g) const { return *reinterpret_cast<const int4*>(ss + 2 * g); }
 };
 
 __device__ __forceinline__ uint4 low_nibbles(const uint4& q) {
@@ -70,17 +102,39 @@ __device__ __forceinline__ ChunkScales chunk_scales(const uint4& head, int c) {
                      int((mn >> (shift + 8)) & 0xffu)};
 }
 
+/// A pair's activations: 64 values, the scales of its two groups, and the integer sums the
+/// format needs (Q4_K/Q5_K: the two groups' sums; Q6_K: the four half-group sums).
+struct PairAct {
+  uint4 q[4];
+  float d0, d1;
+  int s[4];
+};
+
+/// Q4_K/Q5_K pairs cover groups 2P (q[0], q[1]) and 2P + 1 (q[2], q[3]).
+template <typename Row>
+__device__ __forceinline__ PairAct kquant_act(int P, const Row& x) {
+  PairAct a;
+#pragma unroll
+  for (int m = 0; m < 4; ++m) a.q[m] = x.q16(64 * P + 16 * m);
+  const float2 d = x.d2(2 * P);
+  const int4 s = x.s4(2 * P);
+  a.d0 = d.x;
+  a.d1 = d.y;
+  a.s[0] = s.x + s.y;
+  a.s[1] = s.z + s.w;
+  return a;
+}
+
 /// Q4_K/Q5_K: chunk c = P % 4 of super-block P / 4: groups g0 = 8b + 2c (the nibbles' low
 /// halves) and g0 + 1 (high halves), value i of each group in half i / 16 of the chunk.
 __device__ __forceinline__ void kquant_chunk_dot(const uint4& head, const uint4 (&lo)[2], const uint4 (&hi)[2], int P,
-                                                 const Q8Row& x, float& acc) {
-  const int c = P & 3, g0 = 2 * P;  // 8b + 2c = 2P
-  const ChunkScales s = chunk_scales(head, c);
+                                                 const PairAct& x, float& acc) {
+  const ChunkScales s = chunk_scales(head, P & 3);
   const float d = half_bits(head.x), dmin = half_bits(head.x >> 16);
-  const int i0 = dot16(lo[1], x.q16(32 * g0 + 16)) + dot16(lo[0], x.q16(32 * g0));
-  const int i1 = dot16(hi[1], x.q16(32 * g0 + 48)) + dot16(hi[0], x.q16(32 * g0 + 32));
-  acc = group_step(acc, x.d[g0], d, s.sc0 * i0, dmin, s.m0 * x.sum32(g0));
-  acc = group_step(acc, x.d[g0 + 1], d, s.sc1 * i1, dmin, s.m1 * x.sum32(g0 + 1));
+  const int i0 = dot16(lo[1], x.q[1]) + dot16(lo[0], x.q[0]);
+  const int i1 = dot16(hi[1], x.q[3]) + dot16(hi[0], x.q[2]);
+  acc = group_step(acc, x.d0, d, s.sc0 * i0, dmin, s.m0 * x.s[0]);
+  acc = group_step(acc, x.d1, d, s.sc1 * i1, dmin, s.m1 * x.s[1]);
 }
 
 struct Q4KPair {
@@ -94,9 +148,17 @@ struct Q4KPair {
     r.q0 = ld16(blk + 16 + 32 * (P & 3));
     r.q1 = ld16(blk + 32 + 32 * (P & 3));
   }
-  __device__ static void dot(const Raw& r, int P, int /*cols*/, const Q8Row& x, float& acc) {
+  template <typename Row>
+  __device__ static PairAct act(int P, int /*cols*/, const Row& x) {
+    return kquant_act(P, x);
+  }
+  __device__ static void dot_act(const Raw& r, int P, int /*cols*/, const PairAct& x, float& acc) {
     const uint4 lo[2] = {low_nibbles(r.q0), low_nibbles(r.q1)}, hi[2] = {high_nibbles(r.q0), high_nibbles(r.q1)};
     kquant_chunk_dot(r.head, lo, hi, P, x, acc);
+  }
+  template <typename Row>
+  __device__ static void dot(const Raw& r, int P, int cols, const Row& x, float& acc) {
+    dot_act(r, P, cols, act(P, cols, x), acc);
   }
 };
 
@@ -113,13 +175,21 @@ struct Q5KPair {
     r.q0 = ld16(blk + 48 + 32 * (P & 3));
     r.q1 = ld16(blk + 64 + 32 * (P & 3));
   }
-  __device__ static void dot(const Raw& r, int P, int /*cols*/, const Q8Row& x, float& acc) {
+  template <typename Row>
+  __device__ static PairAct act(int P, int /*cols*/, const Row& x) {
+    return kquant_act(P, x);
+  }
+  __device__ static void dot_act(const Raw& r, int P, int /*cols*/, const PairAct& x, float& acc) {
     const unsigned c = unsigned(P & 3);
     const uint4 lo[2] = {with_high_bits(low_nibbles(r.q0), r.qh0, 2 * c, 1u),
                          with_high_bits(low_nibbles(r.q1), r.qh1, 2 * c, 1u)};
     const uint4 hi[2] = {with_high_bits(high_nibbles(r.q0), r.qh0, 2 * c + 1, 1u),
                          with_high_bits(high_nibbles(r.q1), r.qh1, 2 * c + 1, 1u)};
     kquant_chunk_dot(r.head, lo, hi, P, x, acc);
+  }
+  template <typename Row>
+  __device__ static void dot(const Raw& r, int P, int cols, const Row& x, float& acc) {
+    dot_act(r, P, cols, act(P, cols, x), acc);
   }
 };
 
@@ -145,26 +215,47 @@ struct Q6KPair {
     r.sb = __ldg(scales + 4 * h + p + 2);
     r.d = __ldg(reinterpret_cast<const unsigned short*>(row + size_t(nb) * 208) + b);
   }
-  __device__ static void dot(const Raw& r, int P, int /*cols*/, const Q8Row& x, float& acc) {
-    const int b = P >> 2, h = (P >> 1) & 1, p = P & 1;
+  /// q[0], q[1]: group ga = 8b + 4h + p; q[2], q[3]: group gb = ga + 2; s: their half-group sums.
+  template <typename Row>
+  __device__ static PairAct act(int P, int /*cols*/, const Row& x) {
+    const int ga = (P >> 2) * 8 + 4 * ((P >> 1) & 1) + (P & 1), gb = ga + 2;
+    PairAct a;
+    a.q[0] = x.q16(32 * ga);
+    a.q[1] = x.q16(32 * ga + 16);
+    a.q[2] = x.q16(32 * gb);
+    a.q[3] = x.q16(32 * gb + 16);
+    a.d0 = x.d(ga);
+    a.d1 = x.d(gb);
+    a.s[0] = x.s(2 * ga);
+    a.s[1] = x.s(2 * ga + 1);
+    a.s[2] = x.s(2 * gb);
+    a.s[3] = x.s(2 * gb + 1);
+    return a;
+  }
+  __device__ static void dot_act(const Raw& r, int P, int /*cols*/, const PairAct& x, float& acc) {
+    const int p = P & 1;
     const unsigned lo_shift = unsigned(2 * p), hi_shift = unsigned(2 * p + 4);
-    const int ga = b * 8 + 4 * h + p, gb = ga + 2;
-    auto group = [&](int g, unsigned shift, unsigned scales, bool high) {
+    // Group `which` (0: ga, low nibbles; 1: gb, high nibbles).
+    auto group = [&](int which, unsigned shift, unsigned scales) {
       int total = 0;
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
         const uint4& ql = k == 0 ? r.ql0 : r.ql1;
         const uint4& qh = k == 0 ? r.qh0 : r.qh1;
-        const uint4 q = with_high_bits(high ? high_nibbles(ql) : low_nibbles(ql), qh, shift, 3u);
-        const int isum = dot16(q, x.q16(32 * g + 16 * k));
+        const uint4 q = with_high_bits(which ? high_nibbles(ql) : low_nibbles(ql), qh, shift, 3u);
+        const int isum = dot16(q, x.q[2 * which + k]);
         const int scale = int(int8_t((scales >> (8 * k)) & 0xffu));
-        total += scale * (isum - 32 * x.s[2 * g + k]);
+        total += scale * (isum - 32 * x.s[2 * which + k]);
       }
       return total;
     };
     const float d = half_bits(r.d);
-    acc = group_step(acc, x.d[ga], d, group(ga, lo_shift, r.sa, false), 0.f, 0);
-    acc = group_step(acc, x.d[gb], d, group(gb, hi_shift, r.sb, true), 0.f, 0);
+    acc = group_step(acc, x.d0, d, group(0, lo_shift, r.sa), 0.f, 0);
+    acc = group_step(acc, x.d1, d, group(1, hi_shift, r.sb), 0.f, 0);
+  }
+  template <typename Row>
+  __device__ static void dot(const Raw& r, int P, int cols, const Row& x, float& acc) {
+    dot_act(r, P, cols, act(P, cols, x), acc);
   }
 };
 
@@ -183,13 +274,29 @@ struct Q80Pair {
     const auto* d = reinterpret_cast<const unsigned short*>(row + size_t(cols)) + 2 * P;
     r.d = two ? __ldg(reinterpret_cast<const unsigned*>(d)) : unsigned(__ldg(d));  // d is 4-byte aligned: 2P
   }
-  __device__ static void dot(const Raw& r, int P, int cols, const Q8Row& x, float& acc) {
+  /// Blocks 2P (q[0], q[1]) and 2P + 1 (q[2], q[3]; zeros, unread, when absent).
+  template <typename Row>
+  __device__ static PairAct act(int P, int cols, const Row& x) {
     const int g = 2 * P;
-    acc = group_step(acc, x.d[g], half_bits(r.d), dot16(r.q[1], x.q16(32 * g + 16)) + dot16(r.q[0], x.q16(32 * g)),
-                     0.f, 0);
+    const bool two = g + 1 < cols / 32;
+    PairAct a;
+    a.q[0] = x.q16(32 * g);
+    a.q[1] = x.q16(32 * g + 16);
+    a.q[2] = two ? x.q16(32 * g + 32) : make_uint4(0, 0, 0, 0);
+    a.q[3] = two ? x.q16(32 * g + 48) : make_uint4(0, 0, 0, 0);
+    a.d0 = x.d(g);
+    a.d1 = two ? x.d(g + 1) : 0.f;
+    return a;
+  }
+  __device__ static void dot_act(const Raw& r, int P, int cols, const PairAct& x, float& acc) {
+    const int g = 2 * P;
+    acc = group_step(acc, x.d0, half_bits(r.d), dot16(r.q[1], x.q[1]) + dot16(r.q[0], x.q[0]), 0.f, 0);
     if (g + 1 < cols / 32)
-      acc = group_step(acc, x.d[g + 1], half_bits(r.d >> 16),
-                       dot16(r.q[3], x.q16(32 * g + 48)) + dot16(r.q[2], x.q16(32 * g + 32)), 0.f, 0);
+      acc = group_step(acc, x.d1, half_bits(r.d >> 16), dot16(r.q[3], x.q[3]) + dot16(r.q[2], x.q[2]), 0.f, 0);
+  }
+  template <typename Row>
+  __device__ static void dot(const Raw& r, int P, int cols, const Row& x, float& acc) {
+    dot_act(r, P, cols, act(P, cols, x), acc);
   }
 };
 
