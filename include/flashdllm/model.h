@@ -184,9 +184,10 @@ struct StepBatch {
 
 /// Model::forward_sample's preconditions: one row per token that wants logits, valid
 /// parameters, penalties inside the rows and the vocabulary with counts >= 1, each (row,
-/// token) at most once. Throws std::invalid_argument.
+/// token) at most once; masks (TokenMasks) on distinct rows inside the step, each naming an
+/// entry of its words, whose length is a whole number of masks. Throws std::invalid_argument.
 void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows,
-                         std::span<const PenaltyToken> penalties, int32_t n_vocab);
+                         std::span<const PenaltyToken> penalties, int32_t n_vocab, const TokenMasks& masks = {});
 
 /// Where the forward pass runs. Cuda needs a build with FLASHDLLM_CUDA and an NVIDIA GPU;
 /// Model::load throws a one-line ModelError otherwise (see src/backend/cuda/cuda_model.h for
@@ -276,12 +277,15 @@ class Model {
   /// anything runs). The token equals what a Sampler with those parameters and that penalty
   /// window returns from sample_with_uniform(row, rows[r].uniform) (one arithmetic on both
   /// sides, flashdllm/sampling.h, and the survivors walked in id order, so a seeded
-  /// request draws the same tokens whichever path its steps take). A row with NaN or +Inf, or only -Inf,
-  /// throws std::invalid_argument (after the forward: the K/V are written). The default runs
-  /// forward and samples on the host; a GPU model samples on the device, so n_wanted int32
-  /// cross PCIe instead of n_wanted * n_vocab floats. Otherwise throws as forward.
+  /// request draws the same tokens whichever path its steps take). `masks` restrict rows to
+  /// the tokens a grammar allows (TokenMasks: the others are -inf before the penalties): a
+  /// grammar's mask goes up instead of its row coming down. A row with NaN or +Inf, or only -Inf
+  /// (masked or not), throws std::invalid_argument (after the forward: the K/V are written). The
+  /// default runs forward and samples on the host; a GPU model samples on the device, so
+  /// n_wanted int32 cross PCIe instead of n_wanted * n_vocab floats. Otherwise throws as forward.
   virtual void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                              std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids);
+                              std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids,
+                              const TokenMasks& masks = {});
   /// Pipelined decode: queues the step of forward_sample and returns before its ids exist,
   /// so the host can prepare and queue the next step while the device runs this one (the
   /// overlap vLLM's async scheduling and SGLang's overlap scheduler make). The ids come from

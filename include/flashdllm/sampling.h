@@ -64,6 +64,20 @@ struct RowSampling {
   int32_t reserved = 0;            ///< keeps the layout free of implicit padding
 };
 
+/// The tokens some logits rows of a sampled step may draw (a grammar's masks,
+/// Model::forward_sample): row rows[i] keeps logit t only where bit t of its mask is set —
+/// the mask is entry which[i] of `words`, words_per_row(n_vocab) 64-bit words each, bit t in
+/// word t / 64 at position t % 64 — and every other logit of that row is -inf before the
+/// penalties and the draw. Rows appear at most once; masks may be shared by several rows.
+/// Views only: the caller keeps the arrays alive for the call.
+struct TokenMasks {
+  std::span<const int32_t> rows;
+  std::span<const int32_t> which;
+  std::span<const uint64_t> words;
+  static size_t words_per_row(int32_t n_vocab) { return (size_t(n_vocab) + 63) / 64; }
+  bool empty() const { return rows.empty(); }
+};
+
 /// One distinct token of a row's penalty window and how often it occurs there
 /// (Sampler::append_penalty_tokens). Each (row, token) pair at most once (not checked: a
 /// repeated pair is applied twice on the host and races on the GPU).

@@ -4,7 +4,8 @@
 // Sampling: a row's logits are copied, the tokens the grammar does not allow set to -inf
 // (TokenMasker::apply), and the sequence's sampler draws from that, so every sampler
 // setting keeps its meaning over the allowed tokens; the drawn token then advances the
-// matcher. Drafts: a drafter's tokens are kept up to the first one the grammar refuses, then
+// matcher. On a model that samples on its device the mask goes up with the step instead
+// (StepMasks) and the drawn id comes back (take). Drafts: a drafter's tokens are kept up to the first one the grammar refuses, then
 // the tokens that spell the bytes the grammar forces are appended (TokenMasker::
 // forced_tokens); all are verified like any draft, so the output is the one plain
 // constrained sampling gives.
@@ -20,6 +21,7 @@
 
 #include "flashdllm/grammar.h"
 #include "flashdllm/tokenizer.h"
+#include "engine/step_masks.h"
 #include "grammar/token_masker.h"
 
 namespace fdl::engine {
@@ -70,6 +72,15 @@ struct GrammarState {
       --allowed;
     }
     return -1;
+  }
+  /// The token the model drew on its device from a row masked by this grammar (StepMasks;
+  /// `at`: the state that row was masked with): advances the matcher, records the choice and
+  /// returns it; -1, the matcher unchanged, when the matcher refuses it, so no token outside
+  /// the grammar is ever emitted.
+  int32_t take(int32_t token, const StepMasks::RowState* at) {
+    if (token < 0 || !masker->accept(matcher, token)) return -1;
+    if (at != nullptr) masker->record_choice_at(at->epoch, at->state, token);
+    return token;
   }
   /// Keeps the prefix of `draft` the grammar allows after the current state, then appends
   /// up to forced_window forced tokens, to at most `max_tokens` in all. Returns how many of

@@ -1,6 +1,7 @@
 // ModelRunner: one step's forward on the model (design in model_runner.h).
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -9,8 +10,8 @@
 
 namespace fdl::engine {
 
-void ModelRunner::build_row_sampling(std::span<const DecodeSlot> decodes, std::span<const PrefillSlot> prefills,
-                                     size_t logit_rows) {
+void ModelRunner::build_row_sampling(std::span<const DecodeSlot> decodes, std::span<const spec::DraftTree> drafts,
+                                     std::span<const PrefillSlot> prefills, size_t logit_rows) {
   row_sampling_.assign(logit_rows, RowSampling{});
   penalty_tokens_.clear();
   const auto set = [&](LiveSequence& s, size_t row) {
@@ -18,9 +19,16 @@ void ModelRunner::build_row_sampling(std::span<const DecodeSlot> decodes, std::s
     row_sampling_.at(row) = Sampler::row_sampling(sm.params(), sm.params().is_greedy() ? 0.0 : sm.next_uniform());
     sm.append_penalty_tokens(int32_t(row), penalty_tokens_);
   };
-  // Rows as the scheduler reads them: decode rows, then completing prompts.
-  for (const DecodeSlot& d : decodes) set(*d.s, d.row);
-  size_t row = decodes.size();
+  // Rows as the scheduler reads them: decode rows (each slot's root, then its draft's), then
+  // completing prompts.
+  size_t row = 0;
+  for (size_t i = 0; i < decodes.size(); ++i) {
+    const DecodeSlot& d = decodes[i];
+    set(*d.s, d.row);
+    const size_t k = i < drafts.size() ? drafts[i].size() : 0;
+    for (size_t j = 1; j <= k; ++j) row_sampling_.at(d.row + j) = row_sampling_.at(d.row);
+    row += 1 + k;
+  }
   for (const PrefillSlot& p : prefills)
     if (p.last) set(*p.s, row++);
   if (row != logit_rows)
@@ -47,24 +55,28 @@ bool ModelRunner::submit_overlapped(const std::function<void()>& while_computing
   return ms_between(tc, Clock::now()) > 0.05;
 }
 
-void ModelRunner::run(const StepPlan& plan, Mode mode, const std::function<void()>& while_computing, int64_t step) {
+void ModelRunner::run(const StepPlan& plan, Mode mode, const std::function<void()>& while_computing, int64_t step,
+                      const TokenMasks& masks) {
   const auto t0 = Clock::now();
   const size_t logit_rows = plan.logit_rows();
   ids_step_ = mode != Mode::Logits;
   logit_rows_ = logit_rows;
   bool timed = true;  // the measured time is the forward's (see submit_overlapped)
   if (ids_step_) {
-    build_row_sampling(plan.decodes, plan.prefills, logit_rows);
+    build_row_sampling(plan.decodes, std::span(plan.drafts).first(std::min(plan.drafts.size(), plan.decodes.size())),
+                       plan.prefills, logit_rows);
     if (mode == Mode::Submit) {
       ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
       ctx_.logits.clear();
       ++ctx_.stats.n_forwards;
       return;
     }
-    if (while_computing)
+    if (while_computing && masks.empty()) {
       timed = submit_overlapped(while_computing);
-    else
-      ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, ids_);
+    } else {
+      if (while_computing) while_computing();
+      ctx_.model.forward_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_, ids_, masks);
+    }
     ctx_.logits.clear();
   } else {
     ctx_.model.forward(ctx_.batch, ctx_.kv, ctx_.logits);
@@ -99,7 +111,7 @@ void ModelRunner::submit(std::span<const DecodeSlot> slots) {
   ids_step_ = true;
   logit_rows_ = slots.size();
   // Uniforms now, in the order the synchronous loop draws them (each sequence's next one).
-  build_row_sampling(slots, {}, slots.size());
+  build_row_sampling(slots, {}, {}, slots.size());
   ctx_.model.submit_sample(ctx_.batch, ctx_.kv, row_sampling_, penalty_tokens_);
   ctx_.stats.n_decode_tokens += static_cast<int64_t>(slots.size());
   ++ctx_.stats.n_forwards;

@@ -39,8 +39,11 @@ class ModelRunner {
   explicit ModelRunner(EngineContext& ctx) : ctx_(ctx) {}
 
   /// Runs the plan's batch (EngineContext::batch) with `mode`; `step` labels the trace span.
-  /// `while_computing` (may be empty) runs while the device computes an Ids step.
-  void run(const StepPlan& plan, Mode mode, const std::function<void()>& while_computing, int64_t step);
+  /// `while_computing` (may be empty) runs while the device computes an Ids step (before
+  /// it, in a step with `masks`: Model::forward_sample takes them, submit_sample does not).
+  /// `masks`: grammar masks of an Ids step's rows (StepMasks).
+  void run(const StepPlan& plan, Mode mode, const std::function<void()>& while_computing, int64_t step,
+           const TokenMasks& masks = {});
   /// Queues the decode-only successor step `slots` (their tokens are already in the batch;
   /// no prompts, no penalties) with their rows' sampling; collect() returns its ids.
   void submit(std::span<const DecodeSlot> slots);
@@ -67,9 +70,10 @@ class ModelRunner {
 
  private:
   /// Per logits row, its RowSampling (drawing the rows' uniforms in row order) and its
-  /// penalty window's tokens: the decode slots' rows, then the completing prompts'.
-  void build_row_sampling(std::span<const DecodeSlot> decodes, std::span<const PrefillSlot> prefills,
-                          size_t logit_rows);
+  /// penalty window's tokens: the decode slots' rows (a draft's rows take its root's
+  /// parameters: greedy ones, Scheduler::ids_only_step), then the completing prompts'.
+  void build_row_sampling(std::span<const DecodeSlot> decodes, std::span<const spec::DraftTree> drafts,
+                          std::span<const PrefillSlot> prefills, size_t logit_rows);
   /// Submits, runs `while_computing`, collects; returns whether the device was still busy
   /// after the host's work (only then is the measured time the forward's own).
   bool submit_overlapped(const std::function<void()>& while_computing);

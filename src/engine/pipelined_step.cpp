@@ -45,8 +45,9 @@ bool Scheduler::may_pipeline() const {
   // ordered against the step in flight by the copy streams (a copy group waits for the work
   // submitted before it; a step waits for the pulls of the blocks it writes).
   if (ctx_.offload != nullptr && !ctx_.offload->copies_async()) return false;
+  // A grammar's next mask needs this step's token: its sequences step synchronously.
   for (const auto& d : plan_.decodes)
-    if (d.s->shadow || d.s->request.sampling.has_penalties()) return false;
+    if (d.s->shadow || d.s->request.sampling.has_penalties() || d.s->grammar) return false;
   return !plan_.decodes.empty();
 }
 

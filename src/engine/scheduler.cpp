@@ -145,11 +145,50 @@ void Scheduler::run_plan() {
   // A GPU model samples on the device when nothing else is needed: only ids cross PCIe, no
   // n_vocab-float rows get copied or scanned on the host.
   using Mode = ModelRunner::Mode;
-  const bool ids = ctx_.model.prefers_device_sampling() && ids_only_step();
+  // Grammar rows go too: their masks go up with the step (StepMasks).
+  const bool ids = ctx_.model.prefers_device_sampling() && ids_only_step() && build_step_masks();
   const Mode mode = !ids ? Mode::Logits : may_pipeline() ? Mode::Submit : Mode::Ids;
   static const std::function<void()> kNoHook;
-  runner_.run(plan_, mode, prefetch_due_ ? prefetch_hook_ : kNoHook, counters_.steps);
+  runner_.run(plan_, mode, prefetch_due_ ? prefetch_hook_ : kNoHook, counters_.steps,
+              ids ? step_masks_.view() : TokenMasks{});
   inflight_ = mode == Mode::Submit;
+}
+
+bool Scheduler::build_step_masks() {
+  step_masks_.clear(ctx_.n_vocab);
+  const auto add = [&](LiveSequence& s, size_t row, const GrammarMatcher& m) {
+    const auto t0 = Clock::now();
+    bool ok = false;
+    try {
+      ok = step_masks_.add(int32_t(row), *s.grammar->masker, m);
+    } catch (const GrammarError&) {
+      ok = false;  // the host path's sampling reports it for this request alone
+    }
+    const double ms = ms_between(t0, Clock::now());
+    ctx_.stats.grammar_ms += ms;
+    s.grammar->host_ms += ms;
+    return ok;
+  };
+  for (size_t r = 0; r < plan_.decodes.size(); ++r) {
+    const DecodeSlot& d = plan_.decodes[r];
+    if (!d.s->grammar) continue;
+    GrammarState& g = *d.s->grammar;
+    if (!add(*d.s, d.row, g.matcher)) return false;
+    // The draft's rows (linear: a grammar's forced tokens, which constrain_draft checked)
+    // draw from the states after the tokens before them.
+    const spec::DraftTree& draft = plan_.drafts[r];
+    if (draft.empty()) continue;
+    GrammarMatcher probe = g.matcher;
+    for (size_t i = 0; i < draft.size(); ++i)
+      if (!g.masker->accept(probe, draft.tokens[i]) || !add(*d.s, d.row + 1 + i, probe)) return false;
+  }
+  size_t row = plan_.decode_tokens;
+  for (const PrefillSlot& p : plan_.prefills) {
+    if (!p.last) continue;
+    if (p.s->grammar && !add(*p.s, row, p.s->grammar->matcher)) return false;
+    ++row;
+  }
+  return true;
 }
 
 void Scheduler::update_from_output(Clock::time_point t0) {
@@ -185,15 +224,24 @@ void Scheduler::deliver_step() {
 }
 
 bool Scheduler::ids_only_step() const {
-  if (plan_.drafted > 0 || ctx_.spec.enabled()) return false;  // verification and audits read logits
-  // Log-probabilities, logit biases and grammars need the logits on the host (Sampler).
-  const auto wants_logprobs = [](const LiveSequence& s) {
-    return s.request.logprobs >= 0 || !s.request.sampling.logit_bias.empty() || s.grammar;
+  if (ctx_.spec.enabled()) return false;  // verification statistics and audits read logits
+  // Log-probabilities and logit biases need the logits on the host (Sampler).
+  const auto wants_logits = [](const LiveSequence& s) {
+    return s.request.logprobs >= 0 || !s.request.sampling.logit_bias.empty();
   };
-  for (const auto& d : plan_.decodes)
-    if (wants_logprobs(*d.s)) return false;
+  for (size_t r = 0; r < plan_.decodes.size(); ++r) {
+    const LiveSequence& s = *plan_.decodes[r].s;
+    if (wants_logits(s)) return false;
+    // Without speculation, drafts are a grammar's forced tokens. Their rows draw on the device
+    // when a draw needs nothing the host would change between rows: greedy (no uniform taken
+    // from the sequence's RNG for a row verification may not reach) and no penalties (a draft
+    // row's window would hold the draft tokens before it).
+    if (!plan_.drafts[r].empty() &&
+        (!s.grammar || !s.sampler.params().is_greedy() || s.request.sampling.has_penalties() || !plan_.drafts[r].linear()))
+      return false;
+  }
   for (const auto& p : plan_.prefills)
-    if (p.last && wants_logprobs(*p.s)) return false;
+    if (p.last && wants_logits(*p.s)) return false;
   return true;
 }
 
@@ -228,9 +276,14 @@ int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
   int32_t tok = -1;
   std::string error = "the grammar allows no token of the model's vocabulary after the text generated so far";
   try {
-    tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {
-      return s.sampler.sample(masked);
-    });
+    if (runner_.ids_step()) {
+      tok = s.grammar->take(runner_.ids()[row], step_masks_.state_of(row));
+      if (tok < 0) error = "the token drawn under the grammar's mask does not continue the grammar";
+    } else {
+      tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {
+        return s.sampler.sample(masked);
+      });
+    }
   } catch (const GrammarError& e) {
     error = e.what();  // this request's grammar is too costly: it fails, the others go on
   }

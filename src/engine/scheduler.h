@@ -91,10 +91,15 @@ class Scheduler {
   /// Runs plan_'s forward: ids sampled on the device when the model prefers it and nothing
   /// needs logits, submitted for the next step() when the step may pipeline.
   void run_plan();
-  /// Whether every logits row of the step is consumed by one draw — no logprobs, drafts or
-  /// audits; penalties go along as PenaltyTokens — so a model that samples on its device may
-  /// return ids only (Model::forward_sample).
+  /// Whether every logits row of the step is consumed by one draw — no logprobs, logit
+  /// biases, speculation or audits; penalties go along as PenaltyTokens, grammars as masks,
+  /// a grammar's forced drafts when greedy without penalties — so a model that samples on its
+  /// device may return ids only (Model::forward_sample).
   bool ids_only_step() const;
+  /// Fills step_masks_ with the grammar masks of the step's rows; false (the step then
+  /// samples on the host) when a row's state allows no token or its mask costs too much, so
+  /// that request's error is reported as the host path reports it.
+  bool build_step_masks();
 
   // --- output (scheduler.cpp, decode_step.cpp) ---
   /// After the forward: verification and tokens for the decodes, the speculation cost
@@ -179,6 +184,7 @@ class Scheduler {
   SchedulerCounters counters_;
   OutputProcessor output_;
   ModelRunner runner_;
+  StepMasks step_masks_;  ///< grammar masks of a step sampled on the device (build_step_masks)
   GrammarMaskers maskers_;
   uint64_t arrivals_ = 0;
   std::deque<SeqPtr> waiting_;   ///< preempted requests go back to the front

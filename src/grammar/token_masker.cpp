@@ -153,6 +153,7 @@ void TokenMasker::reset_if_large() {
   masks_.clear();
   chosen_.clear();
   last_set_ = kDead;
+  ++epoch_;
 }
 
 const std::vector<uint64_t>& TokenMasker::mask(const GrammarMatcher& m) {
@@ -211,6 +212,10 @@ bool TokenMasker::accept(GrammarMatcher& m, int32_t token) const {
   if (std::find(eog.begin(), eog.end(), token) != eog.end()) return m.can_end();
   const std::string& bytes = trie_->bytes(token);
   return !bytes.empty() && m.accept_bytes(bytes);
+}
+
+void TokenMasker::record_choice_at(uint64_t epoch, uint32_t state, int32_t token) {
+  if (epoch == epoch_ && state != kDead) chosen_[state] = token;
 }
 
 void TokenMasker::record_choice(int32_t token) {

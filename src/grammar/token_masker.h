@@ -59,6 +59,13 @@ class TokenMasker {
   void forced_tokens(const GrammarMatcher& m, size_t max_tokens, std::vector<int32_t>& out);
   /// Notes that the model chose `token` at the state of the last mask()/apply() call.
   void record_choice(int32_t token);
+  /// The state of the last mask()/apply() call, and the epoch it belongs to: the caches start
+  /// over past their bounds (a new epoch), after which a state number may name another state.
+  /// Sampling on a device (a step's masks computed before its forward) records its choices
+  /// with record_choice_at, which ignores a state of an earlier epoch.
+  uint32_t last_state() const { return last_set_; }
+  uint64_t epoch() const { return epoch_; }
+  void record_choice_at(uint64_t epoch, uint32_t state, int32_t token);
 
   const TokenTrie& trie() const { return *trie_; }
   size_t cached_masks() const { return masks_.size(); }
@@ -92,6 +99,7 @@ class TokenMasker {
   std::vector<uint32_t> transitions_;  ///< sets_.size() * 256
   std::unordered_map<uint32_t, std::vector<uint64_t>> masks_;
   uint32_t last_set_ = kDead;                        ///< the state of the last mask()
+  uint64_t epoch_ = 0;                               ///< resets of the caches so far
   std::unordered_map<uint32_t, int32_t> chosen_;     ///< state -> the token last chosen there
   size_t work_left_ = 0;  ///< rule visits the mask being computed may still make
   // scratch

@@ -2,8 +2,10 @@
 #include "model/llama_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "flashdllm/sampling.h"
 #include "model/weight_panels.h"
@@ -42,8 +44,34 @@ void Model::forward_argmax(const StepBatch& batch, KvCache& kv, std::vector<int3
   }
 }
 
+namespace {
+
+void check_token_masks(const TokenMasks& masks, size_t m, int32_t n_vocab) {
+  if (masks.which.size() != masks.rows.size())
+    throw std::invalid_argument("forward_sample: " + std::to_string(masks.rows.size()) + " masked rows but " +
+                                std::to_string(masks.which.size()) + " mask indices");
+  const size_t wpr = TokenMasks::words_per_row(n_vocab);
+  if (masks.words.size() % wpr != 0)
+    throw std::invalid_argument("forward_sample: " + std::to_string(masks.words.size()) +
+                                " mask words are not whole masks of " + std::to_string(wpr));
+  const size_t n_masks = masks.words.size() / wpr;
+  std::vector<bool> seen(m, false);
+  for (size_t i = 0; i < masks.rows.size(); ++i) {
+    const int32_t r = masks.rows[i], w = masks.which[i];
+    if (r < 0 || size_t(r) >= m || seen[size_t(r)])
+      throw std::invalid_argument("forward_sample: masked row " + std::to_string(r) + " outside the step's " +
+                                  std::to_string(m) + " rows or masked twice");
+    if (w < 0 || size_t(w) >= n_masks)
+      throw std::invalid_argument("forward_sample: mask " + std::to_string(w) + " of row " + std::to_string(r) +
+                                  " outside the " + std::to_string(n_masks) + " given");
+    seen[size_t(r)] = true;
+  }
+}
+
+}  // namespace
+
 void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> rows,
-                         std::span<const PenaltyToken> penalties, int32_t n_vocab) {
+                         std::span<const PenaltyToken> penalties, int32_t n_vocab, const TokenMasks& masks) {
   const size_t m = batch.n_wanted();
   if (rows.size() != m)
     throw std::invalid_argument("forward_sample: " + std::to_string(rows.size()) + " sampling rows for " +
@@ -67,14 +95,23 @@ void check_sampling_rows(const StepBatch& batch, std::span<const RowSampling> ro
                                   std::to_string(uint32_t(*it)) +
                                   ") listed twice (give each distinct token once, with its count)");
   }
+  check_token_masks(masks, m, n_vocab);
 }
 
 void Model::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                           std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) {
+                           std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids,
+                           const TokenMasks& masks) {
   const int32_t V = config().n_vocab;
-  check_sampling_rows(batch, rows, penalties, V);
+  check_sampling_rows(batch, rows, penalties, V, masks);
   std::vector<float> logits;
   forward(batch, kv, logits);
+  const size_t wpr = TokenMasks::words_per_row(V);
+  for (size_t i = 0; i < masks.rows.size(); ++i) {  // the grammar's -inf first, as the device does
+    const uint64_t* bits = masks.words.data() + size_t(masks.which[i]) * wpr;
+    float* row = logits.data() + size_t(masks.rows[i]) * size_t(V);
+    for (int32_t t = 0; t < V; ++t)
+      if (!((bits[size_t(t) / 64] >> (size_t(t) % 64)) & 1u)) row[t] = -std::numeric_limits<float>::infinity();
+  }
   for (const PenaltyToken& p : penalties) {  // stage 1, as the sampler would apply it
     const RowSampling& r = rows[size_t(p.row)];
     float& logit = logits[size_t(p.row) * size_t(V) + size_t(p.token)];

@@ -24,12 +24,14 @@ class ArgmaxPreferringModel final : public Model {
     inner_.forward(b, kv, logits);
   }
   void forward_sample(const StepBatch& b, KvCache& kv, std::span<const RowSampling> rows,
-                      std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override {
+                      std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids,
+                      const TokenMasks& masks = {}) override {
     fail_if_asked();
     ++ids_steps;
     for (const RowSampling& r : rows) sampled_rows += r.temperature > 0.0f ? 1 : 0;
     penalty_tokens += int(penalties.size());
-    inner_.forward_sample(b, kv, rows, penalties, ids);  // Model's default: forward + host sampling
+    masked_rows += int(masks.rows.size());
+    inner_.forward_sample(b, kv, rows, penalties, ids, masks);  // Model's default: forward + host sampling
   }
   void submit_sample(const StepBatch& b, KvCache& kv, std::span<const RowSampling> rows,
                      std::span<const PenaltyToken> penalties) override {
@@ -55,7 +57,8 @@ class ArgmaxPreferringModel final : public Model {
     throw std::runtime_error("forward: injected failure");
   }
   bool prefers_device_sampling() const override { return true; }
-  int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0, submits = 0, chained_tokens = 0;
+  int logit_steps = 0, ids_steps = 0, sampled_rows = 0, penalty_tokens = 0, masked_rows = 0, submits = 0,
+      chained_tokens = 0;
 
  private:
   Model& inner_;

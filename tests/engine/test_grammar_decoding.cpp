@@ -3,6 +3,7 @@
 // seeded sampling give the ids plain constrained decoding gives.
 #include <gtest/gtest.h>
 
+#include "device_sampling_model.h"
 #include "engine_test_support.h"
 #include "flashdllm/grammar.h"
 
@@ -70,6 +71,46 @@ TEST(GrammarDecoding, ForcedDraftsKeepGreedyAndSeededOutputsAndSaveForwards) {
       EXPECT_LT(forced.last_stats().n_forwards, plain_forwards) << a.text;
     }
   }
+}
+
+// On a model that samples on its device, grammar rows go up as masks (StepMasks) and only ids
+// come back, forced drafts included when greedy: the same outputs as the host path, in a
+// batch that mixes constrained, unconstrained and seeded requests. Sampled constrained
+// requests with forced drafts take the host path (their rows' draws depend on what
+// verification reaches); without drafts they draw on the device too.
+TEST(GrammarDecoding, DeviceSampledMasksGiveTheHostPathsOutputs) {
+  const auto& m = test::codelm_model();
+  const auto g = Grammar::compile(kRecordGrammar);
+  const std::string prompt = "# a person\nperson = ";
+  std::vector<GenerationRequest> reqs;
+  for (uint64_t seed = 1; seed <= 3; ++seed) reqs.push_back(constrained(m, prompt, g, 0.0f, seed, -1));
+  reqs.push_back(constrained(m, "# another one\nrecord = ", g, 0.0f, 1, -1));
+  reqs.push_back(constrained(m, prompt, g, 1.0f, 7, 0));  // seeded, no forced drafts
+  GenerationRequest free_text;
+  free_text.prompt_ids = m.tokenizer->encode("def add(a, b):", true);
+  free_text.max_new_tokens = 24;
+  free_text.sampling.temperature = 0.0f;
+  reqs.push_back(free_text);
+  Generator plain = test::make_generator(m, GeneratorOptions{.max_sequences = 8});
+  const auto want = plain.generate(reqs);
+  test::ArgmaxPreferringModel wrapped(*m.model);
+  Generator device(wrapped, *m.tokenizer, GeneratorOptions{.max_sequences = 8});
+  const auto got = device.generate(reqs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].generated_ids, want[i].generated_ids) << "request " << i << ": " << got[i].text;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+    if (reqs[i].grammar) EXPECT_TRUE(follows(g, got[i].text)) << got[i].text;
+  }
+  EXPECT_GT(wrapped.masked_rows, 0);
+  EXPECT_GT(wrapped.ids_steps, 0);
+  EXPECT_GT(device.spec_metrics().forced_accepted, 0) << "forced drafts were verified on the device";
+  // Greedy constrained requests alone never need logits on the host.
+  wrapped.logit_steps = wrapped.ids_steps = 0;
+  const std::vector<GenerationRequest> greedy(reqs.begin(), reqs.begin() + 4);
+  device.generate(greedy);
+  EXPECT_EQ(wrapped.logit_steps, 0);
+  EXPECT_GT(wrapped.ids_steps, 0);
 }
 
 TEST(GrammarDecoding, RequestsSharingAGrammarLearnHowTheModelSpellsItsFixedText) {

@@ -16,6 +16,7 @@
 
 #include "decode/draw_arithmetic.h"
 #include "engine/engine_test_support.h"
+#include "flashdllm/grammar.h"
 #include "flashdllm/sampling.h"
 #include "gpu/gpu_test_util.h"
 
@@ -299,6 +300,35 @@ TEST(GpuSampling, PenaltiesEqualTheHostSamplersBitForBit) {
   EXPECT_EQ(got2[size_t(pens[0].token)], kNegInf);
 }
 
+TEST(GpuSampling, TokenMasksSetTheDisallowedLogitsToMinusInf) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int n = 3001, rows = 3;  // a vocabulary that ends inside a 64-bit word
+  const std::vector<float> logits = random_floats(size_t(rows) * size_t(n), -4.f, 4.f);
+  const size_t wpr = TokenMasks::words_per_row(n);
+  std::vector<uint64_t> words(2 * wpr, 0);
+  std::uniform_int_distribution<uint64_t> bits;
+  for (size_t w = 0; w < wpr; ++w) words[w] = bits(rng());
+  words[wpr + 3] = 1u;  // the second mask allows token 192 alone
+  words[wpr - 1] |= ~uint64_t(0);  // bits past the vocabulary are ignored
+  const std::vector<int32_t> masked_rows{2, 0}, which{0, 1};
+  auto d_logits = to_device(logits);
+  auto d_rows = to_device(masked_rows);
+  auto d_which = to_device(which);
+  auto d_words = to_device(words);
+  cuda::apply_token_masks(d_logits.get(), n, d_rows.get(), d_which.get(),
+                          reinterpret_cast<const uint32_t*>(d_words.get()), int(masked_rows.size()), nullptr);
+  FDL_CUDA_CHECK(cudaGetLastError());
+  const auto got = to_host(d_logits, logits.size());
+  for (int r = 0; r < rows; ++r) {
+    const uint64_t* mask = r == 2 ? words.data() : r == 0 ? words.data() + wpr : nullptr;
+    for (int t = 0; t < n; ++t) {
+      const float was = logits[size_t(r) * size_t(n) + size_t(t)];
+      const bool keep = mask == nullptr || ((mask[size_t(t) / 64] >> (size_t(t) % 64)) & 1u);
+      ASSERT_EQ(got[size_t(r) * size_t(n) + size_t(t)], keep ? was : kNegInf) << "row " << r << " token " << t;
+    }
+  }
+}
+
 // A CudaModel seen only through Model's interface with forward_sample left at the default
 // (forward, then the host sampler): the engine then takes its logits path.
 class HostSamplingModel final : public Model {
@@ -359,6 +389,39 @@ TEST(GpuSampling, EngineSamplesOnTheDeviceLikeTheHost) {
     lp.logprobs = 2;
     EXPECT_EQ(device_path.generate({reqs[0], lp}).at(0).generated_ids, ca[0].generated_ids);
   }
+}
+
+// A grammar's masks go up with the step and the draws stay on the GPU, forced drafts
+// included: the host path's tokens (HostSamplingModel copies every row and masks it there).
+TEST(GpuSampling, GrammarMasksOnTheDeviceGiveTheHostPathsTokens) {
+  FDL_SKIP_WITHOUT_GPU();
+  const LoadedModel m =
+      load_model(model_path("codelm-16m-f16.gguf"), ModelOptions{.device = Device::Cuda, .batch_invariant = false});
+  const auto g = Grammar::compile(
+      R"(root ::= "{\"name\": \"" [a-zA-Z ]{1,20} "\", \"age\": " [1-9] [0-9]? ", \"city\": \"" [a-zA-Z ]{1,20} "\"}")");
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    r.prompt_ids = m.tokenizer->encode(i % 2 ? "# a person\nperson = " : "# record " + std::to_string(i) + "\nr = ", true);
+    r.max_new_tokens = 120;
+    r.sampling.temperature = i < 3 ? 0.0f : 0.8f;
+    r.sampling.seed = uint64_t(3 + i);
+    r.spec_window = i < 3 ? -1 : 0;  // the sampled one without forced drafts: it draws on the device too
+    r.grammar = g;
+    reqs.push_back(r);
+  }
+  Generator device_path = make_generator(m, GeneratorOptions{.max_sequences = 8});
+  HostSamplingModel host(*m.model);
+  Generator host_path(host, *m.tokenizer, GeneratorOptions{.max_sequences = 8});
+  const auto a = device_path.generate(reqs);
+  const auto b = host_path.generate(reqs);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].generated_ids, b[i].generated_ids) << "request " << i << ": " << a[i].text << " / " << b[i].text;
+    EXPECT_EQ(a[i].finish_reason, "stop") << a[i].text;
+    GrammarMatcher check(g);
+    EXPECT_TRUE(check.accept_bytes(a[i].text) && check.can_end()) << a[i].text;
+  }
+  EXPECT_GT(device_path.spec_metrics().forced_accepted, 0);
 }
 
 }  // namespace

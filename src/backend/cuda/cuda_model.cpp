@@ -232,10 +232,11 @@ static_assert(sizeof(PenaltyToken) == sizeof(PenaltyTokenDev) && offsetof(Penalt
               offsetof(PenaltyToken, count) == offsetof(PenaltyTokenDev, count));
 
 void CudaModel::forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                               std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) {
+                               std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids,
+                               const TokenMasks& masks) {
   sampling_->begin_plain_forward("forward_sample");
-  check_sampling_rows(batch, rows, penalties, config_.n_vocab);
-  const SamplingInput in{rows, penalties};
+  check_sampling_rows(batch, rows, penalties, config_.n_vocab, masks);
+  const SamplingInput in{rows, penalties, masks};
   const int turn = acquire_upload_turn(batch);
   const StepEnd step_end{*this, turn};
   const int m = launch_step(batch, kv, turn, kNoChain, &in);
@@ -254,7 +255,7 @@ void CudaModel::submit_sample(const StepBatch& batch, KvCache& kv, std::span<con
                               std::span<const PenaltyToken> penalties) {
   sampling_->check_room();
   check_sampling_rows(batch, rows, penalties, config_.n_vocab);
-  const SamplingInput in{rows, penalties};
+  const SamplingInput in{rows, penalties, {}};
   // Greedy rows without penalties need no sampling input: the graph ends with the checked
   // argmax, which writes the ids into the turn's landing buffer (safe to reuse: the step two
   // submissions later, the next to use this turn, comes after this one's collect_ids).

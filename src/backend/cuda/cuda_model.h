@@ -81,8 +81,11 @@ class CudaModel final : public Model {
   /// rows' parameters and penalty tokens go up in one small copy and m int32 come back. The
   /// survivors are walked in id order with the host's arithmetic: the same token for the
   /// same uniform.
+  /// A grammar's masks (TokenMasks) go up with the rows and set the disallowed logits to -inf
+  /// before the penalties.
   void forward_sample(const StepBatch& batch, KvCache& kv, std::span<const RowSampling> rows,
-                      std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids) override;
+                      std::span<const PenaltyToken> penalties, std::vector<int32_t>& ids,
+                      const TokenMasks& masks = {}) override;
   /// Pipelined decode (Model::submit_sample): the step is queued on the model's stream
   /// with its sampling, and its ids are copied into page-locked memory that collect_ids reads
   /// after waiting for that copy; previous_step_id tokens are read by the embedding kernel

@@ -26,19 +26,45 @@ DeviceSampling::~DeviceSampling() {
     if (s.copied) cudaEventDestroy(s.copied);
 }
 
-size_t DeviceSampling::input_bytes(const SamplingInput* in) {
-  return in ? in->rows.size_bytes() + in->penalties.size_bytes() : 0;
+namespace {
+
+size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Where each part of a SamplingInput lies in its upload (DeviceSampling::input_bytes).
+struct InputLayout {
+  size_t penalties, mask_rows, mask_which, mask_words, total;
+};
+InputLayout layout_of(const SamplingInput& in) {
+  InputLayout l;
+  l.penalties = in.rows.size_bytes();
+  if (in.masks.empty()) {
+    l.mask_rows = l.mask_which = l.mask_words = l.total = l.penalties + in.penalties.size_bytes();
+    return l;
+  }
+  l.mask_rows = align16(l.penalties + in.penalties.size_bytes());
+  l.mask_which = align16(l.mask_rows + in.masks.rows.size_bytes());
+  l.mask_words = align16(l.mask_which + in.masks.which.size_bytes());
+  l.total = l.mask_words + in.masks.words.size_bytes();
+  return l;
 }
 
+}  // namespace
+
+size_t DeviceSampling::input_bytes(const SamplingInput* in) { return in ? layout_of(*in).total : 0; }
+
 void DeviceSampling::upload_input(int turn, const SamplingInput& in, cudaStream_t upload) {
-  const size_t bytes = input_bytes(&in);
-  // The rows' parameters, then the penalty tokens (8-byte aligned after the 40-byte rows).
+  const InputLayout l = layout_of(in);
   PinnedBuffer<unsigned char>& host = sampling_host_[turn];
-  host.grow(bytes);
-  std::memcpy(host.get(), in.rows.data(), in.rows.size_bytes());
-  if (!in.penalties.empty())
-    std::memcpy(host.get() + in.rows.size_bytes(), in.penalties.data(), in.penalties.size_bytes());
-  FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_[turn].get(), host.get(), bytes, cudaMemcpyHostToDevice, upload));
+  host.grow(l.total);
+  unsigned char* h = host.get();
+  std::memcpy(h, in.rows.data(), in.rows.size_bytes());
+  if (!in.penalties.empty()) std::memcpy(h + l.penalties, in.penalties.data(), in.penalties.size_bytes());
+  if (!in.masks.empty()) {
+    std::memcpy(h + l.mask_rows, in.masks.rows.data(), in.masks.rows.size_bytes());
+    std::memcpy(h + l.mask_which, in.masks.which.data(), in.masks.which.size_bytes());
+    std::memcpy(h + l.mask_words, in.masks.words.data(), in.masks.words.size_bytes());
+  }
+  FDL_CUDA_CHECK(cudaMemcpyAsync(sampling_dev_[turn].get(), h, l.total, cudaMemcpyHostToDevice, upload));
 }
 
 ArgmaxScratch DeviceSampling::argmax_scratch(int m) {
@@ -67,7 +93,11 @@ void DeviceSampling::enqueue(int m, int turn, const SamplingInput& in, float* lo
                              int32_t* ids_copy) {
   const unsigned char* dev = sampling_dev_[turn].get();
   const auto* d_rows = reinterpret_cast<const RowSamplingDev*>(dev);
-  apply_penalties(logits, n_vocab_, reinterpret_cast<const PenaltyTokenDev*>(dev + in.rows.size_bytes()),
+  const InputLayout l = layout_of(in);
+  apply_token_masks(logits, n_vocab_, reinterpret_cast<const int32_t*>(dev + l.mask_rows),
+                    reinterpret_cast<const int32_t*>(dev + l.mask_which),
+                    reinterpret_cast<const uint32_t*>(dev + l.mask_words), int(in.masks.rows.size()), stream_);
+  apply_penalties(logits, n_vocab_, reinterpret_cast<const PenaltyTokenDev*>(dev + l.penalties),
                   int(in.penalties.size()), d_rows, stream_);
   // Greedy rows need only pass 1 of sample_rows (maximum and the NaN / +Inf check): the
   // argmax kernel does that with the row split over several SMs at small batches, and without

@@ -37,10 +37,11 @@
 
 namespace fdl::cuda {
 
-/// Rows and penalty tokens of a sampled step, uploaded with its inputs.
+/// Rows, penalty tokens and grammar masks of a sampled step, uploaded with its inputs.
 struct SamplingInput {
   std::span<const RowSampling> rows;
   std::span<const PenaltyToken> penalties;
+  TokenMasks masks;
 };
 
 /// Throws std::invalid_argument naming the first negative id's row ("<what>: logits row r
@@ -57,7 +58,8 @@ class DeviceSampling {
 
   // --- per-turn staging of the sampling input ---
   /// Bytes `in` takes on the device: the rows' parameters, then the penalty tokens (8-byte
-  /// aligned after the 40-byte rows); 0 for none.
+  /// aligned after the 40-byte rows), then the masked rows, their mask indices and the masks
+  /// (each part 16-byte aligned); 0 for none.
   static size_t input_bytes(const SamplingInput* in);
   bool input_fits(int turn, size_t bytes) const { return sampling_dev_[turn].size() >= bytes; }
   void grow_input(int turn, size_t bytes) { sampling_dev_[turn].grow(bytes); }
@@ -71,7 +73,7 @@ class DeviceSampling {
   void ensure_landing(int turn, int m);
   /// Device address of the turn's landing buffer (what a CheckedArgmax tail writes).
   int32_t* landing_dev(int turn) const { return landing_dev_[turn]; }
-  /// Enqueues penalties + sampling of the step's m rows of `logits` into `ids` (and
+  /// Enqueues masks + penalties + sampling of the step's m rows of `logits` into `ids` (and
   /// ids_copy, if given: mapped page-locked memory) from turn's uploaded SamplingInput; rows
   /// that are all greedy (temperature 0) take the checked argmax instead of sample_rows.
   void enqueue(int m, int turn, const SamplingInput& in, float* logits, int32_t* ids, int32_t* ids_copy = nullptr);

@@ -586,6 +586,13 @@ struct PenaltyTokenDev {
 /// (row, token) at most once; rows and tokens in range (checked by the caller).
 void apply_penalties(float* logits, int n_cols, const PenaltyTokenDev* penalties, int n,
                      const RowSamplingDev* params, cudaStream_t stream);
+/// A grammar's masks in place (fdl::TokenMasks, uploaded as is): for i < n_masked,
+/// logits[rows[i]][c] = -inf for every c < n_cols whose bit is clear in mask which[i] —
+/// `words` holds the masks back to back, (n_cols + 63) / 64 64-bit words each, read as
+/// little-endian pairs of 32-bit words (bit c in 32-bit word c / 32). Rows distinct, indices in
+/// range (checked by the caller).
+void apply_token_masks(float* logits, int n_cols, const int32_t* rows, const int32_t* which, const uint32_t* words,
+                       int n_masked, cudaStream_t stream);
 /// ids[r] = the token row r of `logits` ([n_rows][n_cols]) yields under params[r], for
 /// r < n_rows: flashdllm/sampling.h's stages 2-6 (top-k, then top-p over the untempered
 /// softmax of the survivors, min-p, temperature, then the survivor whose interval of the

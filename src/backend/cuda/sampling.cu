@@ -567,6 +567,31 @@ __global__ void penalty_kernel(float* logits, int n_cols, const PenaltyTokenDev*
 
 }  // namespace
 
+// One thread per 32-bit word of a mask: its 32 logits of the row, -inf where the bit is clear.
+__global__ void token_mask_kernel(float* logits, int n_cols, const int32_t* rows, const int32_t* which,
+                                  const uint32_t* words, int words_per_mask) {
+  launch_dependents();
+  grid_dependency_wait();
+  const int i = int(blockIdx.y);
+  const int w = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (w * 32 >= n_cols) return;
+  const uint32_t bits = words[int64_t(which[i]) * words_per_mask + w];
+  if (bits == 0xffffffffu) return;
+  float* row = logits + int64_t(rows[i]) * n_cols + int64_t(w) * 32;
+  const int n = min(32, n_cols - w * 32);
+  for (int b = 0; b < n; ++b)
+    if (!((bits >> b) & 1u)) row[b] = -INFINITY;
+}
+
+void apply_token_masks(float* logits, int n_cols, const int32_t* rows, const int32_t* which, const uint32_t* words,
+                       int n_masked, cudaStream_t stream) {
+  if (n_masked <= 0) return;
+  const int words_per_mask = 2 * int((int64_t(n_cols) + 63) / 64);  // 64-bit words, read as pairs of 32
+  const int used = (n_cols + 31) / 32;
+  launch_pdl(token_mask_kernel, dim3(unsigned((used + 255) / 256), unsigned(n_masked)), dim3(256), 0, stream, logits,
+             n_cols, rows, which, words, words_per_mask);
+}
+
 void apply_penalties(float* logits, int n_cols, const PenaltyTokenDev* penalties, int n,
                      const RowSamplingDev* params, cudaStream_t stream) {
   if (n <= 0) return;
