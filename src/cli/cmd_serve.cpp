@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/cli_error.h"
 #include "cli/commands.h"
@@ -34,6 +35,7 @@
 #include "engine/resolved_options.h"
 #include "flashdllm/engine.h"
 #include "model/sampling_defaults.h"
+#include "server/api_keys.h"
 #include "server/chat_renderer.h"
 #include "server/http_server.h"
 
@@ -44,7 +46,9 @@ struct ServeOptions {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;
+  std::vector<std::string> api_keys;  // --api-key, repeatable
+  std::string api_key_file;           // one key per line
+  bool metrics_public = false;
   int ctx_size = 0;
   int max_num_seqs = 8;
   int max_num_batched_tokens = 512;
@@ -90,6 +94,31 @@ void check_options(const ServeOptions& o) {
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
   check_int_in("--max-body-bytes", o.max_body_bytes, 1024, 1LL << 30);
   check_int_in("--http-threads", o.http_threads, 2, 4096);
+}
+
+// A non-empty environment variable, or "".
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// The API keys: every --api-key, or the lines of --api-key-file, or else $FLASHDLLM_API_KEY
+// (a key in a file or the environment stays out of `ps`, unlike --api-key).
+server::ApiKeys api_keys(const ServeOptions& o) {
+  std::vector<std::string> keys = o.api_keys;
+  std::string origin = "--api-key";
+  try {
+    if (!o.api_key_file.empty()) {
+      origin = "--api-key-file " + o.api_key_file;
+      keys = server::parse_key_lines(read_text_file("--api-key-file", o.api_key_file));
+    } else if (keys.empty()) {
+      origin = "FLASHDLLM_API_KEY";
+      if (std::string env = env_or_empty("FLASHDLLM_API_KEY"); !env.empty()) keys.push_back(std::move(env));
+    }
+    return server::ApiKeys(std::move(keys));
+  } catch (const std::invalid_argument& e) {
+    throw CliError(origin + ": " + e.what());
+  }
 }
 
 // --chat-template / --chat-template-file: a built-in format's name, Jinja text itself (as vLLM
@@ -164,8 +193,11 @@ EngineOptions engine_options(const ServeOptions& o) {
 void run_serve(const ServeOptions& o) {
   check_options(o);
   std::optional<server::ChatRenderer> explicit_chat = explicit_chat_template(o);
+  server::ApiKeys keys = api_keys(o);
   // Logs go to stderr: stdout stays free for whatever a supervisor wants to pipe.
   spdlog::set_default_logger(spdlog::stderr_color_mt("flashdllm-serve"));
+  if (const std::string warning = server::exposure_warning(o.host, !keys.empty()); !warning.empty())
+    spdlog::warn("{}", warning);
 
   // Block the shutdown signals before any thread exists, so every thread inherits the mask
   // and only the waiter below receives them (no async-signal-safety concerns).
@@ -222,7 +254,8 @@ void run_serve(const ServeOptions& o) {
   server::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
-  so.api_key = o.api_key;
+  so.api_keys = std::move(keys);
+  so.metrics_public = o.metrics_public;
   so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
   so.chat = pick_chat_template(std::move(explicit_chat), *loaded.model);
   so.sampling_defaults = with_model_defaults(SamplingParams{}, model_sampling_defaults(loaded.model->gguf()));
@@ -283,7 +316,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0 = any free port, printed on stderr)")->capture_default_str();
-  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");
+  auto* api_key = cmd->add_option("--api-key", o->api_keys,
+                                  "Require 'Authorization: Bearer KEY' on every route but /health (repeatable: one "
+                                  "key per tenant; visible in ps, prefer --api-key-file or FLASHDLLM_API_KEY)")
+                       ->expected(1)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--api-key-file", o->api_key_file, "API keys, one per line (instead of --api-key)")
+      ->excludes(api_key);
+  cmd->add_flag("--metrics-public", o->metrics_public, "Serve /metrics without the API key (for scrapers)");
   cmd->add_option("-c,--ctx-size", o->ctx_size, "Context per request in tokens (0 = min(model context, 4096))")
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")->capture_default_str();

@@ -1,7 +1,6 @@
 #include "server/generation_handler.h"
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -19,8 +18,6 @@
 #include "server/tool_call_parser.h"
 #include "server/tool_choice.h"
 #include "tokenizer/utf8.h"
-
-#include <xxhash.h>
 
 namespace fdl::server {
 namespace {
@@ -47,7 +44,7 @@ struct Prepared {
   GenerationParams params;
   std::vector<int32_t> prompt_ids;
   std::vector<std::string> extra_stops;  // the chat template's end marker, if text
-  std::string cache_scope;               // prefix-cache scope (cache_scope_for)
+  std::string cache_scope;               // prefix-cache scope (ApiKeys::cache_scope)
   std::string echo;                      // completions with `echo`: the prompt's text, sent first
   ToolCallPlan tools;                    // chat: how replies are read for tool calls
 };
@@ -335,15 +332,6 @@ void respond_stream(ServerContext& ctx, Prepared p, Submitted s, httplib::Respon
 }
 
 }  // namespace
-
-std::string cache_scope_for(const std::string& authorization) {
-  if (authorization.empty()) return {};
-  const XXH128_hash_t h = XXH3_128bits(authorization.data(), authorization.size());
-  char hex[33];
-  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                static_cast<unsigned long long>(h.low64));
-  return hex;
-}
 
 void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint, const std::string& cache_scope,
                        httplib::Response& res, const nlohmann::ordered_json* ordered) {

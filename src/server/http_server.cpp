@@ -45,14 +45,10 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_body(e)); }
 
-// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
-bool needs_auth(const std::string& path) {
+// With API keys, what needs one: everything served but the /health probe (and /metrics when
+// the operator made it public for a scraper without credentials).
+bool needs_auth(const std::string& path, bool metrics_public) {
+  if (path == "/metrics") return !metrics_public;
   return path.rfind("/v1/", 0) == 0 || path == "/v1" || path.rfind("/admin/", 0) == 0 || path == "/tokenize" ||
          path == "/detokenize" || path == "/apply-template";
 }
@@ -117,7 +113,8 @@ struct HttpServer::Impl {
           // Key order matters for tools (templates print them) and schemas (properties come out
           // in the schema's order).
           const nlohmann::ordered_json ordered = parse_body_ordered(req);
-          handle_generation(ctx, body, ep, cache_scope_for(req.get_header_value("Authorization")), res, &ordered);
+          handle_generation(ctx, body, ep, ctx.options.api_keys.cache_scope(req.get_header_value("Authorization")),
+                            res, &ordered);
         });
       };
     };
@@ -204,11 +201,11 @@ struct HttpServer::Impl {
           return httplib::Server::HandlerResponse::Handled;
         }
       }
-      if (ctx.options.api_key.empty() || !needs_auth(req.path)) {
+      if (ctx.options.api_keys.empty() || !needs_auth(req.path, ctx.options.metrics_public)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }
       const std::string given = req.get_header_value("Authorization");
-      if (same_secret(given, "Bearer " + ctx.options.api_key)) {
+      if (ctx.options.api_keys.match(given)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }
       send_error(res, ApiError(401,

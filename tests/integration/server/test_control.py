@@ -36,9 +36,10 @@ class AdminBreakers(unittest.TestCase):
                                               headers=auth)[0], 401, path)
             with self.assertRaises(openai.AuthenticationError):
                 s.openai(api_key="wrong").completions.create(model="m", prompt="Hi", max_tokens=2)
-            # Probes stay open.
+            # The probe stays open; /metrics needs the key (--metrics-public opens it).
             self.assertEqual(s.request("GET", "/health")[0], 200)
-            self.assertEqual(s.request("GET", "/metrics")[0], 200)
+            self.assertEqual(s.request("GET", "/metrics")[0], 401)
+            self.assertEqual(s.request("GET", "/metrics", headers=auth)[0], 200)
             # The right key works for the API.
             r = s.openai(api_key=key).completions.create(model="m", prompt="Hi", max_tokens=2)
             self.assertEqual(len(r.choices), 1)
@@ -52,13 +53,13 @@ class AdminBreakers(unittest.TestCase):
                 b = breaker(s, name, auth)
                 self.assertTrue(b["open"])
                 self.assertEqual(b["reason"], "manual trip: test")  # the same form on both breakers
-                self.assertEqual(s.metrics()[f'flashdllm_breaker_open{{name="{name}"}}'], 1)
+                self.assertEqual(s.metrics(auth)[f'flashdllm_breaker_open{{name="{name}"}}'], 1)
                 # Requests are still served with the breaker open.
                 self.assertEqual(s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2}, auth)[0], 200)
                 status, _, _ = s.request("POST", "/admin/breakers", {"breaker": name, "action": "reset"}, headers=auth)
                 self.assertEqual(status, 200)
                 self.assertFalse(breaker(s, name, auth)["open"])
-                self.assertEqual(s.metrics()[f'flashdllm_breaker_open{{name="{name}"}}'], 0)
+                self.assertEqual(s.metrics(auth)[f'flashdllm_breaker_open{{name="{name}"}}'], 0)
                 # Without a reason the trip says where it came from.
                 s.request("POST", "/admin/breakers", {"breaker": name, "action": "trip"}, headers=auth)
                 self.assertEqual(breaker(s, name, auth)["reason"], "manual trip: via /admin/breakers")

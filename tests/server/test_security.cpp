@@ -1,0 +1,65 @@
+// Secure defaults: which API key a request presents (and its prefix-cache scope), key files,
+// and the warning for a non-loopback address without a key.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "server/api_keys.h"
+
+namespace fdl::server {
+namespace {
+
+TEST(ApiKeys, MatchesTheBearerKeyAndNamesItsIndex) {
+  const ApiKeys keys({"alpha", "beta"});
+  EXPECT_EQ(keys.match("Bearer alpha"), 0u);
+  EXPECT_EQ(keys.match("Bearer beta"), 1u);
+  for (const char* bad : {"", "alpha", "Bearer ", "Bearer alph", "Bearer alphaa", "Bearer  alpha", "bearer alpha",
+                          "Basic alpha"})
+    EXPECT_FALSE(keys.match(bad)) << bad;
+  EXPECT_TRUE(ApiKeys().empty());
+  EXPECT_FALSE(ApiKeys().match("Bearer alpha"));
+}
+
+TEST(ApiKeys, CacheScopeIsTheKeyIdNeverTheKey) {
+  const ApiKeys keys({"alpha", "beta"});
+  EXPECT_EQ(keys.cache_scope("Bearer alpha"), "key-0");
+  EXPECT_EQ(keys.cache_scope("Bearer beta"), "key-1");
+  // Without keys every request shares one scope, whatever token it sends.
+  EXPECT_EQ(ApiKeys().cache_scope("Bearer alpha"), "");
+  EXPECT_EQ(ApiKeys().cache_scope("Bearer beta"), "");
+}
+
+TEST(ApiKeys, RefusesKeysThatCannotBeSent) {
+  EXPECT_THROW(ApiKeys({""}), std::invalid_argument);
+  EXPECT_THROW(ApiKeys({"a b"}), std::invalid_argument);
+  EXPECT_THROW(ApiKeys({"ok", "tab\there"}), std::invalid_argument);
+}
+
+TEST(ApiKeys, KeyFileLinesAreTrimmedAndBlankLinesSkipped) {
+  EXPECT_EQ(parse_key_lines("s3cret\n"), std::vector<std::string>{"s3cret"});
+  EXPECT_EQ(parse_key_lines("s3cret"), std::vector<std::string>{"s3cret"});
+  EXPECT_EQ(parse_key_lines("one \r\n\n  two\t\n"), (std::vector<std::string>{"one", "two"}));
+  EXPECT_THROW(parse_key_lines(""), std::invalid_argument);
+  EXPECT_THROW(parse_key_lines(" \n\r\n\t"), std::invalid_argument);
+}
+
+TEST(BindAddress, LoopbackIsOnlyThisHost) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]", "::ffff:127.0.0.1"})
+    EXPECT_TRUE(is_loopback_host(host)) << host;
+  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "192.168.1.5", "example.com", "localhost.evil",
+                           "::2", "::ffff:10.0.0.1", ""})
+    EXPECT_FALSE(is_loopback_host(host)) << host;
+}
+
+TEST(BindAddress, WarnsOnlyForAnExposedAddressWithoutAKey) {
+  EXPECT_EQ(exposure_warning("127.0.0.1", false), "");
+  EXPECT_EQ(exposure_warning("0.0.0.0", true), "");
+  const std::string w = exposure_warning("0.0.0.0", false);
+  EXPECT_NE(w.find("0.0.0.0"), std::string::npos) << w;
+  EXPECT_NE(w.find("without an API key"), std::string::npos) << w;
+}
+
+}  // namespace
+}  // namespace fdl::server
