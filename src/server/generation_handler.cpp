@@ -128,7 +128,7 @@ Submitted submit_all(ServerContext& ctx, const Prepared& p, Clock::time_point ar
 // The error a choice that ended without "stop"/"length" turns into.
 ApiError choice_failure(const RequestOutput& out) {
   if (out.finish_reason == "error") {
-    return ApiError(500, "generation failed: " + out.error, "", "server_error");
+    return internal_error("generation failed: " + out.error);
   }
   return ApiError(503, "the request was aborted (the server is shutting down)", "", "server_error");
 }

@@ -43,7 +43,10 @@ void send_json(httplib::Response& res, int status, const json& body) {
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_body(e)); }
+void send_error(httplib::Response& res, const ApiError& e) {
+  for (const auto& [name, value] : e.headers()) res.set_header(name, value);
+  send_json(res, e.status(), error_body(e));
+}
 
 // With API keys, what needs one: everything served but the /health probe (and /metrics when
 // the operator made it public for a scraper without credentials).
@@ -100,8 +103,7 @@ struct HttpServer::Impl {
     } catch (const ApiError& e) {
       send_error(res, e);
     } catch (const std::exception& e) {
-      spdlog::error("request failed: {}", e.what());
-      send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+      send_error(res, internal_error(std::string("request failed: ") + e.what()));
     }
   }
 
@@ -250,8 +252,7 @@ struct HttpServer::Impl {
         what = e.what();
       } catch (...) {
       }
-      spdlog::error("unhandled exception in a request: {}", what);
-      send_json(res, 500, error_body("internal error: " + what, "server_error"));
+      send_error(res, internal_error("unhandled exception in a request: " + what));
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
       ctx.metrics->count_response(res.status);

@@ -19,7 +19,9 @@
 // blocks. A non-streaming request runs to completion even if its client has gone (bounded by
 // max_tokens and the context).
 // Errors: every client error is a 4xx with an OpenAI error body; nothing a client sends can
-// end the process. bind() throws std::runtime_error when the address cannot be bound.
+// end the process. A failure inside the server is a 500 that names only a request id, its
+// text is logged under that id (internal_error). bind() throws std::runtime_error when the
+// address cannot be bound.
 #pragma once
 
 #include <cstddef>

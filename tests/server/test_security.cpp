@@ -1,12 +1,18 @@
 // Secure defaults: which API key a request presents (and its prefix-cache scope), key files,
-// and the warning for a non-loopback address without a key.
+// the warning for a non-loopback address without a key, and 500s that name a request id
+// instead of the failure.
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "server/api_keys.h"
+#include "server/openai_error.h"
 
 namespace fdl::server {
 namespace {
@@ -59,6 +65,32 @@ TEST(BindAddress, WarnsOnlyForAnExposedAddressWithoutAKey) {
   const std::string w = exposure_warning("0.0.0.0", false);
   EXPECT_NE(w.find("0.0.0.0"), std::string::npos) << w;
   EXPECT_NE(w.find("without an API key"), std::string::npos) << w;
+}
+
+TEST(InternalError, ClientGetsARequestIdAndTheLogGetsTheDetail) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(8);
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  const ApiError e = internal_error("open /secret/path/model.gguf: Permission denied");
+  spdlog::set_default_logger(previous);
+
+  EXPECT_EQ(e.status(), 500);
+  EXPECT_EQ(e.type(), "server_error");
+  const std::string message = e.what();
+  EXPECT_EQ(message.find("secret"), std::string::npos) << message;
+  ASSERT_EQ(e.headers().size(), 1u);
+  EXPECT_EQ(e.headers()[0].first, "X-Request-Id");
+  const std::string id = e.headers()[0].second;
+  EXPECT_GE(id.size(), 16u);
+  EXPECT_EQ(message, "internal error (request id " + id + ")");
+  EXPECT_EQ(error_body(e)["error"]["message"], message);
+
+  const std::vector<std::string> logged = sink->last_formatted();
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find(id), std::string::npos) << logged[0];
+  EXPECT_NE(logged[0].find("/secret/path/model.gguf: Permission denied"), std::string::npos) << logged[0];
+  // Each failure its own id.
+  EXPECT_NE(internal_error("x").headers()[0].second, id);
 }
 
 }  // namespace
