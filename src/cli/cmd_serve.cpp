@@ -49,6 +49,7 @@ struct ServeOptions {
   std::vector<std::string> api_keys;  // --api-key, repeatable
   std::string api_key_file;           // one key per line
   bool metrics_public = false;
+  long long max_queue = 0;
   int ctx_size = 0;
   int max_num_seqs = 8;
   int max_num_batched_tokens = 512;
@@ -94,6 +95,7 @@ void check_options(const ServeOptions& o) {
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
   check_int_in("--max-body-bytes", o.max_body_bytes, 1024, 1LL << 30);
   check_int_in("--http-threads", o.http_threads, 2, 4096);
+  check_int_in("--max-queue", o.max_queue, 0, 1LL << 30);
 }
 
 // A non-empty environment variable, or "".
@@ -256,6 +258,7 @@ void run_serve(const ServeOptions& o) {
   so.port = o.port;
   so.api_keys = std::move(keys);
   so.metrics_public = o.metrics_public;
+  so.max_queue = o.max_queue;
   so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
   so.chat = pick_chat_template(std::move(explicit_chat), *loaded.model);
   so.sampling_defaults = with_model_defaults(SamplingParams{}, model_sampling_defaults(loaded.model->gguf()));
@@ -324,6 +327,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key-file", o->api_key_file, "API keys, one per line (instead of --api-key)")
       ->excludes(api_key);
   cmd->add_flag("--metrics-public", o->metrics_public, "Serve /metrics without the API key (for scrapers)");
+  cmd->add_option("--max-queue", o->max_queue,
+                  "Waiting requests beyond which new ones get 429 with Retry-After (0 = unbounded)")
+      ->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->ctx_size, "Context per request in tokens (0 = min(model context, 4096))")
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")->capture_default_str();

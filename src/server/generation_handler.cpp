@@ -125,6 +125,34 @@ Submitted submit_all(ServerContext& ctx, const Prepared& p, Clock::time_point ar
   return s;
 }
 
+// How long a client refused for a full queue is asked to wait. The queue drains as fast as
+// requests finish, which the server cannot foresee; a second lets it shrink without clients
+// hammering it (the openai client backs off further on its own).
+constexpr int kRetryAfterSeconds = 1;
+
+// 429 for --max-queue: OpenAI's shape and code for a rate limit, with Retry-After.
+ApiError queue_full(int64_t max_waiting) {
+  ApiError e(429,
+             "the server is busy: " + std::to_string(max_waiting) +
+                 " requests are already waiting (--max-queue); retry after " +
+                 std::to_string(kRetryAfterSeconds) + " s",
+             "", "rate_limit_error", "rate_limit_exceeded");
+  e.with_header("Retry-After", std::to_string(kRetryAfterSeconds));
+  return e;
+}
+
+// submit_all, or 429 when --max-queue requests are already waiting. The reservation ends on
+// return: from then on the engine's waiting count holds these requests.
+Submitted submit_within_queue(ServerContext& ctx, const Prepared& p, Clock::time_point arrived) {
+  const std::optional<QueueLimit::Reservation> admitted =
+      ctx.queue.admit(p.params.n, [&ctx] { return ctx.engine.metrics().waiting; });
+  if (!admitted) {
+    ctx.metrics->count_rejected("queue_full");
+    throw queue_full(ctx.queue.max_waiting());
+  }
+  return submit_all(ctx, p, arrived);
+}
+
 // The error a choice that ended without "stop"/"length" turns into.
 ApiError choice_failure(const RequestOutput& out) {
   if (out.finish_reason == "error") {
@@ -342,12 +370,12 @@ void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint, 
   Prepared p = prepare(ctx, body, endpoint, ordered);
   p.cache_scope = cache_scope;
   if (p.params.stream) {
-    Submitted s = submit_all(ctx, p, arrived);
+    Submitted s = submit_within_queue(ctx, p, arrived);
     respond_stream(ctx, std::move(p), std::move(s), res);
     return;
   }
   ActiveGuard guard(ctx.active);
-  Submitted s = submit_all(ctx, p, arrived);
+  Submitted s = submit_within_queue(ctx, p, arrived);
   respond_whole(ctx, p, std::move(s), res);
 }
 

@@ -1,6 +1,6 @@
 // Secure defaults: which API key a request presents (and its prefix-cache scope), key files,
-// the warning for a non-loopback address without a key, and 500s that name a request id
-// instead of the failure.
+// the warning for a non-loopback address without a key, 500s that name a request id instead
+// of the failure, and the --max-queue bound.
 #include <gtest/gtest.h>
 
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -11,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "flashdllm/engine.h"
 #include "server/api_keys.h"
 #include "server/openai_error.h"
+#include "server/queue_limit.h"
+#include "server/server_metrics.h"
 
 namespace fdl::server {
 namespace {
@@ -91,6 +94,46 @@ TEST(InternalError, ClientGetsARequestIdAndTheLogGetsTheDetail) {
   EXPECT_NE(logged[0].find("/secret/path/model.gguf: Permission denied"), std::string::npos) << logged[0];
   // Each failure its own id.
   EXPECT_NE(internal_error("x").headers()[0].second, id);
+}
+
+TEST(QueueLimit, UnboundedAdmitsWithoutAskingTheEngine) {
+  QueueLimit q(0);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_TRUE(q.admit(1, []() -> int64_t { throw std::logic_error("not called"); }));
+}
+
+TEST(QueueLimit, RefusesOnceMaxAreWaiting) {
+  QueueLimit q(2);
+  int64_t waiting = 0;
+  auto engine = [&] { return waiting; };
+  EXPECT_TRUE(q.admit(1, engine));
+  waiting = 1;
+  EXPECT_TRUE(q.admit(1, engine));
+  waiting = 2;
+  EXPECT_FALSE(q.admit(1, engine));
+  waiting = 1;  // one was admitted: room again
+  EXPECT_TRUE(q.admit(1, engine));
+}
+
+TEST(QueueLimit, CountsRequestsBetweenTheirCheckAndTheirSubmission) {
+  QueueLimit q(2);
+  auto none = [] { return int64_t(0); };
+  auto first = q.admit(1, none);  // admitted, not yet submitted: the engine does not see it
+  ASSERT_TRUE(first);
+  auto second = q.admit(1, none);
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(q.admit(1, none));
+  second.reset();  // given up (or submitted, and then in the engine's count)
+  EXPECT_TRUE(q.admit(1, none));
+  EXPECT_FALSE(q.admit(2, [] { return int64_t(1); }));  // n choices count as n: 1 + 1 pending
+}
+
+TEST(QueueLimit, RejectionsAreCountedInMetrics) {
+  ServerMetrics m;
+  const std::string series = "flashdllm_requests_rejected_total{reason=\"queue_full\"}";
+  EXPECT_NE(m.render(EngineMetrics{}, {}).find(series + " 0\n"), std::string::npos);
+  m.count_rejected("queue_full");
+  EXPECT_NE(m.render(EngineMetrics{}, {}).find(series + " 1\n"), std::string::npos);
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 """Secure defaults of `flashdllm serve`: API keys from a file or the environment, several keys
-with their own prefix-cache scopes, and /metrics behind the key (unless --metrics-public).
+with their own prefix-cache scopes, /metrics behind the key (unless --metrics-public), 500s
+that name a request id instead of the failure, and --max-queue's 429 with Retry-After.
 Everything binds 127.0.0.1 only."""
 import json
 import os
+import re
 import tempfile
+import time
 import unittest
 
-from server_harness import Server, run_serve
+from server_harness import CODELM, Server, run_serve
 
 SYSTEM = ("You are a storyteller. Tell short, happy stories about children, animals and "
           "their friends. Use simple words. ") * 4
@@ -124,6 +127,37 @@ class PerKeyCacheScopes(unittest.TestCase):
             s.post("/v1/completions", body, bearer("tenant-a"))
             _, b = s.post("/v1/completions", body, bearer("tenant-b"))
             self.assertGreater(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+
+
+class MaxQueue(unittest.TestCase):
+    def test_requests_beyond_the_queue_get_429_until_it_drains(self):
+        # codelm generating ~1000 tokens runs for seconds: one runs, two wait, the next is refused.
+        with Server("--ctx-size", "1024", "--max-num-seqs", "1", "--max-num-batched-tokens", "64",
+                    "--max-queue", "2", model=CODELM) as s:
+            body = {"prompt": "def f(x):", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
+            socks = [s.open_stream(body)]
+            deadline = time.monotonic() + 30
+            while s.metrics()["flashdllm_requests_running"] < 1:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            socks += [s.open_stream(body), s.open_stream(body)]
+            while s.metrics()["flashdllm_requests_waiting"] < 2:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            for stream in (False, True):
+                status, headers, data = s.request("POST", "/v1/completions", dict(body, stream=stream))
+                self.assertEqual(status, 429, data)
+                self.assertGreaterEqual(int(headers["Retry-After"]), 1)
+                err = json.loads(data)["error"]
+                self.assertEqual(err["code"], "rate_limit_exceeded")
+                self.assertIn("--max-queue", err["message"])
+            self.assertEqual(s.metrics()['flashdllm_requests_rejected_total{reason="queue_full"}'], 2)
+            for sock in socks:  # the clients leave: their requests are aborted
+                sock.close()
+            m = s.wait_idle(timeout=5.0)
+            self.assertEqual(m["flashdllm_requests_waiting"], 0)
+            status, answer = s.post("/v1/completions", {"prompt": "def g():", "max_tokens": 4})
+            self.assertEqual(status, 200, answer)
 
 
 if __name__ == "__main__":
