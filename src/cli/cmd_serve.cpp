@@ -65,6 +65,8 @@ struct ServeOptions {
   int spec_window = 5;
   std::string spec_tree = "off";  // --spec-tree on|off
   std::string control_redis;
+  std::string redis_password_file;
+  std::string redis_user;
   int threads = 0;
   bool mmap = false;
   long long max_body_bytes = 1 << 20;
@@ -96,6 +98,9 @@ void check_options(const ServeOptions& o) {
   check_int_in("--max-body-bytes", o.max_body_bytes, 1024, 1LL << 30);
   check_int_in("--http-threads", o.http_threads, 2, 4096);
   check_int_in("--max-queue", o.max_queue, 0, 1LL << 30);
+  if (o.control_redis.empty() && (!o.redis_password_file.empty() || !o.redis_user.empty()))
+    throw CliError(std::string(o.redis_user.empty() ? "--redis-password-file" : "--redis-user") +
+                   " is for --control-redis, which is not given");
 }
 
 // A non-empty environment variable, or "".
@@ -121,6 +126,24 @@ server::ApiKeys api_keys(const ServeOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw CliError(origin + ": " + e.what());
   }
+}
+
+// Redis AUTH for --control-redis: --redis-password-file (its first line) and --redis-user,
+// else $FLASHDLLM_REDIS_PASSWORD and $FLASHDLLM_REDIS_USER; no password = no AUTH.
+void redis_auth(const ServeOptions& o, control::RedisControl::Options& ro) {
+  if (!o.redis_password_file.empty()) {
+    try {
+      ro.password = server::parse_key_lines(read_text_file("--redis-password-file", o.redis_password_file)).front();
+    } catch (const std::invalid_argument& e) {
+      throw CliError("--redis-password-file " + o.redis_password_file + ": " + e.what());
+    }
+  } else {
+    ro.password = env_or_empty("FLASHDLLM_REDIS_PASSWORD");
+  }
+  ro.user = !o.redis_user.empty() ? o.redis_user : env_or_empty("FLASHDLLM_REDIS_USER");
+  if (!ro.user.empty() && ro.password.empty())
+    throw CliError("Redis user '" + ro.user +
+                   "' has no password: give --redis-password-file or FLASHDLLM_REDIS_PASSWORD");
 }
 
 // --chat-template / --chat-template-file: a built-in format's name, Jinja text itself (as vLLM
@@ -215,12 +238,14 @@ void run_serve(const ServeOptions& o) {
   ::signal(SIGPIPE, SIG_IGN);  // a vanished client must never kill the server
 
   std::optional<control::RedisUrl> redis_url;
+  control::RedisControl::Options redis_options;
   if (!o.control_redis.empty()) {
     try {
       redis_url = control::parse_redis_url(o.control_redis);
     } catch (const std::invalid_argument& e) {
       throw CliError(std::string("--control-redis: ") + e.what());
     }
+    redis_auth(o, redis_options);
   }
 
   const auto path = resolve_model_path(o.model);
@@ -250,7 +275,7 @@ void run_serve(const ServeOptions& o) {
         engine.reset_breaker(c.breaker);
       }
       spdlog::info("breaker '{}' {} via Redis control", c.breaker, c.action);
-    });
+    }, redis_options);
   }
 
   server::ServerOptions so;
@@ -355,6 +380,9 @@ void add_serve_command(CLI::App& app) {
   add_spec_tree_flag(cmd, o->spec_tree);
   cmd->add_option("--control-redis", o->control_redis,
                   "Breaker commands from Redis Pub/Sub, e.g. redis://127.0.0.1:6379/flashdllm-control");
+  cmd->add_option("--redis-password-file", o->redis_password_file,
+                  "Redis AUTH password: the file's first line (default: $FLASHDLLM_REDIS_PASSWORD)");
+  cmd->add_option("--redis-user", o->redis_user, "Redis AUTH user, for ACLs (default: $FLASHDLLM_REDIS_USER)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
   add_mmap_flag(cmd, o->mmap);
   add_kv_tier_flags(cmd, o->kv);

@@ -59,7 +59,7 @@ std::vector<std::string> parse_key_lines(std::string_view text) {
     if (nl == std::string_view::npos) break;
     text.remove_prefix(nl + 1);
   }
-  if (keys.empty()) throw std::invalid_argument("holds no key (empty or only blank lines)");
+  if (keys.empty()) throw std::invalid_argument("is empty or holds only blank lines");
   return keys;
 }
 

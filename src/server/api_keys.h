@@ -39,7 +39,7 @@ class ApiKeys {
 };
 
 /// The keys in a key file's text: one per line, surrounding whitespace stripped, blank lines
-/// skipped. Throws std::invalid_argument when there is none.
+/// skipped (a password file: the first of them). Throws std::invalid_argument when there is none.
 std::vector<std::string> parse_key_lines(std::string_view text);
 
 /// True for addresses only this host can reach: "localhost", 127.0.0.0/8, ::1 (also as

@@ -210,14 +210,23 @@ def completion_text(events: list) -> dict:
     return texts
 
 
-def redis_command(port: int, *args: str) -> bytes:
-    """One RESP command to a local redis-server; returns the raw reply."""
+def resp(*args: str) -> bytes:
+    """One command in the Redis protocol."""
     msg = f"*{len(args)}\r\n".encode()
     for a in args:
         b = a.encode()
         msg += b"$" + str(len(b)).encode() + b"\r\n" + b + b"\r\n"
+    return msg
+
+
+def redis_command(port: int, *args: str, password: str | None = None) -> bytes:
+    """One RESP command to a local redis-server (after AUTH when `password` is given);
+    returns the raw reply."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(msg)
+        if password is not None:
+            s.sendall(resp("AUTH", password))
+            assert s.recv(4096).startswith(b"+OK"), "AUTH failed"
+        s.sendall(resp(*args))
         return s.recv(4096)
 
 

@@ -63,9 +63,9 @@ class ApiKeySources(unittest.TestCase):
     def test_bad_key_sources_are_one_line_errors(self):
         one_line_error(self, run_serve("--api-key-file", "/nonexistent/keys"), "--api-key-file", "cannot open")
         with KeyFile("") as empty:
-            one_line_error(self, run_serve("--api-key-file", empty), "--api-key-file", "no key")
+            one_line_error(self, run_serve("--api-key-file", empty), "--api-key-file", "empty")
         with KeyFile("\n  \n") as blank:
-            one_line_error(self, run_serve("--api-key-file", blank), "--api-key-file", "no key")
+            one_line_error(self, run_serve("--api-key-file", blank), "--api-key-file", "blank lines")
         with KeyFile("k\n") as path:  # a usage error, as every conflict of flags (exit status 2)
             one_line_error(self, run_serve("--api-key", "k", "--api-key-file", path), "--api-key", status=2)
         one_line_error(self, run_serve("--api-key", "has space"), "whitespace")
