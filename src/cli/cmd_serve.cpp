@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/cli_error.h"
 #include "cli/commands.h"
@@ -34,6 +35,7 @@
 #include "engine/resolved_options.h"
 #include "flashdllm/engine.h"
 #include "model/sampling_defaults.h"
+#include "server/api_keys.h"
 #include "server/chat_renderer.h"
 #include "server/http_server.h"
 
@@ -44,7 +46,10 @@ struct ServeOptions {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;
+  std::vector<std::string> api_keys;  // --api-key, repeatable
+  std::string api_key_file;           // one key per line
+  bool metrics_public = false;
+  long long max_queue = 0;
   int ctx_size = 0;
   int max_num_seqs = 8;
   int max_num_batched_tokens = 512;
@@ -60,6 +65,8 @@ struct ServeOptions {
   int spec_window = 5;
   std::string spec_tree = "off";  // --spec-tree on|off
   std::string control_redis;
+  std::string redis_password_file;
+  std::string redis_user;
   int threads = 0;
   bool mmap = false;
   long long max_body_bytes = 1 << 20;
@@ -90,6 +97,53 @@ void check_options(const ServeOptions& o) {
   check_int_in("-t/--threads", o.threads, 0, kMaxThreads);
   check_int_in("--max-body-bytes", o.max_body_bytes, 1024, 1LL << 30);
   check_int_in("--http-threads", o.http_threads, 2, 4096);
+  check_int_in("--max-queue", o.max_queue, 0, 1LL << 30);
+  if (o.control_redis.empty() && (!o.redis_password_file.empty() || !o.redis_user.empty()))
+    throw CliError(std::string(o.redis_user.empty() ? "--redis-password-file" : "--redis-user") +
+                   " is for --control-redis, which is not given");
+}
+
+// A non-empty environment variable, or "".
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// The API keys: every --api-key, or the lines of --api-key-file, or else $FLASHDLLM_API_KEY
+// (a key in a file or the environment stays out of `ps`, unlike --api-key).
+server::ApiKeys api_keys(const ServeOptions& o) {
+  std::vector<std::string> keys = o.api_keys;
+  std::string origin = "--api-key";
+  try {
+    if (!o.api_key_file.empty()) {
+      origin = "--api-key-file " + o.api_key_file;
+      keys = server::parse_key_lines(read_text_file("--api-key-file", o.api_key_file));
+    } else if (keys.empty()) {
+      origin = "FLASHDLLM_API_KEY";
+      if (std::string env = env_or_empty("FLASHDLLM_API_KEY"); !env.empty()) keys.push_back(std::move(env));
+    }
+    return server::ApiKeys(std::move(keys));
+  } catch (const std::invalid_argument& e) {
+    throw CliError(origin + ": " + e.what());
+  }
+}
+
+// Redis AUTH for --control-redis: --redis-password-file (its first line) and --redis-user,
+// else $FLASHDLLM_REDIS_PASSWORD and $FLASHDLLM_REDIS_USER; no password = no AUTH.
+void redis_auth(const ServeOptions& o, control::RedisControl::Options& ro) {
+  if (!o.redis_password_file.empty()) {
+    try {
+      ro.password = server::parse_key_lines(read_text_file("--redis-password-file", o.redis_password_file)).front();
+    } catch (const std::invalid_argument& e) {
+      throw CliError("--redis-password-file " + o.redis_password_file + ": " + e.what());
+    }
+  } else {
+    ro.password = env_or_empty("FLASHDLLM_REDIS_PASSWORD");
+  }
+  ro.user = !o.redis_user.empty() ? o.redis_user : env_or_empty("FLASHDLLM_REDIS_USER");
+  if (!ro.user.empty() && ro.password.empty())
+    throw CliError("Redis user '" + ro.user +
+                   "' has no password: give --redis-password-file or FLASHDLLM_REDIS_PASSWORD");
 }
 
 // --chat-template / --chat-template-file: a built-in format's name, Jinja text itself (as vLLM
@@ -164,8 +218,11 @@ EngineOptions engine_options(const ServeOptions& o) {
 void run_serve(const ServeOptions& o) {
   check_options(o);
   std::optional<server::ChatRenderer> explicit_chat = explicit_chat_template(o);
+  server::ApiKeys keys = api_keys(o);
   // Logs go to stderr: stdout stays free for whatever a supervisor wants to pipe.
   spdlog::set_default_logger(spdlog::stderr_color_mt("flashdllm-serve"));
+  if (const std::string warning = server::exposure_warning(o.host, !keys.empty()); !warning.empty())
+    spdlog::warn("{}", warning);
 
   // Block the shutdown signals before any thread exists, so every thread inherits the mask
   // and only the waiter below receives them (no async-signal-safety concerns).
@@ -181,12 +238,14 @@ void run_serve(const ServeOptions& o) {
   ::signal(SIGPIPE, SIG_IGN);  // a vanished client must never kill the server
 
   std::optional<control::RedisUrl> redis_url;
+  control::RedisControl::Options redis_options;
   if (!o.control_redis.empty()) {
     try {
       redis_url = control::parse_redis_url(o.control_redis);
     } catch (const std::invalid_argument& e) {
       throw CliError(std::string("--control-redis: ") + e.what());
     }
+    redis_auth(o, redis_options);
   }
 
   const auto path = resolve_model_path(o.model);
@@ -216,13 +275,15 @@ void run_serve(const ServeOptions& o) {
         engine.reset_breaker(c.breaker);
       }
       spdlog::info("breaker '{}' {} via Redis control", c.breaker, c.action);
-    });
+    }, redis_options);
   }
 
   server::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
-  so.api_key = o.api_key;
+  so.api_keys = std::move(keys);
+  so.metrics_public = o.metrics_public;
+  so.max_queue = o.max_queue;
   so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
   so.chat = pick_chat_template(std::move(explicit_chat), *loaded.model);
   so.sampling_defaults = with_model_defaults(SamplingParams{}, model_sampling_defaults(loaded.model->gguf()));
@@ -283,7 +344,17 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model directory (default: $FLASHDLLM_MODEL or stories260K)");
   cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0 = any free port, printed on stderr)")->capture_default_str();
-  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");
+  auto* api_key = cmd->add_option("--api-key", o->api_keys,
+                                  "Require 'Authorization: Bearer KEY' on every route but /health (repeatable: one "
+                                  "key per tenant; visible in ps, prefer --api-key-file or FLASHDLLM_API_KEY)")
+                       ->expected(1)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--api-key-file", o->api_key_file, "API keys, one per line (instead of --api-key)")
+      ->excludes(api_key);
+  cmd->add_flag("--metrics-public", o->metrics_public, "Serve /metrics without the API key (for scrapers)");
+  cmd->add_option("--max-queue", o->max_queue,
+                  "Waiting requests beyond which new ones get 429 with Retry-After (0 = unbounded)")
+      ->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->ctx_size, "Context per request in tokens (0 = min(model context, 4096))")
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")->capture_default_str();
@@ -309,6 +380,9 @@ void add_serve_command(CLI::App& app) {
   add_spec_tree_flag(cmd, o->spec_tree);
   cmd->add_option("--control-redis", o->control_redis,
                   "Breaker commands from Redis Pub/Sub, e.g. redis://127.0.0.1:6379/flashdllm-control");
+  cmd->add_option("--redis-password-file", o->redis_password_file,
+                  "Redis AUTH password: the file's first line (default: $FLASHDLLM_REDIS_PASSWORD)");
+  cmd->add_option("--redis-user", o->redis_user, "Redis AUTH user, for ACLs (default: $FLASHDLLM_REDIS_USER)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0 = all cores)")->capture_default_str();
   add_mmap_flag(cmd, o->mmap);
   add_kv_tier_flags(cmd, o->kv);

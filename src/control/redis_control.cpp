@@ -209,8 +209,17 @@ std::unique_ptr<RedisControl::Session> RedisControl::connect_and_subscribe(std::
   // Keepalive detects a peer that vanished without closing (network partition, host crash).
   redisEnableKeepAlive(s->ctx);
 
-  if (redisAppendCommand(s->ctx, "SUBSCRIBE %b", url_.channel.data(), url_.channel.size()) !=
-      REDIS_OK) {
+  // AUTH (when configured) and SUBSCRIBE go out together; their replies come back in order.
+  const bool auth = !options_.password.empty();
+  const std::string& user = options_.user;
+  const std::string& password = options_.password;
+  const int auth_rc = !auth ? REDIS_OK
+                      : user.empty()
+                          ? redisAppendCommand(s->ctx, "AUTH %b", password.data(), password.size())
+                          : redisAppendCommand(s->ctx, "AUTH %b %b", user.data(), user.size(), password.data(),
+                                               password.size());
+  if (auth_rc != REDIS_OK ||
+      redisAppendCommand(s->ctx, "SUBSCRIBE %b", url_.channel.data(), url_.channel.size()) != REDIS_OK) {
     error = std::string("SUBSCRIBE: ") + s->ctx->errstr;
     return nullptr;
   }
@@ -226,11 +235,24 @@ std::unique_ptr<RedisControl::Session> RedisControl::connect_and_subscribe(std::
     }
   }
   ReplyPtr reply;
+  if (auth) {
+    w = read_reply(s->ctx, deadline, stop, reply, error);
+    if (w == 0) error = fmt::format("no reply to AUTH within {} s", options_.connect_timeout_s);
+    if (w != 1) return nullptr;
+    if (reply->type == REDIS_REPLY_ERROR) {  // WRONGPASS, or AUTH without requirepass
+      error = "AUTH" + (user.empty() ? std::string() : " as user '" + user + "'") +
+              " refused: " + std::string(reply->str, reply->len);
+      return nullptr;
+    }
+  }
   w = read_reply(s->ctx, deadline, stop, reply, error);
   if (w == 0) error = fmt::format("no reply to SUBSCRIBE within {} s", options_.connect_timeout_s);
   if (w != 1) return nullptr;
   if (reply->type == REDIS_REPLY_ERROR) {
-    error = "SUBSCRIBE refused: " + std::string(reply->str, reply->len);
+    const std::string what(reply->str, reply->len);
+    error = "SUBSCRIBE refused: " + what;
+    if (what.starts_with("NOAUTH"))
+      error += " (the server wants a password: --redis-password-file or FLASHDLLM_REDIS_PASSWORD)";
     return nullptr;
   }
   if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||

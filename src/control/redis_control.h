@@ -42,6 +42,10 @@ class RedisControl {
     double initial_backoff_s = 0.1;  ///< seconds before the first reconnect attempt
     double max_backoff_s = 5.0;      ///< seconds; cap of the doubling backoff
     double connect_timeout_s = 1.0;  ///< seconds; TCP connect timeout per attempt
+    /// Sent as `AUTH [user] password` after every connect when the password is non-empty;
+    /// a refused AUTH is a connection error (logged, retried with the backoff).
+    std::string user;
+    std::string password;
   };
 
   /// Starts the background thread (connect, SUBSCRIBE url.channel, dispatch). Throws

@@ -1,7 +1,6 @@
 #include "server/generation_handler.h"
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -19,8 +18,6 @@
 #include "server/tool_call_parser.h"
 #include "server/tool_choice.h"
 #include "tokenizer/utf8.h"
-
-#include <xxhash.h>
 
 namespace fdl::server {
 namespace {
@@ -47,7 +44,7 @@ struct Prepared {
   GenerationParams params;
   std::vector<int32_t> prompt_ids;
   std::vector<std::string> extra_stops;  // the chat template's end marker, if text
-  std::string cache_scope;               // prefix-cache scope (cache_scope_for)
+  std::string cache_scope;               // prefix-cache scope (ApiKeys::cache_scope)
   std::string echo;                      // completions with `echo`: the prompt's text, sent first
   ToolCallPlan tools;                    // chat: how replies are read for tool calls
 };
@@ -128,10 +125,38 @@ Submitted submit_all(ServerContext& ctx, const Prepared& p, Clock::time_point ar
   return s;
 }
 
+// How long a client refused for a full queue is asked to wait. The queue drains as fast as
+// requests finish, which the server cannot foresee; a second lets it shrink without clients
+// hammering it (the openai client backs off further on its own).
+constexpr int kRetryAfterSeconds = 1;
+
+// 429 for --max-queue: OpenAI's shape and code for a rate limit, with Retry-After.
+ApiError queue_full(int64_t max_waiting) {
+  ApiError e(429,
+             "the server is busy: " + std::to_string(max_waiting) +
+                 " requests are already waiting (--max-queue); retry after " +
+                 std::to_string(kRetryAfterSeconds) + " s",
+             "", "rate_limit_error", "rate_limit_exceeded");
+  e.with_header("Retry-After", std::to_string(kRetryAfterSeconds));
+  return e;
+}
+
+// submit_all, or 429 when --max-queue requests are already waiting. The reservation ends on
+// return: from then on the engine's waiting count holds these requests.
+Submitted submit_within_queue(ServerContext& ctx, const Prepared& p, Clock::time_point arrived) {
+  const std::optional<QueueLimit::Reservation> admitted =
+      ctx.queue.admit(p.params.n, [&ctx] { return ctx.engine.metrics().waiting; });
+  if (!admitted) {
+    ctx.metrics->count_rejected("queue_full");
+    throw queue_full(ctx.queue.max_waiting());
+  }
+  return submit_all(ctx, p, arrived);
+}
+
 // The error a choice that ended without "stop"/"length" turns into.
 ApiError choice_failure(const RequestOutput& out) {
   if (out.finish_reason == "error") {
-    return ApiError(500, "generation failed: " + out.error, "", "server_error");
+    return internal_error("generation failed: " + out.error);
   }
   return ApiError(503, "the request was aborted (the server is shutting down)", "", "server_error");
 }
@@ -336,15 +361,6 @@ void respond_stream(ServerContext& ctx, Prepared p, Submitted s, httplib::Respon
 
 }  // namespace
 
-std::string cache_scope_for(const std::string& authorization) {
-  if (authorization.empty()) return {};
-  const XXH128_hash_t h = XXH3_128bits(authorization.data(), authorization.size());
-  char hex[33];
-  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                static_cast<unsigned long long>(h.low64));
-  return hex;
-}
-
 void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint, const std::string& cache_scope,
                        httplib::Response& res, const nlohmann::ordered_json* ordered) {
   const auto arrived = Clock::now();
@@ -354,12 +370,12 @@ void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint, 
   Prepared p = prepare(ctx, body, endpoint, ordered);
   p.cache_scope = cache_scope;
   if (p.params.stream) {
-    Submitted s = submit_all(ctx, p, arrived);
+    Submitted s = submit_within_queue(ctx, p, arrived);
     respond_stream(ctx, std::move(p), std::move(s), res);
     return;
   }
   ActiveGuard guard(ctx.active);
-  Submitted s = submit_all(ctx, p, arrived);
+  Submitted s = submit_within_queue(ctx, p, arrived);
   respond_whole(ctx, p, std::move(s), res);
 }
 

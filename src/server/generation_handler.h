@@ -19,17 +19,13 @@
 
 namespace fdl::server {
 
-/// `cache_scope` keys the request's prefix-cache sharing (cache_scope_for below): requests
-/// share KV blocks only with requests of the same scope.
+/// `cache_scope` keys the request's prefix-cache sharing (ApiKeys::cache_scope: the key the
+/// request authenticated with): requests share KV blocks only with requests of the same scope.
 /// `ordered`: the same body parsed keeping key order (chat tools and tool calls reach the
 /// template as the client wrote them), or null.
 void handle_generation(ServerContext& ctx, const nlohmann::json& body, Endpoint endpoint,
                        const std::string& cache_scope, httplib::Response& res,
                        const nlohmann::ordered_json* ordered = nullptr);
 
-/// The prefix-cache scope of a request: a hash of its `Authorization` header value (empty
-/// when there is none), so tenants with different API keys never share KV, while the key
-/// itself is not kept in the cache.
-std::string cache_scope_for(const std::string& authorization);
 
 }  // namespace fdl::server

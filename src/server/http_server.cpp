@@ -43,16 +43,15 @@ void send_json(httplib::Response& res, int status, const json& body) {
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_body(e)); }
-
-// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
+void send_error(httplib::Response& res, const ApiError& e) {
+  for (const auto& [name, value] : e.headers()) res.set_header(name, value);
+  send_json(res, e.status(), error_body(e));
 }
 
-bool needs_auth(const std::string& path) {
+// With API keys, what needs one: everything served but the /health probe (and /metrics when
+// the operator made it public for a scraper without credentials).
+bool needs_auth(const std::string& path, bool metrics_public) {
+  if (path == "/metrics") return !metrics_public;
   return path.rfind("/v1/", 0) == 0 || path == "/v1" || path.rfind("/admin/", 0) == 0 || path == "/tokenize" ||
          path == "/detokenize" || path == "/apply-template";
 }
@@ -104,8 +103,7 @@ struct HttpServer::Impl {
     } catch (const ApiError& e) {
       send_error(res, e);
     } catch (const std::exception& e) {
-      spdlog::error("request failed: {}", e.what());
-      send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+      send_error(res, internal_error(std::string("request failed: ") + e.what()));
     }
   }
 
@@ -117,7 +115,8 @@ struct HttpServer::Impl {
           // Key order matters for tools (templates print them) and schemas (properties come out
           // in the schema's order).
           const nlohmann::ordered_json ordered = parse_body_ordered(req);
-          handle_generation(ctx, body, ep, cache_scope_for(req.get_header_value("Authorization")), res, &ordered);
+          handle_generation(ctx, body, ep, ctx.options.api_keys.cache_scope(req.get_header_value("Authorization")),
+                            res, &ordered);
         });
       };
     };
@@ -204,11 +203,11 @@ struct HttpServer::Impl {
           return httplib::Server::HandlerResponse::Handled;
         }
       }
-      if (ctx.options.api_key.empty() || !needs_auth(req.path)) {
+      if (ctx.options.api_keys.empty() || !needs_auth(req.path, ctx.options.metrics_public)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }
       const std::string given = req.get_header_value("Authorization");
-      if (same_secret(given, "Bearer " + ctx.options.api_key)) {
+      if (ctx.options.api_keys.match(given)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }
       send_error(res, ApiError(401,
@@ -253,8 +252,7 @@ struct HttpServer::Impl {
         what = e.what();
       } catch (...) {
       }
-      spdlog::error("unhandled exception in a request: {}", what);
-      send_json(res, 500, error_body("internal error: " + what, "server_error"));
+      send_error(res, internal_error("unhandled exception in a request: " + what));
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
       ctx.metrics->count_response(res.status);

@@ -1,9 +1,10 @@
 // http_server.h — the OpenAI-compatible HTTP front end over an Engine (cpp-httplib).
 //
 // Routes (docs/SERVER.md): POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-// GET /v1/models/{id}, GET /health, GET /metrics, GET and POST /admin/breakers.
-// With an API key, /v1/* and /admin/* need `Authorization: Bearer KEY` (401 otherwise);
-// /health and /metrics stay open for probes and scrapers.
+// GET /v1/models/{id}, POST /tokenize, /detokenize and /apply-template, GET /health,
+// GET /metrics, GET and POST /admin/breakers.
+// With API keys, every route but /health needs `Authorization: Bearer KEY` with one of them
+// (401 otherwise); /metrics too unless `metrics_public`. /health stays open for probes.
 //
 // Lifecycle: construct → bind() (returns the port; port 0 picks a free one) → run() blocks
 // serving until stop(). Graceful shutdown is begin_drain() (generation requests get 503 and
@@ -18,16 +19,20 @@
 // blocks. A non-streaming request runs to completion even if its client has gone (bounded by
 // max_tokens and the context).
 // Errors: every client error is a 4xx with an OpenAI error body; nothing a client sends can
-// end the process. bind() throws std::runtime_error when the address cannot be bound.
+// end the process. A failure inside the server is a 500 that names only a request id, its
+// text is logged under that id (internal_error). bind() throws std::runtime_error when the
+// address cannot be bound.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "flashdllm/engine.h"
 #include "flashdllm/sampling.h"
+#include "server/api_keys.h"
 #include "server/chat_renderer.h"
 
 namespace fdl::server {
@@ -35,7 +40,9 @@ namespace fdl::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      ///< 0 = any free port (bind() returns it)
-  std::string api_key;                  ///< "" = no authentication
+  ApiKeys api_keys;                      ///< none = no authentication
+  bool metrics_public = false;          ///< /metrics open even with API keys
+  int64_t max_queue = 0;                ///< waiting requests before 429; 0 = unbounded
   std::string served_model_name;        ///< the `model` reported and listed
   std::optional<ChatRenderer> chat;     ///< nullopt = chat requests are refused
   /// Sampling values for fields a request leaves out: OpenAI's defaults, with the model's

@@ -1,6 +1,10 @@
 #include "server/openai_error.h"
 
+#include "server/response_json.h"
+
 #include <utility>
+
+#include <spdlog/spdlog.h>
 
 namespace fdl::server {
 
@@ -14,6 +18,14 @@ ApiError::ApiError(int status, const std::string& message, std::string param, st
 
 ApiError invalid_param(const std::string& param, const std::string& message) {
   return ApiError(400, message, param);
+}
+
+ApiError internal_error(const std::string& detail) {
+  const std::string id = new_response_id("");
+  spdlog::error("internal error (request id {}): {}", id, detail);
+  ApiError e(500, "internal error (request id " + id + ")", "", "server_error");
+  e.with_header("X-Request-Id", id);
+  return e;
 }
 
 nlohmann::json error_body(const std::string& message, const std::string& type,

@@ -10,6 +10,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,13 +29,26 @@ class ApiError : public std::runtime_error {
   const std::string& param() const { return param_; }
   const std::string& type() const { return type_; }
   const std::string& code() const { return code_; }
+  /// Response headers the error comes with (X-Request-Id, Retry-After).
+  const std::vector<std::pair<std::string, std::string>>& headers() const { return headers_; }
+  ApiError& with_header(std::string name, std::string value) {
+    headers_.emplace_back(std::move(name), std::move(value));
+    return *this;
+  }
 
  private:
   int status_;
   std::string param_;
   std::string type_;
   std::string code_;
+  std::vector<std::pair<std::string, std::string>> headers_;
 };
+
+/// A 500 for a failure inside the server. Its text (`detail`: an exception's what(), an
+/// engine error) may name files, addresses or internals that are no client's business, so
+/// the client gets only "internal error (request id ID)" and an `X-Request-Id: ID` header,
+/// while the log gets `detail` under the same id for whoever debugs it.
+ApiError internal_error(const std::string& detail);
 
 /// 400 invalid_request_error naming `param`.
 ApiError invalid_param(const std::string& param, const std::string& message);

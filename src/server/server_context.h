@@ -12,13 +12,15 @@
 #include "flashdllm/engine.h"
 #include "grammar/grammar_cache.h"
 #include "server/http_server.h"
+#include "server/queue_limit.h"
 #include "server/server_metrics.h"
 
 namespace fdl::server {
 
 struct ServerContext {
   ServerContext(Engine& e, ServerOptions o)
-      : engine(e), options(std::move(o)), metrics(std::make_shared<ServerMetrics>()) {}
+      : engine(e), options(std::move(o)), metrics(std::make_shared<ServerMetrics>()),
+        queue(options.max_queue) {}
 
   Engine& engine;
   const ServerOptions options;
@@ -27,6 +29,7 @@ struct ServerContext {
   std::shared_ptr<ServerMetrics> metrics;
   /// Compiled output grammars (response_format, grammar, tools), shared by equal requests.
   grammar::GrammarCache grammars;
+  QueueLimit queue;  ///< --max-queue
   std::atomic<bool> draining{false};
   std::atomic<size_t> active{0};  ///< generation requests in flight (see ActiveGuard)
   const int64_t started_unix =

@@ -22,7 +22,9 @@ ServerMetrics::ServerMetrics()
                                  metrics::latency_buckets_ms())),
       e2e_(registry_.histogram("flashdllm_e2e_request_latency_ms",
                                "Time from HTTP request arrival to the request's last output (ms)",
-                               metrics::latency_buckets_ms())) {}
+                               metrics::latency_buckets_ms())) {
+  count_rejected_by("queue_full", 0);  // listed from the start, so a scraper sees it at 0
+}
 
 void ServerMetrics::observe_finished(const RequestOutput& out, double e2e_ms) {
   registry_
@@ -40,6 +42,15 @@ void ServerMetrics::count_response(int status) {
       .counter("flashdllm_http_responses_total", "HTTP responses sent, by status code",
                {{"code", std::to_string(status)}})
       .inc();
+}
+
+void ServerMetrics::count_rejected(const std::string& reason) { count_rejected_by(reason, 1); }
+
+void ServerMetrics::count_rejected_by(const std::string& reason, double n) {
+  registry_
+      .counter("flashdllm_requests_rejected_total", "Generation requests refused before reaching the engine, by reason",
+               {{"reason", reason}})
+      .inc(n);
 }
 
 std::string ServerMetrics::render(const EngineMetrics& m, const std::vector<BreakerState>& breakers) {

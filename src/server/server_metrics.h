@@ -32,11 +32,15 @@ class ServerMetrics {
   void observe_finished(const RequestOutput& final_output, double e2e_ms);
   /// One HTTP response sent with `status`.
   void count_response(int status);
+  /// One generation request refused before reaching the engine, by `reason` ("queue_full").
+  void count_rejected(const std::string& reason);
 
   /// Refreshes the engine-derived series and renders everything.
   std::string render(const EngineMetrics& engine, const std::vector<BreakerState>& breakers);
 
  private:
+  void count_rejected_by(const std::string& reason, double n);
+
   metrics::Registry registry_;
   metrics::Histogram& ttft_;
   metrics::Histogram& itl_;

@@ -63,10 +63,11 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   return pred();
 }
 
-// A redis-server child process on 127.0.0.1:port; killed in the destructor.
+// A redis-server child process on 127.0.0.1:port; killed in the destructor. With a
+// `password` it runs with --requirepass, and this object's own clients send AUTH first.
 class RedisServer {
  public:
-  explicit RedisServer(int port) : port_(port) {}
+  explicit RedisServer(int port, std::string password = {}) : port_(port), password_(std::move(password)) {}
   ~RedisServer() { stop(); }
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -77,6 +78,7 @@ class RedisServer {
     std::vector<std::string> args = {kRedisServer, "--port", port, "--bind", "127.0.0.1",
                                      "--save", "", "--appendonly", "no", "--daemonize", "no",
                                      "--loglevel", "warning"};
+    if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -118,7 +120,7 @@ class RedisServer {
     timeval tv{0, 200000};
     redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
     bool ok = false;
-    if (c != nullptr && c->err == 0) {
+    if (c != nullptr && c->err == 0 && authenticate(c)) {
       auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
       ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
       if (r != nullptr) freeReplyObject(r);
@@ -131,7 +133,7 @@ class RedisServer {
   long long publish(const std::string& channel, const std::string& payload) const {
     timeval tv{1, 0};
     redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
-    if (c == nullptr || c->err != 0) {
+    if (c == nullptr || c->err != 0 || !authenticate(c)) {
       if (c != nullptr) redisFree(c);
       ADD_FAILURE() << "cannot connect to publish";
       return -1;
@@ -148,7 +150,16 @@ class RedisServer {
   int port() const { return port_; }
 
  private:
+  bool authenticate(redisContext* c) const {
+    if (password_.empty()) return true;
+    auto* r = static_cast<redisReply*>(redisCommand(c, "AUTH %b", password_.data(), password_.size()));
+    const bool ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
+    if (r != nullptr) freeReplyObject(r);
+    return ok;
+  }
+
   int port_;
+  std::string password_;
   pid_t pid_ = -1;
 };
 
@@ -283,6 +294,52 @@ TEST_F(RedisControlTest, SurvivesRedisRestartAndWarnsOncePerOutage) {
   }
   EXPECT_EQ(unavailable, 1) << "one warning per outage, not one per retry";
   EXPECT_EQ(reconnected, 1);
+}
+
+TEST(RedisControlAuth, PasswordIsSentAfterEveryConnectAndRefusalsAreClear) {
+  if (::access(kRedisServer, X_OK) != 0) GTEST_SKIP() << kRedisServer << " not installed";
+  RedisServer server(free_port(), "s3cret-pass");
+  std::string why;
+  ASSERT_TRUE(server.start(why)) << why;
+  RedisControl::Options with = fast_options();
+  with.password = "s3cret-pass";
+  {
+    Recorder rec;
+    RedisControl ctl(url_for(server.port()), rec.handler(), with);
+    ASSERT_TRUE(wait_until([&] { return ctl.status().connected; }, 5s)) << ctl.status().last_error;
+    server.publish("flashdllm-control-test", R"({"breaker":"disk_offload","action":"trip"})");
+    ASSERT_TRUE(wait_until([&] { return ctl.status().applied == 1; }, 5s));
+    // A restarted server needs AUTH again: the reconnect sends it.
+    server.stop();
+    ASSERT_TRUE(wait_until([&] { return !ctl.status().connected; }, 3s));
+    ASSERT_TRUE(server.start(why)) << why;
+    ASSERT_TRUE(wait_until([&] { return ctl.status().connected; }, 5s)) << ctl.status().last_error;
+    EXPECT_EQ(ctl.status().reconnects, 1);
+    server.publish("flashdllm-control-test", R"({"breaker":"disk_offload","action":"reset"})");
+    ASSERT_TRUE(wait_until([&] { return ctl.status().applied == 2; }, 5s));
+  }
+  // With a user (Redis 6 ACLs: "default" is the requirepass user).
+  RedisControl::Options as_user = with;
+  as_user.user = "default";
+  {
+    Recorder rec;
+    RedisControl ctl(url_for(server.port()), rec.handler(), as_user);
+    ASSERT_TRUE(wait_until([&] { return ctl.status().connected; }, 5s)) << ctl.status().last_error;
+  }
+  // Without the password, or with a wrong one: never subscribed, and the error says why.
+  RedisControl::Options wrong = fast_options();
+  wrong.password = "nope";
+  for (const auto& [options, expected] : {std::pair{fast_options(), std::string("NOAUTH")},
+                                          std::pair{wrong, std::string("AUTH refused: WRONGPASS")}}) {
+    Recorder rec;
+    RedisControl ctl(url_for(server.port()), rec.handler(), options);
+    ASSERT_TRUE(wait_until([&] { return ctl.status().last_error.find(expected) != std::string::npos; }, 5s))
+        << ctl.status().last_error;
+    EXPECT_FALSE(ctl.status().connected);
+    EXPECT_EQ(ctl.status().last_error.find('\n'), std::string::npos);  // one line
+    EXPECT_EQ(ctl.status().last_error.find("nope"), std::string::npos);  // no password in it
+    EXPECT_EQ(server.publish("flashdllm-control-test", R"({"breaker":"disk_offload","action":"trip"})"), 0);
+  }
 }
 
 TEST_F(RedisControlTest, StartsWhileRedisIsDownAndConnectsLater) {

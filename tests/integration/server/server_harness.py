@@ -24,6 +24,27 @@ os.environ["NO_PROXY"] = "127.0.0.1,localhost"
 os.environ["no_proxy"] = "127.0.0.1,localhost"
 
 
+def child_env(changes: dict | None) -> dict:
+    """This environment with `changes` applied (None removes a variable); the variables that
+    configure secrets are removed unless `changes` sets them, so a developer's shell cannot
+    change what a test sees."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FLASHDLLM_API_KEY", "FLASHDLLM_REDIS_PASSWORD", "FLASHDLLM_REDIS_USER")}
+    for k, v in (changes or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def run_serve(*args: str, env: dict | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """`flashdllm serve ARGS` for a command that must fail before listening."""
+    return subprocess.run([flashdllm_bin(), "serve", "-m", model_path(STORIES), "--port", "0", "-t", "1", *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                          env=child_env(env))
+
+
 def flashdllm_bin() -> str:
     return os.environ.get("FLASHDLLM_BIN") or str(ROOT / "build" / "bin" / "flashdllm")
 
@@ -40,10 +61,12 @@ CODELM = "codelm-16m-f16.gguf"
 class Server:
     """One `flashdllm serve` child process. Use as a context manager."""
 
-    def __init__(self, *args: str, model: str = STORIES, start_timeout: float = 60.0):
+    def __init__(self, *args: str, model: str = STORIES, start_timeout: float = 60.0, env: dict | None = None):
+        """`env`: variables added to (or, with None values, removed from) the environment."""
         cmd = [flashdllm_bin(), "serve", "-m", model_path(model), "--port", "0", "-t", "1", *args]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, errors="replace")
+                                     stderr=subprocess.PIPE, text=True, errors="replace",
+                                     env=child_env(env))
         self.stderr_lines: list[str] = []
         self.port = None
         deadline = time.monotonic() + start_timeout
@@ -131,9 +154,9 @@ class Server:
             events.append(payload if payload == "[DONE]" else json.loads(payload))
         return events
 
-    def metrics(self) -> dict:
+    def metrics(self, headers=None) -> dict:
         """GET /metrics parsed into {'name{labels}': value}."""
-        status, _, data = self.request("GET", "/metrics")
+        status, _, data = self.request("GET", "/metrics", headers=headers)
         assert status == 200
         out = {}
         for line in data.decode().splitlines():
@@ -187,14 +210,23 @@ def completion_text(events: list) -> dict:
     return texts
 
 
-def redis_command(port: int, *args: str) -> bytes:
-    """One RESP command to a local redis-server; returns the raw reply."""
+def resp(*args: str) -> bytes:
+    """One command in the Redis protocol."""
     msg = f"*{len(args)}\r\n".encode()
     for a in args:
         b = a.encode()
         msg += b"$" + str(len(b)).encode() + b"\r\n" + b + b"\r\n"
+    return msg
+
+
+def redis_command(port: int, *args: str, password: str | None = None) -> bytes:
+    """One RESP command to a local redis-server (after AUTH when `password` is given);
+    returns the raw reply."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(msg)
+        if password is not None:
+            s.sendall(resp("AUTH", password))
+            assert s.recv(4096).startswith(b"+OK"), "AUTH failed"
+        s.sendall(resp(*args))
         return s.recv(4096)
 
 

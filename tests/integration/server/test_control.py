@@ -1,14 +1,16 @@
 """Breakers at run time: /admin/breakers (and API-key auth on /v1/* and /admin/*), and the
 Redis Pub/Sub control channel through a real redis-server started here on loopback."""
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 
 import openai
 
-from server_harness import Server, free_port, redis_command
+from server_harness import Server, free_port, redis_command, run_serve
 
 
 def breaker(server, name, headers=None):
@@ -36,9 +38,10 @@ class AdminBreakers(unittest.TestCase):
                                               headers=auth)[0], 401, path)
             with self.assertRaises(openai.AuthenticationError):
                 s.openai(api_key="wrong").completions.create(model="m", prompt="Hi", max_tokens=2)
-            # Probes stay open.
+            # The probe stays open; /metrics needs the key (--metrics-public opens it).
             self.assertEqual(s.request("GET", "/health")[0], 200)
-            self.assertEqual(s.request("GET", "/metrics")[0], 200)
+            self.assertEqual(s.request("GET", "/metrics")[0], 401)
+            self.assertEqual(s.request("GET", "/metrics", headers=auth)[0], 200)
             # The right key works for the API.
             r = s.openai(api_key=key).completions.create(model="m", prompt="Hi", max_tokens=2)
             self.assertEqual(len(r.choices), 1)
@@ -52,13 +55,13 @@ class AdminBreakers(unittest.TestCase):
                 b = breaker(s, name, auth)
                 self.assertTrue(b["open"])
                 self.assertEqual(b["reason"], "manual trip: test")  # the same form on both breakers
-                self.assertEqual(s.metrics()[f'flashdllm_breaker_open{{name="{name}"}}'], 1)
+                self.assertEqual(s.metrics(auth)[f'flashdllm_breaker_open{{name="{name}"}}'], 1)
                 # Requests are still served with the breaker open.
                 self.assertEqual(s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2}, auth)[0], 200)
                 status, _, _ = s.request("POST", "/admin/breakers", {"breaker": name, "action": "reset"}, headers=auth)
                 self.assertEqual(status, 200)
                 self.assertFalse(breaker(s, name, auth)["open"])
-                self.assertEqual(s.metrics()[f'flashdllm_breaker_open{{name="{name}"}}'], 0)
+                self.assertEqual(s.metrics(auth)[f'flashdllm_breaker_open{{name="{name}"}}'], 0)
                 # Without a reason the trip says where it came from.
                 s.request("POST", "/admin/breakers", {"breaker": name, "action": "trip"}, headers=auth)
                 self.assertEqual(breaker(s, name, auth)["reason"], "manual trip: via /admin/breakers")
@@ -70,22 +73,41 @@ class AdminBreakers(unittest.TestCase):
                 self.assertIn("error", json.loads(data))
 
 
+def start_redis(port, *args):
+    """redis-server on 127.0.0.1:`port`, answering (PONG or NOAUTH) before this returns."""
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            reply = redis_command(port, "PING")
+            if reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH"):
+                return redis
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            redis.kill()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+
+
+def stop_redis(redis):
+    if redis.poll() is None:
+        redis.kill()
+        redis.wait()
+
+
+def subscribers(port, channel, password=None):
+    """How many clients listen on `channel`."""
+    return int(redis_command(port, "PUBSUB", "NUMSUB", channel, password=password).split(b"\r\n")[-2][1:])
+
+
 @unittest.skipUnless(shutil.which("redis-server"), "redis-server is not installed")
 class RedisControl(unittest.TestCase):
     def test_breakers_follow_redis_and_survive_its_death(self):
         port = free_port()
-        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        redis = start_redis(port)
         try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    if redis_command(port, "PING").startswith(b"+PONG"):
-                        break
-                except OSError:
-                    pass
-                self.assertLess(time.monotonic(), deadline, "redis-server did not start")
-                time.sleep(0.05)
             channel = "flashdllm-control"
             with Server("--control-redis", f"redis://127.0.0.1:{port}/{channel}") as s:
                 # PUBLISH answers with the number of subscribers: wait for the server's one.
@@ -118,9 +140,63 @@ class RedisControl(unittest.TestCase):
                 self.assertEqual(s.request("GET", "/health")[0], 200)
                 self.assertEqual(s.stop(), 0)
         finally:
-            if redis.poll() is None:
-                redis.kill()
-                redis.wait()
+            stop_redis(redis)
+
+    def test_password_from_a_file_or_the_environment(self):
+        port = free_port()
+        password = "redis-s3cret"
+        redis = start_redis(port, "--requirepass", password)
+        channel = "flashdllm-control"
+        url = f"redis://127.0.0.1:{port}/{channel}"
+        fd, path = tempfile.mkstemp(prefix="flashdllm-redis-")
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        try:
+            for args, env in ((("--redis-password-file", path), None),
+                              ((), {"FLASHDLLM_REDIS_PASSWORD": password}),
+                              (("--redis-user", "default", "--redis-password-file", path), None)):
+                with Server("--control-redis", url, *args, env=env) as s:
+                    deadline = time.monotonic() + 10
+                    while subscribers(port, channel, password) != 1:
+                        self.assertLess(time.monotonic(), deadline, ("never subscribed", args, env))
+                        time.sleep(0.05)
+                    redis_command(port, "PUBLISH", channel, json.dumps({"breaker": "speculation", "action": "trip"}),
+                                  password=password)
+                    while not breaker(s, "speculation")["open"]:
+                        self.assertLess(time.monotonic(), deadline, ("command not applied", args, env))
+                        time.sleep(0.02)
+            # Without the password, or with a wrong one: one clear line, and no subscription.
+            for env, needle in ((None, "NOAUTH"), ({"FLASHDLLM_REDIS_PASSWORD": "wrong"}, "AUTH refused: WRONGPASS")):
+                with Server("--control-redis", url, env=env) as s:
+                    deadline = time.monotonic() + 10
+                    while not any(needle in line for line in s.stderr_lines):
+                        self.assertLess(time.monotonic(), deadline, s.stderr_lines)
+                        time.sleep(0.05)
+                    line = next(line for line in s.stderr_lines if needle in line)
+                    self.assertIn(f"127.0.0.1:{port}", line)
+                    self.assertEqual(subscribers(port, channel, password), 0)
+                    self.assertEqual(s.request("GET", "/health")[0], 200)  # serving goes on
+                    self.assertFalse(any(password in line for line in s.stderr_lines))
+        finally:
+            os.unlink(path)
+            stop_redis(redis)
+
+    def test_auth_flags_need_control_redis_and_a_user_needs_a_password(self):
+        one = run_serve("--redis-user", "ops")
+        self.assertEqual(one.returncode, 1, one.stderr)
+        self.assertIn("--control-redis", one.stderr)
+        two = run_serve("--control-redis", "redis://127.0.0.1:1/c", "--redis-user", "ops")
+        self.assertEqual(two.returncode, 1, two.stderr)
+        self.assertIn("no password", two.stderr)
+        three = run_serve("--control-redis", "redis://127.0.0.1:1/c", "--redis-password-file", "/nonexistent/pw")
+        self.assertEqual(three.returncode, 1, three.stderr)
+        self.assertEqual(len(three.stderr.strip().splitlines()), 1, three.stderr)
+        self.assertIn("--redis-password-file", three.stderr)
+        with tempfile.NamedTemporaryFile("w", prefix="flashdllm-redis-") as empty:
+            four = run_serve("--control-redis", "redis://127.0.0.1:1/c", "--redis-password-file", empty.name)
+            self.assertEqual(four.returncode, 1, four.stderr)
+            self.assertEqual(len(four.stderr.strip().splitlines()), 1, four.stderr)
+            self.assertIn("is empty", four.stderr)
 
 
 if __name__ == "__main__":
