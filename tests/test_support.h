@@ -24,6 +24,14 @@ inline std::filesystem::path test_data_dir() {
   if (const char* env = std::getenv("FLASHDLLM_TEST_DATA"); env && *env) return env;
   return std::filesystem::path(FLASHDLLM_SOURCE_DIR) / "tests" / "data";
 }
+/// Fails the test (never skips it) when a test input is missing: a suite that skipped would let
+/// CTest report green with part of it not run. The message says where the file was looked for.
+#define FDL_ASSERT_INPUT(path)                                                             \
+  do {                                                                                     \
+    if (!std::filesystem::exists(path))                                                    \
+      FAIL() << "test input missing: " << (path)                                           \
+             << " (shared data: $FLASHDLLM_SHARED or ../shared beside the checkout)";      \
+  } while (0)
 /// A scratch directory unique to this test binary run, created on demand.
 inline std::filesystem::path scratch_dir() {
   auto p = std::filesystem::temp_directory_path() / ("flashdllm-test-" + std::to_string(::getpid()));

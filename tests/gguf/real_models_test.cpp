@@ -10,7 +10,7 @@ namespace {
 
 TEST(GgufRealModels, Stories260K) {
   const auto path = test::model_path("stories260K.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
+  FDL_ASSERT_INPUT(path);
   GgufFile f = GgufFile::open(path);
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.alignment(), 32u);
@@ -48,7 +48,7 @@ TEST(GgufRealModels, Stories260K) {
 
 TEST(GgufRealModels, Codelm16mF16) {
   const auto path = test::model_path("codelm-16m-f16.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
+  FDL_ASSERT_INPUT(path);
   GgufFile f = GgufFile::open(path);
   EXPECT_EQ(f.get_string("general.architecture"), "llama");
   EXPECT_EQ(f.data_offset(), 269344u);

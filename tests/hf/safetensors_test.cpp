@@ -129,7 +129,7 @@ void write_text(const fs::path& p, const std::string& text) {
 
 TEST(Safetensors, RealModel) {
   const fs::path path = test::model_path("codelm-16m-hf/model.safetensors");
-  if (!fs::exists(path)) GTEST_SKIP() << "missing " << path;
+  FDL_ASSERT_INPUT(path);
   const SafetensorsFile f = SafetensorsFile::open(path);
   EXPECT_EQ(f.path(), path.string());
   ASSERT_EQ(f.tensors().size(), 74u);
@@ -233,7 +233,7 @@ TEST(Safetensors, DtypeBits) {
 // The fuzzer's committed seeds are meant to be valid files: mutations start from accepted input.
 TEST(Safetensors, FuzzSeedsAreValid) {
   const fs::path seeds = fs::path(FLASHDLLM_SOURCE_DIR) / "fuzz" / "corpus-safetensors";
-  if (!fs::exists(seeds)) GTEST_SKIP() << "no " << seeds;
+  FDL_ASSERT_INPUT(seeds);
   int n = 0;
   for (const auto& e : fs::directory_iterator(seeds)) {
     EXPECT_EQ(error_of([&] { SafetensorsFile::open(e.path()); }), "<no error>");

@@ -11,20 +11,16 @@
 #include "cli_runner.h"
 #include "test_support.h"
 
-/// Skip (not fail) when the tool has not been built, with a message saying how to build it.
+/// Fails (never skips) when the tool has not been built, with a message saying how to build it.
 #define FDL_REQUIRE_CLI()                                                                  \
   do {                                                                                     \
     if (!::fdl::test::cli_available())                                                     \
-      GTEST_SKIP() << "CLI not built at " << ::fdl::test::cli_binary()                     \
-                   << " (build the `flashdllm` target)";                                   \
+      FAIL() << "CLI not built at " << ::fdl::test::cli_binary()                           \
+             << " (build the `flashdllm` target)";                                         \
   } while (0)
 
-/// Skip when a shared data file is missing (the data lives outside the repository).
-#define FDL_REQUIRE_FILE(path)                                                             \
-  do {                                                                                     \
-    if (!std::filesystem::exists(path))                                                    \
-      GTEST_SKIP() << "shared data file missing: " << (path);                              \
-  } while (0)
+/// Fails when a shared data file is missing (the data lives outside the repository).
+#define FDL_REQUIRE_FILE(path) FDL_ASSERT_INPUT(path)
 
 namespace fdl::test {
 
