@@ -85,6 +85,14 @@ class Engine {
   /// the reason of the last trip is kept (the metrics say why it last opened).
   void trip_breaker(const std::string& name, const std::string& reason);
   void reset_breaker(const std::string& name);
+  /// Fault injection for soak tests (`flashdllm serve --fault-injection`): "disk_read_eio",
+  /// "disk_write_eio", "disk_write_enospc", "disk_read_short" make the next `count` tier-2
+  /// transfers of that kind fail (the I/O itself runs); "flip_bit" flips one bit in `count`
+  /// offloaded blocks stored in tier 1 or 2 (their checksums then refuse them, and they are
+  /// recomputed). Returns how many faults were armed or applied (flip_bit: 0 when nothing
+  /// is stored). Throws std::invalid_argument for an unknown fault, a count outside 1..1000,
+  /// or a disk fault without a disk tier. Thread-safe (waits for the step in progress).
+  int inject_fault(const std::string& fault, int count);
 
   const EngineOptions& options() const;  ///< resolved (n_ctx, kv_blocks filled in)
   const Tokenizer& tokenizer() const;

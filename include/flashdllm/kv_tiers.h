@@ -244,6 +244,9 @@ class TierManager {
   /// make the next tier-2 write/read fail (fault: "eio", "enospc" or "short").
   void corrupt_for_test(OffloadId id, size_t byte_offset, int bit);
   void inject_disk_fault_for_test(bool on_write, const std::string& fault, int count = 1);
+  /// Test hook: the offloaded blocks whose bytes sit in tier 1 or 2 with no transfer in
+  /// flight (what corrupt_for_test can flip), in id order.
+  std::vector<OffloadId> stored_for_test() const;
 
  private:
   struct Impl;

@@ -49,6 +49,7 @@ struct ServeOptions {
   std::vector<std::string> api_keys;  // --api-key, repeatable
   std::string api_key_file;           // one key per line
   bool metrics_public = false;
+  bool fault_injection = false;
   long long max_queue = 0;
   int ctx_size = 0;
   int max_num_seqs = 8;
@@ -283,6 +284,7 @@ void run_serve(const ServeOptions& o) {
   so.port = o.port;
   so.api_keys = std::move(keys);
   so.metrics_public = o.metrics_public;
+  so.fault_injection = o.fault_injection;
   so.max_queue = o.max_queue;
   so.served_model_name = o.served_model_name.empty() ? path.stem().string() : o.served_model_name;
   so.chat = pick_chat_template(std::move(explicit_chat), *loaded.model);
@@ -352,6 +354,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key-file", o->api_key_file, "API keys, one per line (instead of --api-key)")
       ->excludes(api_key);
   cmd->add_flag("--metrics-public", o->metrics_public, "Serve /metrics without the API key (for scrapers)");
+  cmd->add_flag("--fault-injection", o->fault_injection,
+                "Serve POST /admin/faults, which makes KV-tier transfers fail and flips stored bits (soak tests only)");
   cmd->add_option("--max-queue", o->max_queue,
                   "Waiting requests beyond which new ones get 429 with Retry-After (0 = unbounded)")
       ->capture_default_str();

@@ -351,6 +351,35 @@ void Engine::trip_breaker(const std::string& name, const std::string& reason) {
                                 " or " + kDiskOffload + ")");
 }
 
+int Engine::inject_fault(const std::string& fault, int count) {
+  if (count < 1 || count > 1000) throw std::invalid_argument("fault count must be in 1..1000");
+  Impl& im = *impl_;
+  const auto st = im.lock_state();
+  TierManager* tiers = im.core.tiers.get();
+  if (fault == "flip_bit") {
+    if (tiers == nullptr) return 0;
+    const std::vector<OffloadId> stored = tiers->stored_for_test();
+    // Spread over the stored blocks (newest first: the likeliest to be read back soon), a
+    // different byte each time.
+    int flipped = 0;
+    for (size_t i = 0; i < stored.size() && flipped < count; ++i, ++flipped)
+      tiers->corrupt_for_test(stored[stored.size() - 1 - i], (i * 7) % 64, int(i % 8));
+    return flipped;
+  }
+  const auto disk = [&](bool on_write, const char* kind) {
+    if (tiers == nullptr || !tiers->tier_enabled(BlockTier::Disk))
+      throw std::invalid_argument("fault '" + fault + "' needs an enabled disk tier (--kv-disk-path)");
+    tiers->inject_disk_fault_for_test(on_write, kind, count);
+    return count;
+  };
+  if (fault == "disk_read_eio") return disk(false, "eio");
+  if (fault == "disk_write_eio") return disk(true, "eio");
+  if (fault == "disk_write_enospc") return disk(true, "enospc");
+  if (fault == "disk_read_short") return disk(false, "short");
+  throw std::invalid_argument("unknown fault '" + fault +
+                              "' (expected disk_read_eio, disk_write_eio, disk_write_enospc, disk_read_short or flip_bit)");
+}
+
 void Engine::reset_breaker(const std::string& name) {
   Impl& im = *impl_;
   const auto st = im.lock_state();

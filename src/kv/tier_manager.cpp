@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -991,6 +992,15 @@ void TierManager::corrupt_for_test(OffloadId id, size_t byte_offset, int bit) {
     m.host->bytes(r.slot)[byte_offset] ^= uint8_t(1u << bit);
   else
     m.disk->flip_bit_for_test(r.slot, byte_offset, bit);
+}
+
+std::vector<OffloadId> TierManager::stored_for_test() const {
+  std::vector<OffloadId> ids;
+  for (const auto& [id, r] : impl_->records)
+    if (r.op == Impl::Op::None && !r.outcome && (r.meta.tier == BlockTier::Host || r.meta.tier == BlockTier::Disk))
+      ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 void TierManager::inject_disk_fault_for_test(bool on_write, const std::string& fault, int count) {

@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <httplib.h>
 #include <sys/socket.h>
 
@@ -24,9 +25,10 @@ namespace fdl::server {
 namespace {
 
 // The methods a route of this server takes ("" for a path it does not serve), for 405s.
-std::string allowed_methods(const std::string& path) {
+std::string allowed_methods(const std::string& path, bool fault_injection) {
   if (path == "/v1/completions" || path == "/v1/chat/completions") return "POST";
   if (path == "/admin/breakers") return "GET, POST";
+  if (path == "/admin/faults") return fault_injection ? "POST" : "";
   if (path == "/v1/models" || path == "/health" || path == "/metrics") return "GET";
   if (path.starts_with("/v1/models/") && path.size() > std::string_view("/v1/models/").size()) return "GET";
   return "";
@@ -187,6 +189,28 @@ struct HttpServer::Impl {
         send_json(res, 200, breakers_json(ctx.engine));
       });
     });
+    if (ctx.options.fault_injection) {
+      // {"fault": "disk_read_eio" | ... | "flip_bit", "count": N}: Engine::inject_fault.
+      http.Post("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] {
+          const json body = parse_body(req);
+          if (!body.is_object() || !body.contains("fault") || !body["fault"].is_string())
+            throw ApiError(400, "'fault' must be a string", "fault");
+          if (body.contains("count") && !body["count"].is_number_integer())
+            throw ApiError(400, "'count' must be an integer", "count");
+          const std::string fault = body["fault"].get<std::string>();
+          const int64_t count = body.value("count", int64_t(1));
+          int applied = 0;
+          try {
+            applied = ctx.engine.inject_fault(fault, int(std::clamp<int64_t>(count, -1, 100000)));
+          } catch (const std::invalid_argument& e) {
+            throw ApiError(400, e.what(), "fault");
+          }
+          spdlog::warn("fault '{}' x{} injected via /admin/faults ({} applied)", fault, count, applied);
+          send_json(res, 200, json{{"fault", fault}, {"count", count}, {"applied", applied}});
+        });
+      });
+    }
   }
 
   void hooks() {
@@ -219,11 +243,11 @@ struct HttpServer::Impl {
     // Errors httplib produces itself (404 no route, 413 body too large, 400 bad request
     // line) arrive with an empty body: give them the OpenAI shape too. A known path asked
     // with another method is 405 with the methods it takes (httplib says 404).
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string message;
       if (res.status == 404) {
-        if (const std::string allowed = allowed_methods(req.path); !allowed.empty()) {
+        if (const std::string allowed = allowed_methods(req.path, ctx.options.fault_injection); !allowed.empty()) {
           res.status = 405;
           res.set_header("Allow", allowed);
           message = req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")";

@@ -42,6 +42,7 @@ struct ServerOptions {
   int port = 8080;                      ///< 0 = any free port (bind() returns it)
   ApiKeys api_keys;                      ///< none = no authentication
   bool metrics_public = false;          ///< /metrics open even with API keys
+  bool fault_injection = false;         ///< POST /admin/faults (soak tests; never in production)
   int64_t max_queue = 0;                ///< waiting requests before 429; 0 = unbounded
   std::string served_model_name;        ///< the `model` reported and listed
   std::optional<ChatRenderer> chat;     ///< nullopt = chat requests are refused

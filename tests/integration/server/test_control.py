@@ -19,6 +19,34 @@ def breaker(server, name, headers=None):
     return next(b for b in json.loads(data)["breakers"] if b["name"] == name)
 
 
+class FaultInjection(unittest.TestCase):
+    """POST /admin/faults exists only with --fault-injection and refuses what it cannot do."""
+
+    def test_only_with_the_flag_and_bad_faults_are_refused(self):
+        with Server() as s:
+            self.assertEqual(s.request("POST", "/admin/faults", {"fault": "flip_bit"})[0], 404)
+        disk = tempfile.mkdtemp(prefix="flashdllm-faults-")
+        try:
+            with Server("--fault-injection", "-c", "256", "--kv-host-bytes", "1MiB", "--kv-disk-path", disk,
+                        "--kv-disk-bytes", "1MiB") as s:
+                for body in ({"fault": "melt_cpu"}, {"fault": "flip_bit", "count": 0},
+                             {"fault": "disk_read_eio", "count": 5000}, {"fault": 3}, {"count": 1},
+                             {"fault": "flip_bit", "count": "2"}):
+                    status, _, data = s.request("POST", "/admin/faults", body)
+                    self.assertEqual(status, 400, body)
+                    self.assertIn("message", json.loads(data)["error"])
+                status, _, data = s.request("POST", "/admin/faults", {"fault": "disk_write_eio", "count": 2})
+                self.assertEqual((status, json.loads(data)["applied"]), (200, 2))
+                status, _, data = s.request("POST", "/admin/faults", {"fault": "flip_bit"})
+                self.assertEqual((status, json.loads(data)["applied"]), (200, 0))  # nothing stored yet
+                self.assertEqual(s.request("GET", "/health")[0], 200)
+            # Without a disk tier a disk fault has nothing to act on.
+            with Server("--fault-injection") as s:
+                self.assertEqual(s.request("POST", "/admin/faults", {"fault": "disk_read_eio"})[0], 400)
+        finally:
+            shutil.rmtree(disk, ignore_errors=True)
+
+
 class AdminBreakers(unittest.TestCase):
     def test_trip_and_reset_with_auth(self):
         key = "s3cret"
