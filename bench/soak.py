@@ -30,6 +30,7 @@ Uses the standard library only. Binds to loopback.
 from __future__ import annotations
 
 import argparse
+import atexit
 import http.client
 import json
 import os
@@ -373,12 +374,16 @@ def main() -> int:
     # 2. The soak, with faults.
     disk_dir = args.workdir / "disk"
     disk_fills = small_filesystem(disk_dir, args.disk_fs_mib)
+    if disk_fills:  # unmounted however the run ends (an early exit included)
+        atexit.register(subprocess.run, ["umount", "-l", str(disk_dir)], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
     redis = None
     redis_port = None
     if shutil.which("redis-server"):
         redis_port = free_port()
         redis = Redis(redis_port, args.workdir)
         redis.start()
+        atexit.register(redis.kill)
     port = free_port()
     server = start_server(args, port, disk_dir, redis_port, True)
     start_metrics = metrics(port)
@@ -432,10 +437,6 @@ def main() -> int:
     code = stop_server(server)
     if code not in (None, 0):
         failures.append(f"the server exited with status {code} at shutdown")
-    if redis:
-        redis.kill()
-    if disk_fills:
-        subprocess.run(["umount", str(disk_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     lat = sorted(o.latency_s for o in outcomes if o.kind in ("greedy", "sampled") and o.status == 200)
     summary = {
@@ -453,6 +454,10 @@ def main() -> int:
     print(json.dumps(summary, indent=1), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
+    if redis:
+        redis.kill()
+    if disk_fills:
+        subprocess.run(["umount", str(disk_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not failures:
         shutil.rmtree(args.workdir, ignore_errors=True)
     print("soak: " + ("PASS" if not failures else f"FAIL ({len(failures)} problems; logs in {args.workdir})"))
