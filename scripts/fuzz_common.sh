@@ -3,7 +3,7 @@
 # how libFuzzer is run on them. Source it; it defines functions and FUZZ_TARGETS only.
 
 FUZZ_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-FUZZ_TARGETS=(gguf safetensors hfconfig jinja grammar)
+FUZZ_TARGETS=(gguf safetensors hfconfig jinja grammar request)
 
 # The fuzzer executable of a target.
 fuzz_binary() {
@@ -13,6 +13,7 @@ fuzz_binary() {
     hfconfig) echo hf_config_fuzz ;;
     jinja) echo jinja_fuzz ;;
     grammar) echo grammar_fuzz ;;
+    request) echo request_fuzz ;;
     *) return 1 ;;
   esac
 }
