@@ -6,7 +6,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git python3
       libgtest-dev libgmock-dev libbenchmark-dev
       libpcre2-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
       libcpp-httplib-dev liburing-dev libhiredis-dev libopenblas-dev
-      redis-server python3-venv)
+      redis-server python3-venv
+      clang libclang-rt-dev llvm)  # libFuzzer and the sanitizers' runtimes; llvm-symbolizer for their reports
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,7 +2,8 @@
 # The test job: install dependencies, build, run every CTest suite (labels unit, integration;
 # gpu tests are skipped on machines without a GPU; the module include graph is checked for
 # cycles first), then run the README's CLI quick tour
-# against the build (scripts/check_tour.sh; loopback only, a few seconds).
+# against the build (scripts/check_tour.sh; loopback only, a few seconds), then every fuzz
+# target for a minute (scripts/ci_hardening.sh fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -10,3 +11,4 @@ python3 scripts/check_module_cycles.py  # the modules under src/ include each ot
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 300 "$@"
 BUILD=build bash scripts/check_tour.sh
+scripts/ci_hardening.sh fuzz

@@ -8,6 +8,20 @@
 
 namespace fdl::test {
 
+/// How much slower than an optimized build this one runs: time limits in tests (which catch
+/// work that grows faster than it should, not slow machines) are multiplied by it.
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+inline constexpr double kSlowBuild = 10.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr double kSlowBuild = 10.0;
+#else
+inline constexpr double kSlowBuild = 1.0;
+#endif
+#else
+inline constexpr double kSlowBuild = 1.0;
+#endif
+
 /// The project's shared data folder: $FLASHDLLM_SHARED, else ../shared beside the checkout.
 inline std::filesystem::path shared_dir() {
   if (const char* env = std::getenv("FLASHDLLM_SHARED"); env && *env) return env;

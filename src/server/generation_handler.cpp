@@ -8,16 +8,12 @@
 #include <utility>
 #include <vector>
 
-#include "server/chat_request.h"
-#include "server/completion_request.h"
+#include "server/generation_request.h"
 #include "server/openai_error.h"
 #include "server/request_stream.h"
-#include "server/response_format.h"
 #include "server/response_json.h"
 #include "server/sse.h"
 #include "server/tool_call_parser.h"
-#include "server/tool_choice.h"
-#include "tokenizer/utf8.h"
 
 namespace fdl::server {
 namespace {
@@ -39,56 +35,6 @@ int64_t unix_now() {
       .count();
 }
 
-struct Prepared {
-  Endpoint endpoint;
-  GenerationParams params;
-  std::vector<int32_t> prompt_ids;
-  std::vector<std::string> extra_stops;  // the chat template's end marker, if text
-  std::string cache_scope;               // prefix-cache scope (ApiKeys::cache_scope)
-  std::string echo;                      // completions with `echo`: the prompt's text, sent first
-  ToolCallPlan tools;                    // chat: how replies are read for tool calls
-};
-
-Prepared prepare(ServerContext& ctx, const json& body, Endpoint endpoint, const nlohmann::ordered_json* ordered) {
-  const Tokenizer& tok = ctx.engine.tokenizer();
-  Prepared p{endpoint, {}, {}, {}, {}, {}, {}};
-  const char* prompt_param = "prompt";
-  if (endpoint == Endpoint::Completions) {
-    CompletionRequest r = parse_completion_request(body, tok.n_vocab(), ctx.options.sampling_defaults);
-    p.params = std::move(r.params);
-    // Text is plain text (special-token text stays text); ids are used exactly as sent.
-    p.prompt_ids = r.prompt_text ? encode_prompt(tok, *r.prompt_text, false) : std::move(r.prompt_ids);
-    if (r.echo) p.echo = r.prompt_text ? *r.prompt_text : tok::to_well_formed_utf8(tok.decode(p.prompt_ids));
-  } else {
-    ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults, ordered);  // validated before the config check
-    const ChatRenderer& chat = chat_template_or_400(ctx.options.chat);
-    p.params = std::move(r.params);
-    p.prompt_ids = encode_chat_or_400(chat, tok, r.messages, r.tools);
-    p.extra_stops = chat.stop_strings(tok);
-    p.tools = plan_tool_calls(r.tool_choice, r.tools, chat.tool_call_format(), &ctx.grammars);
-    p.params.grammar = p.tools.grammar;  // required / named: the reply is calls
-    prompt_param = "messages";
-  }
-  // The output constraint; a tool choice that already set one (required / named) excludes it.
-  if (auto g = parse_output_grammar(body, ordered, ctx.grammars)) {
-    if (p.params.grammar)
-      throw invalid_param("response_format", "'response_format' (or 'grammar') cannot be combined with a 'tool_choice' "
-                                             "that requires a tool call");
-    p.params.grammar = std::move(g);
-  }
-  if (p.tools.format.syntax != ToolCallSyntax::None) {
-    if (p.params.grammar != p.tools.grammar)
-      p.tools = ToolCallPlan{};  // response_format constrains the reply: it is that JSON, not calls
-    else
-      p.params.skip_special_tokens = false;  // markers such as [TOOL_CALLS] are special tokens: keep their text
-  }
-  // A grammar ends the text itself (end-of-generation where it is complete); the template's
-  // end marker as a stop string would only cut a value that happens to contain it.
-  if (p.params.grammar) p.extra_stops.clear();
-  check_prompt_fits(p.prompt_ids.size(), ctx.engine.options().generator.n_ctx, prompt_param);
-  return p;
-}
-
 struct Submitted {
   std::shared_ptr<RequestStream> stream;
   std::vector<RequestId> ids;
@@ -98,7 +44,7 @@ void abort_all(Engine& engine, const std::vector<RequestId>& ids) {
   for (const RequestId id : ids) engine.abort(id);
 }
 
-Submitted submit_all(ServerContext& ctx, const Prepared& p, Clock::time_point arrived) {
+Submitted submit_all(ServerContext& ctx, const PreparedRequest& p, Clock::time_point arrived) {
   std::vector<GenerationRequest> requests =
       make_engine_requests(p.params, p.prompt_ids, p.extra_stops, std::random_device{}());
   Submitted s{std::make_shared<RequestStream>(requests.size()), {}};
@@ -143,7 +89,7 @@ ApiError queue_full(int64_t max_waiting) {
 
 // submit_all, or 429 when --max-queue requests are already waiting. The reservation ends on
 // return: from then on the engine's waiting count holds these requests.
-Submitted submit_within_queue(ServerContext& ctx, const Prepared& p, Clock::time_point arrived) {
+Submitted submit_within_queue(ServerContext& ctx, const PreparedRequest& p, Clock::time_point arrived) {
   const std::optional<QueueLimit::Reservation> admitted =
       ctx.queue.admit(p.params.n, [&ctx] { return ctx.engine.metrics().waiting; });
   if (!admitted) {
@@ -163,7 +109,7 @@ ApiError choice_failure(const RequestOutput& out) {
 
 // ---- whole responses --------------------------------------------------------------------
 
-void respond_whole(ServerContext& ctx, const Prepared& p, Submitted s, httplib::Response& res) {
+void respond_whole(ServerContext& ctx, const PreparedRequest& p, Submitted s, httplib::Response& res) {
   const size_t n = s.ids.size();
   std::vector<ChoiceResult> choices(n);
   for (ChoiceResult& c : choices) c.text = p.echo;
@@ -209,7 +155,7 @@ void respond_whole(ServerContext& ctx, const Prepared& p, Submitted s, httplib::
 // ---- streams ----------------------------------------------------------------------------
 
 struct StreamState {
-  StreamState(ServerContext& c, Prepared pr, Submitted s)
+  StreamState(ServerContext& c, PreparedRequest pr, Submitted s)
       : ctx(c), p(std::move(pr)), sub(std::move(s)), guard(c.active),
         offsets(sub.ids.size(), 0), live_calls(sub.ids.size(), 0) {
     meta = ResponseMeta{new_response_id(p.endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"),
@@ -220,7 +166,7 @@ struct StreamState {
   ~StreamState() { abort_all(ctx.engine, sub.ids); }  // no-op for finished requests
 
   ServerContext& ctx;
-  Prepared p;
+  PreparedRequest p;
   Submitted sub;
   ActiveGuard guard;
   ResponseMeta meta;
@@ -347,7 +293,7 @@ bool provide(StreamState& st, httplib::DataSink& sink) {
   return true;
 }
 
-void respond_stream(ServerContext& ctx, Prepared p, Submitted s, httplib::Response& res) {
+void respond_stream(ServerContext& ctx, PreparedRequest p, Submitted s, httplib::Response& res) {
   auto st = std::make_shared<StreamState>(ctx, std::move(p), std::move(s));
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
@@ -367,7 +313,9 @@ void handle_generation(ServerContext& ctx, const json& body, Endpoint endpoint, 
   if (ctx.draining) {
     throw ApiError(503, "the server is shutting down", "", "server_error");
   }
-  Prepared p = prepare(ctx, body, endpoint, ordered);
+  PreparedRequest p = prepare_generation(
+      RequestEnv{ctx.engine.tokenizer(), ctx.options, ctx.grammars, ctx.engine.options().generator.n_ctx}, body,
+      endpoint, ordered);
   p.cache_scope = cache_scope;
   if (p.params.stream) {
     Submitted s = submit_within_queue(ctx, p, arrived);

@@ -58,21 +58,6 @@ bool needs_auth(const std::string& path, bool metrics_public) {
          path == "/detokenize" || path == "/apply-template";
 }
 
-json parse_body(const httplib::Request& req) {
-  check_json_nesting(req.body, "", "the request body");
-  try {
-    return json::parse(req.body);
-  } catch (const json::exception& e) {  // parse errors, and numbers beyond a double (1e999)
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-}
-
-// The body again keeping key order, for what chat templates print as the client wrote it
-// (tools, tool calls); called after parse_body accepted it.
-nlohmann::ordered_json parse_body_ordered(const httplib::Request& req) {
-  return nlohmann::ordered_json::parse(req.body, nullptr, false);
-}
-
 json breakers_json(const Engine& engine) {
   json list = json::array();
   for (const BreakerState& b : engine.breakers()) {
@@ -113,10 +98,10 @@ struct HttpServer::Impl {
     auto generation = [this](Endpoint ep) {
       return [this, ep](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
-          const json body = parse_body(req);
+          const json body = parse_request_body(req.body);
           // Key order matters for tools (templates print them) and schemas (properties come out
           // in the schema's order).
-          const nlohmann::ordered_json ordered = parse_body_ordered(req);
+          const nlohmann::ordered_json ordered = parse_request_body_ordered(req.body);
           handle_generation(ctx, body, ep, ctx.options.api_keys.cache_scope(req.get_header_value("Authorization")),
                             res, &ordered);
         });
@@ -125,18 +110,18 @@ struct HttpServer::Impl {
     http.Post("/v1/completions", generation(Endpoint::Completions));
     http.Post("/v1/chat/completions", generation(Endpoint::Chat));
 
-    auto tokens = [this](json (*handler)(const ServerContext&, const json&)) {
+    auto tokens = [this](json (*handler)(const Tokenizer&, const json&)) {
       return [this, handler](const httplib::Request& req, httplib::Response& res) {
-        guarded(res, [&] { send_json(res, 200, handler(ctx, parse_body(req))); });
+        guarded(res, [&] { send_json(res, 200, handler(ctx.engine.tokenizer(), parse_request_body(req.body))); });
       };
     };
     http.Post("/tokenize", tokens(handle_tokenize));
     http.Post("/detokenize", tokens(handle_detokenize));
     http.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(res, [&] {
-        const json body = parse_body(req);
-        const nlohmann::ordered_json ordered = parse_body_ordered(req);
-        send_json(res, 200, handle_apply_template(ctx, body, &ordered));
+        const json body = parse_request_body(req.body);
+        const nlohmann::ordered_json ordered = parse_request_body_ordered(req.body);
+        send_json(res, 200, handle_apply_template(ctx.engine.tokenizer(), ctx.options, body, &ordered));
       });
     });
 
@@ -193,7 +178,7 @@ struct HttpServer::Impl {
       // {"fault": "disk_read_eio" | ... | "flip_bit", "count": N}: Engine::inject_fault.
       http.Post("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
-          const json body = parse_body(req);
+          const json body = parse_request_body(req.body);
           if (!body.is_object() || !body.contains("fault") || !body["fault"].is_string())
             throw ApiError(400, "'fault' must be a string", "fault");
           if (body.contains("count") && !body["count"].is_number_integer())

@@ -56,6 +56,19 @@ std::string json_type_name(const nlohmann::json& v) {
   }
 }
 
+nlohmann::json parse_request_body(std::string_view text) {
+  check_json_nesting(text, "", "the request body");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers beyond a double (1e999)
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
+
+nlohmann::ordered_json parse_request_body_ordered(std::string_view text) {
+  return nlohmann::ordered_json::parse(text, nullptr, false);
+}
+
 const nlohmann::json* find_field(const nlohmann::json& body, const char* name) {
   const auto it = body.find(name);
   if (it == body.end() || it->is_null()) return nullptr;

@@ -24,6 +24,13 @@ inline constexpr size_t kMaxJsonNesting = 128;
 /// objects more than kMaxJsonNesting deep. One pass over the bytes; strings are skipped.
 void check_json_nesting(std::string_view text, const std::string& param, const std::string& what);
 
+/// A request body as JSON. Throws ApiError 400 when it is not JSON (numbers beyond a double,
+/// 1e999, included) or nests deeper than kMaxJsonNesting.
+nlohmann::json parse_request_body(std::string_view text);
+/// The same body keeping key order, for what chat templates print as the client wrote it
+/// (tools, tool calls) and schemas; call it on a body parse_request_body accepted.
+nlohmann::ordered_json parse_request_body_ordered(std::string_view text);
+
 /// The field if present and not null, else nullptr.
 const nlohmann::json* find_field(const nlohmann::json& body, const char* name);
 

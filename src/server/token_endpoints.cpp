@@ -12,8 +12,7 @@ namespace fdl::server {
 
 using nlohmann::json;
 
-json handle_tokenize(const ServerContext& ctx, const json& body) {
-  const Tokenizer& tok = ctx.engine.tokenizer();
+json handle_tokenize(const Tokenizer& tok, const json& body) {
   const std::optional<std::string> content = read_string(body, "content");
   if (!content) throw invalid_param("content", "'content' is required: the text to tokenize");
   const bool add_special = read_bool(body, "add_special").value_or(false);
@@ -35,8 +34,7 @@ json handle_tokenize(const ServerContext& ctx, const json& body) {
   return {{"tokens", std::move(list)}};
 }
 
-json handle_detokenize(const ServerContext& ctx, const json& body) {
-  const Tokenizer& tok = ctx.engine.tokenizer();
+json handle_detokenize(const Tokenizer& tok, const json& body) {
   const json* tokens = find_field(body, "tokens");
   if (tokens == nullptr || !tokens->is_array())
     throw invalid_param("tokens", "'tokens' must be a list of token ids");
@@ -51,10 +49,11 @@ json handle_detokenize(const ServerContext& ctx, const json& body) {
   return {{"content", tok::to_well_formed_utf8(tok.decode(ids))}};
 }
 
-json handle_apply_template(const ServerContext& ctx, const json& body, const nlohmann::ordered_json* ordered) {
-  const ChatRequest r = parse_chat_request(body, ctx.options.sampling_defaults, ordered);
-  const ChatRenderer& chat = chat_template_or_400(ctx.options.chat);
-  return {{"prompt", render_chat_or_400(chat, ctx.engine.tokenizer(), r.messages, r.tools)}};
+json handle_apply_template(const Tokenizer& tok, const ServerOptions& options, const json& body,
+                           const nlohmann::ordered_json* ordered) {
+  const ChatRequest r = parse_chat_request(body, options.sampling_defaults, ordered);
+  const ChatRenderer& chat = chat_template_or_400(options.chat);
+  return {{"prompt", render_chat_or_400(chat, tok, r.messages, r.tools)}};
 }
 
 }  // namespace fdl::server

@@ -363,7 +363,7 @@ TEST(EngineApi, MetricsPolledDuringGenerationAreConsistentAndChangeNothing) {
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(col.get(i).ids, want[i].generated_ids) << "request " << i;
   EXPECT_GT(answers.load(), 8);
   EXPECT_GT(seen_running.load(), 0) << "no answer came while requests ran";
-  EXPECT_LT(slowest_us.load(), 1'000'000) << "a metrics() call waited more than a second";
+  EXPECT_LT(slowest_us.load(), int64_t(1'000'000 * test::kSlowBuild)) << "a metrics() call waited more than a second";
   const auto final_m = engine.metrics();
   EXPECT_EQ(final_m.requests_finished, int64_t(reqs.size()));
   EXPECT_EQ(final_m.running, 0);

@@ -115,7 +115,9 @@ TEST(TokenizerJsonDirectory, ASentencePieceTokenizerLoadsWithItsModel) {
   EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
   EXPECT_EQ(f.array_strings("tokenizer.ggml.tokens").size(), 8192u);
   const auto tok = Tokenizer::from_gguf(f);
-  for (const json& c : read_json_file(tokenizer_fixture_dir("spm-legacy") / "expected.json")["cases"]) {
+  // Named: a range-for over a member of a temporary would walk the freed temporary.
+  const json expected = read_json_file(tokenizer_fixture_dir("spm-legacy") / "expected.json");
+  for (const json& c : expected["cases"]) {
     const std::string text = c["text"].get<std::string>();
     EXPECT_EQ(tok->encode(text, false, true), c["llama_cpp_parse_special"].get<std::vector<int32_t>>()) << json(text).dump();
   }

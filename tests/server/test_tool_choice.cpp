@@ -86,8 +86,10 @@ TEST(ToolChoice, ToolNamesAreCheckedAndDistinct) {
     EXPECT_EQ(r.calls[0].name, name);
     EXPECT_EQ(r.content, "");
   }
-  for (const std::string bad : {"", "get weather", "caf\xC3\xA9", "a/b", "f\n", "<tool_call>", "f[ARGS]",
-                                std::string(65, 'x').c_str()}) {
+  // Strings, not char pointers: a pointer into a temporary string would dangle in the loop.
+  const std::vector<std::string> bad_names = {"", "get weather", "caf\xC3\xA9", "a/b", "f\n", "<tool_call>",
+                                              "f[ARGS]", std::string(65, 'x')};
+  for (const std::string& bad : bad_names) {
     try {
       parse_chat_request(body_with({"get_time", bad}));
       ADD_FAILURE() << "no error for '" << bad << "'";

@@ -5,8 +5,20 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace fdl::cpu {
 namespace {
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+// CPUID leaf 1 rather than __builtin_cpu_supports("f16c"), which clang before 15 does not know.
+bool cpuid_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -14,7 +26,7 @@ CpuFeatures detect() {
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
+  f.f16c = cpuid_f16c();
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512bw = __builtin_cpu_supports("avx512bw");

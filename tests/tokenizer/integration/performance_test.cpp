@@ -8,22 +8,11 @@
 #include <functional>
 
 #include "tokenizer/integration/tokenizer_data.h"
+#include "test_support.h"
 #include "tokenizer/synthetic_vocab.h"
 
 namespace fdl::test {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
-constexpr double kSlowBuild = 10.0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr double kSlowBuild = 10.0;
-#else
-constexpr double kSlowBuild = 1.0;
-#endif
-#else
-constexpr double kSlowBuild = 1.0;
-#endif
 
 double cpu_ms(const std::function<void()>& f) {
   timespec a, b;
