@@ -55,7 +55,8 @@ void check_token_masks(const TokenMasks& masks, size_t m, int32_t n_vocab) {
     throw std::invalid_argument("forward_sample: " + std::to_string(masks.words.size()) +
                                 " mask words are not whole masks of " + std::to_string(wpr));
   const size_t n_masks = masks.words.size() / wpr;
-  std::vector<bool> seen(m, false);
+  thread_local std::vector<bool> seen;  // every masked step checks: no allocation per step
+  seen.assign(m, false);
   for (size_t i = 0; i < masks.rows.size(); ++i) {
     const int32_t r = masks.rows[i], w = masks.which[i];
     if (r < 0 || size_t(r) >= m || seen[size_t(r)])

@@ -187,7 +187,8 @@ struct HttpServer::Impl {
           const int64_t count = body.value("count", int64_t(1));
           int applied = 0;
           try {
-            applied = ctx.engine.inject_fault(fault, int(std::clamp<int64_t>(count, -1, 100000)));
+            // Clamped only to fit an int: the engine refuses counts outside 1..1000 itself.
+            applied = ctx.engine.inject_fault(fault, int(std::clamp<int64_t>(count, 0, 1001)));
           } catch (const std::invalid_argument& e) {
             throw ApiError(400, e.what(), "fault");
           }

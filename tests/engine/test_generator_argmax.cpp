@@ -139,6 +139,21 @@ TEST(GeneratorArgmax, ForwardSampleNeedsOneRowPerWantedToken) {
   // A token listed twice for one row (its count says how often it occurs).
   EXPECT_THROW(m.model->forward_sample(b, kv, one, std::vector<PenaltyToken>{{0, 5, 1}, {0, 7, 2}, {0, 5, 3}}, ids),
                std::invalid_argument);
+  // Grammar masks: a row outside the step, a mask index past the given masks, words that are
+  // not whole masks, indices that do not pair with rows, a row masked twice.
+  const size_t wpr = TokenMasks::words_per_row(m.model->config().n_vocab);
+  const std::vector<uint64_t> words(wpr, ~uint64_t(0));
+  const std::vector<uint64_t> ragged(wpr + 1, ~uint64_t(0));
+  const std::vector<int32_t> row0{0}, row1{1}, rows00{0, 0}, which0{0}, which1{1}, which00{0, 0};
+  for (const TokenMasks& bad_masks : {TokenMasks{row1, which0, words}, TokenMasks{row0, which1, words},
+                                      TokenMasks{row0, which0, ragged}, TokenMasks{row0, which00, words},
+                                      TokenMasks{rows00, which00, words}})
+    EXPECT_THROW(m.model->forward_sample(b, kv, one, no_pen, ids, bad_masks), std::invalid_argument);
+  // A mask allowing one token draws it, whatever the logits say.
+  std::vector<uint64_t> only(wpr, 0);
+  only[7 / 64] = uint64_t(1) << (7 % 64);
+  m.model->forward_sample(b, kv, one, no_pen, ids, TokenMasks{row0, which0, only});
+  EXPECT_EQ(ids, std::vector<int32_t>{7});
   m.model->forward_sample(b, kv, one, no_pen, ids);
   std::vector<int32_t> want;
   m.model->forward_argmax(b, kv, want);  // the same step again: same slots, same logits
