@@ -2,6 +2,8 @@
 // behaviour for the arguments chat templates pass.
 #include "jinja/builtins.h"
 
+#include "jinja/work_meter.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -239,6 +241,20 @@ Value number_of(const Value& v, bool as_float, const Value& def) {
 }  // namespace
 
 
+// What a filter, test, method or loop over `v` may walk: its bytes or its elements, charged to
+// the rendering's meter before the walk.
+namespace {
+void charge_size(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::String: WorkMeter::charge(int64_t(v.str().size())); return;
+    case Value::Kind::Array: WorkMeter::charge_elements(int64_t(v.array().size())); return;
+    case Value::Kind::Object:
+    case Value::Kind::Namespace: WorkMeter::charge_elements(int64_t(v.object().items.size())); return;
+    default: return;
+  }
+}
+}  // namespace
+
 size_t python_len(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return 0;
@@ -253,6 +269,7 @@ size_t python_len(const Value& v) {
 }
 
 Array iterate(const Value& v) {
+  charge_size(v);
   switch (v.kind()) {
     case Value::Kind::Undefined: return {};
     case Value::Kind::Array: return v.array();
@@ -303,6 +320,7 @@ Value lookup_path(const Value& obj, const std::string& path) {
 }
 
 bool apply_test(const std::string& n, const Value& v, const Args& a) {
+  charge_size(v);
   using K = Value::Kind;
   auto arg = [&](size_t i) -> const Value& {
     if (i >= a.pos.size()) fail("test '" + n + "' needs an argument");
@@ -349,6 +367,7 @@ bool apply_test(const std::string& n, const Value& v, const Args& a) {
 }
 
 Value apply_filter(const std::string& n, const Value& v, const Args& a) {
+  charge_size(v);
   using K = Value::Kind;
   if (n == "tojson") {  // Transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     const Value* indent = a.get(1, "indent");
@@ -565,6 +584,7 @@ bool has_method(const Value& obj, const std::string& n) {
 }
 
 Value call_method(const Value& obj, const std::string& n, const Args& a) {
+  charge_size(obj);
   if (is_mutator(obj, n))
     fail("access to attribute '" + n + "' of '" + obj.type_name() + "' object is unsafe.");
   if (obj.kind() == Value::Kind::Object) {

@@ -16,6 +16,7 @@
 
 #include "jinja/builtins.h"
 #include "jinja/parser.h"
+#include "jinja/work_meter.h"
 
 namespace fdl::jinja {
 namespace {
@@ -56,6 +57,7 @@ class Renderer {
   }
 
   std::string run(const Body& body) {
+    WorkMeter meter(WorkMeter::kRenderBudget);
     std::string out;
     exec(body, out);
     return out;
@@ -95,6 +97,7 @@ class Renderer {
           Array out;
           for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
             if (int64_t(out.size()) >= kMaxRange) throw TemplateError("range() is too large for a template");
+            WorkMeter::charge_elements(1);
             out.emplace_back(i);
           }
           return Value(std::move(out));
@@ -419,12 +422,14 @@ class Renderer {
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
         if (a.str().size() + b.str().size() > kMaxString) fail(line, "a string longer than 64 MiB");
+        WorkMeter::charge_copy(int64_t(a.str().size() + b.str().size()));
         if (a.is_markup() || b.is_markup())  // Markup + str escapes the plain side (markupsafe)
           return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) + (b.is_markup() ? b.str() : html_escape(b.str())));
         return Value(a.str() + b.str());
       }
       if (a.is_list() && b.is_list()) {
         if (a.array().size() + b.array().size() > size_t(kMaxRange)) fail(line, "a list too long for a template");
+        WorkMeter::charge_elements(int64_t(a.array().size() + b.array().size()));
         Array out = a.array();
         out.insert(out.end(), b.array().begin(), b.array().end());
         return Value(std::move(out));
@@ -444,12 +449,14 @@ class Renderer {
       const int64_t times = std::max<int64_t>(0, count.as_int());
       if (seq.is_string()) {
         if (!seq.str().empty() && size_t(times) > kMaxString / seq.str().size()) fail(line, "a string longer than 64 MiB");
+        WorkMeter::charge_copy(times * int64_t(seq.str().size()));
         std::string out;
         for (int64_t i = 0; i < times; ++i) out += seq.str();
         return Value(out);
       }
       if (!seq.array().empty() && size_t(times) > size_t(kMaxRange) / seq.array().size())
         fail(line, "a list too long for a template");
+      WorkMeter::charge_elements(times * int64_t(seq.array().size()));
       Array out;
       for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
       return Value(std::move(out));
@@ -609,6 +616,7 @@ class Renderer {
         if (op == "~") {
           std::string s = a.to_string() + b.to_string();
           if (s.size() > kMaxString) fail(e.line, "a string longer than 64 MiB");
+          WorkMeter::charge_copy(int64_t(s.size()));
           return Value(std::move(s));
         }
         if (op == "<" || op == ">" || op == "<=" || op == ">=") {
@@ -633,6 +641,7 @@ class Renderer {
   // spin for long, whatever nesting it builds.
   void spend(int line) {
     if (++steps_ > kMaxSteps) fail(line, "the template does too much work (over 2M loop iterations and macro calls)");
+    WorkMeter::charge_elements(1);
   }
 
   const RenderOptions& options_;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "jinja/work_meter.h"
+
 namespace fdl::jinja {
 
 const Value* Object::find(const Value& key) const {
@@ -314,37 +316,62 @@ std::string Value::to_string() const {
   }
 }
 
-std::string Value::repr() const { return repr_at(0); }
+std::string Value::repr() const {
+  std::string out;
+  repr_into(out, 0);
+  return out;
+}
 
 // Nested deeper than this, a value prints as "..." (Python's mark for a container holding
 // itself: a namespace can).
 constexpr int kMaxReprDepth = 64;
 
-std::string Value::repr_at(int depth) const {
-  if (depth > kMaxReprDepth) return "...";
+void Value::repr_into(std::string& out, int depth) const {
+  WorkMeter::charge_elements(1);
+  if (depth > kMaxReprDepth) {
+    out += "...";
+    return;
+  }
   switch (kind()) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "None";
-    case Kind::Bool: return as_bool() ? "True" : "False";
-    case Kind::Int: return std::to_string(as_int());
-    case Kind::Float: return python_float(as_double());
-    case Kind::String: return python_quote(str());
+    case Kind::Undefined: out += "Undefined"; return;
+    case Kind::None: out += "None"; return;
+    case Kind::Bool: out += as_bool() ? "True" : "False"; return;
+    case Kind::Int: out += std::to_string(as_int()); return;
+    case Kind::Float: out += python_float(as_double()); return;
+    case Kind::String:
+      WorkMeter::charge(int64_t(str().size()));
+      out += python_quote(str());
+      return;
     case Kind::Array: {
-      if (!lazy_.empty()) return "<" + lazy_ + " object>";
-      std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < array().size(); ++i) out += (i ? ", " : "") + array()[i].repr_at(depth + 1);
-      if (tuple_) return out + (array().size() == 1 ? ",)" : ")");
-      return out + "]";
+      if (!lazy_.empty()) {
+        out += "<" + lazy_ + " object>";
+        return;
+      }
+      out += tuple_ ? "(" : "[";
+      for (size_t i = 0; i < array().size(); ++i) {
+        if (i) out += ", ";
+        array()[i].repr_into(out, depth + 1);
+      }
+      if (tuple_) out += array().size() == 1 ? ",)" : ")";
+      else out += "]";
+      return;
     }
-    case Kind::Object: {
-      std::string out = "{";
+    case Kind::Object:
+    case Kind::Namespace: {
+      const bool ns = kind() == Kind::Namespace;
+      out += ns ? "<Namespace {" : "{";
       bool first = true;
-      for (const auto& [k, v] : object().items)
-        out += (first ? "" : ", ") + k.repr_at(depth + 1) + ": " + v.repr_at(depth + 1), first = false;
-      return out + "}";
+      for (const auto& [k, v] : object().items) {
+        if (!first) out += ", ";
+        first = false;
+        k.repr_into(out, depth + 1);
+        out += ": ";
+        v.repr_into(out, depth + 1);
+      }
+      out += ns ? "}>" : "}";
+      return;
     }
-    case Kind::Namespace: return "<Namespace " + Value(object()).repr_at(depth + 1) + ">";
-    default: return "<function " + name_ + ">";
+    default: out += "<function " + name_ + ">"; return;
   }
 }
 
@@ -352,6 +379,7 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
                            bool ensure_ascii) const {
   std::string out;
   std::function<void(const Value&, int)> emit = [&](const Value& v, int level) {
+    WorkMeter::charge_elements(1);
     auto newline = [&](int l) {
       if (indent >= 0) out.append(1, '\n').append(size_t(indent) * size_t(l), ' ');
     };
@@ -360,7 +388,10 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
       case Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
       case Kind::Int:
       case Kind::Float: out += json_number(v); return;
-      case Kind::String: out += json_quote(v.str(), ensure_ascii); return;
+      case Kind::String:
+        WorkMeter::charge(int64_t(v.str().size()));
+        out += json_quote(v.str(), ensure_ascii);
+        return;
       case Kind::Array: {
         if (v.is_lazy()) throw TemplateError("Object of type " + v.type_name() + " is not JSON serializable");
         if (v.array().empty()) {
@@ -417,6 +448,7 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
 }
 
 bool Value::equals(const Value& o) const {
+  WorkMeter::charge_elements(1);
   const Kind a = kind(), b = o.kind();
   if (is_number() && o.is_number()) {
     if (a != Kind::Float && b != Kind::Float) return as_int() == o.as_int();
@@ -428,12 +460,16 @@ bool Value::equals(const Value& o) const {
     case Kind::None: return true;
     case Kind::String: return str() == o.str();
     case Kind::Array: {
+      // The same list: equal without a walk (Python's == compares its elements by identity
+      // first), which also keeps a list shared many times over cheap to compare.
+      if (identity() == o.identity()) return true;
       if (array().size() != o.array().size()) return false;
       for (size_t i = 0; i < array().size(); ++i)
         if (!array()[i].equals(o.array()[i])) return false;
       return true;
     }
     case Kind::Object: {
+      if (identity() == o.identity()) return true;
       if (object().items.size() != o.object().items.size()) return false;
       for (const auto& [k, v] : object().items) {
         const Value* other = o.object().find(k);
@@ -446,6 +482,7 @@ bool Value::equals(const Value& o) const {
 }
 
 bool Value::less(const Value& o) const {
+  WorkMeter::charge_elements(1);
   if (is_number() && o.is_number()) {
     if (kind() != Kind::Float && o.kind() != Kind::Float) return as_int() < o.as_int();
     return as_double() < o.as_double();

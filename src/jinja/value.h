@@ -133,7 +133,7 @@ class Value {
   std::variant<std::monostate, NoneTag, bool, int64_t, double, std::string, std::shared_ptr<Array>,
                std::shared_ptr<Object>, NamespaceObj, FunctionObj>
       v_;
-  std::string repr_at(int depth) const;
+  void repr_into(std::string& out, int depth) const;
 
   std::string name_;  // an undefined value's name, or a function's
   std::string lazy_;  // a lazy sequence's type name

@@ -10,6 +10,7 @@
 #include "tools/make_model_internal.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -31,8 +32,12 @@ __attribute__((target("avx,f16c"))) void to_fp16_f16c(const float* src, uint8_t*
     std::memcpy(dst + 2 * i, &h, 2);
   }
 }
+// F16C from CPUID leaf 1: clang before 15 does not know __builtin_cpu_supports("f16c").
 bool cpu_has_f16c() {
-  static const bool ok = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  }();
   return ok;
 }
 #endif

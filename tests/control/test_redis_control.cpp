@@ -333,7 +333,7 @@ TEST(RedisControlAuth, PasswordIsSentAfterEveryConnectAndRefusalsAreClear) {
                                           std::pair{wrong, std::string("AUTH refused: WRONGPASS")}}) {
     Recorder rec;
     RedisControl ctl(url_for(server.port()), rec.handler(), options);
-    ASSERT_TRUE(wait_until([&] { return ctl.status().last_error.find(expected) != std::string::npos; }, 5s))
+    ASSERT_TRUE(wait_until([&, &expected = expected] { return ctl.status().last_error.find(expected) != std::string::npos; }, 5s))
         << ctl.status().last_error;
     EXPECT_FALSE(ctl.status().connected);
     EXPECT_EQ(ctl.status().last_error.find('\n'), std::string::npos);  // one line

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "test_support.h"
+
 extern char** environ;
 
 namespace fdl::test {
@@ -104,8 +106,10 @@ CliResult run_cli(const std::vector<std::string>& args,
   }
 
   CliResult result;
+  // The binary comes from this build, so a sanitized build's is as many times slower.
+  const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(timeout * test::kSlowBuild);
   const bool finished = drain(out_pipe[0], err_pipe[0], result.out, result.err,
-                              std::chrono::steady_clock::now() + timeout);
+                              std::chrono::steady_clock::now() + limit);
   ::close(out_pipe[0]);
   ::close(err_pipe[0]);
   if (!finished) {

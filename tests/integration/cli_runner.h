@@ -24,7 +24,7 @@ bool cli_available();
 /// Run `flashdllm args...` with stdin from /dev/null. `env_overrides` are "NAME=value"
 /// entries added to (or replacing in) the inherited environment; "NAME=" with nothing after
 /// removes NAME. `cwd` (when not empty) is the child's working directory. The child is
-/// killed after `timeout`.
+/// killed after `timeout` (times test::kSlowBuild).
 CliResult run_cli(const std::vector<std::string>& args,
                   const std::vector<std::string>& env_overrides = {},
                   const std::filesystem::path& cwd = {},

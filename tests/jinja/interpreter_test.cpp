@@ -182,6 +182,38 @@ TEST(Jinja, HostileTemplatesAreRefusedCleanly) {
   EXPECT_NE(render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}").find("..."), std::string::npos);
 }
 
+// Lists and namespaces are shared, so a short template can build a value whose walk is
+// exponential: each such walk is charged to the rendering's budget and ends in a TemplateError
+// within a second, never a hang.
+TEST(Jinja, ExponentialWalksOverSharedValuesAreBounded) {
+  const std::string doubled = "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}";
+  for (const std::string walk : {"{{ ns.l }}", "{{ ns.l|tojson }}"})
+    EXPECT_NE(error_of(doubled + walk).find("too much work with its values"), std::string::npos) << walk;
+  // Two such lists built apart share nothing with each other: comparing them walks them.
+  const std::string two = "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                          "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}";
+  EXPECT_NE(error_of(two + "{{ ns.a == ns.b }}").find("too much work with its values"), std::string::npos);
+  EXPECT_NE(error_of(two + "{{ ns.a < ns.b }}").find("too much work with its values"), std::string::npos);
+  // The same list compares equal to itself without a walk, as in Python.
+  EXPECT_EQ(render(doubled + "{{ ns.l == ns.l }}{{ ns.l in [ns.l] }}"), "TrueTrue");
+  // A namespace holding itself twice prints as deep as the depth bound allows: 2^64 paths.
+  EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.a = ns %}{% set ns.b = ns %}{{ ns }}").find("too much work"),
+            std::string::npos);
+  // A filter over a large list inside a long loop.
+  EXPECT_NE(error_of("{% set l = range(1000000)|list %}{% for i in range(1000) %}{{ l|length }}{% endfor %}")
+                .find("too much work with its values"),
+            std::string::npos);
+  // A real template's work stays within the budget, even four hundred messages of 1 KiB joined
+  // by concatenation (quadratic copying: 80 MB in all).
+  std::string messages = R"({"messages": [)";
+  for (int i = 0; i < 400; ++i) messages += std::string(i ? "," : "") + R"({"role": "user", "content": ")" + std::string(1024, 'a') + "\"}";
+  messages += "]}";
+  EXPECT_EQ(render("{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.content|trim %}{% endfor %}"
+                   "{{ ns.s|length }}",
+                   messages),
+            "409600");
+}
+
 }  // namespace
 }  // namespace fdl::jinja
 

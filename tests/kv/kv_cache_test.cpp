@@ -302,7 +302,7 @@ TEST(KvCache, RandomOperationsKeepAccountingAndContents) {
     ASSERT_EQ(pool.n_free() + used_blocks(pool), pool.capacity());
     ASSERT_EQ(kv.n_sequences(), written.size());
     if (step % 50 == 0)
-      for (auto& [id, v] : written) expect_tokens(kv, id, v.size(), [&](size_t p) { return v[p]; });
+      for (auto& [id, v] : written) expect_tokens(kv, id, v.size(), [&v = v](size_t p) { return v[p]; });
   }
   // The sequence must have exercised the interesting paths.
   EXPECT_GT(n_full, 0);
