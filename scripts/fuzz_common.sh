@@ -1,6 +1,7 @@
 # Shared by scripts/fuzz.sh (one target, offline) and scripts/ci_hardening.sh (every target, in
-# CI): which targets exist, how their clang build is configured, where their seeds come from and
-# how libFuzzer is run on them. Source it; it defines functions and FUZZ_TARGETS only.
+# CI): which targets exist, where their seeds come from and how libFuzzer is run on them, and the
+# offline build (fuzz_build; CI builds the targets with its sanitized test build instead, at -O1
+# with asserts on). Source it; it defines functions and FUZZ_TARGETS only.
 
 FUZZ_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FUZZ_TARGETS=(gguf safetensors hfconfig jinja grammar request)

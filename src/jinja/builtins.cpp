@@ -109,7 +109,7 @@ std::vector<std::string> split(const std::string& s, const Value* sep, int64_t m
   size_t start = 0;
   for (;;) {
     if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) break;
-    const size_t at = s.find(d, start);
+    const size_t at = WorkMeter::find_text(s, d, start);
     if (at == std::string::npos) break;
     out.push_back(s.substr(start, at - start));
     start = at + d.size();
@@ -139,13 +139,16 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   size_t pos = 0;
   int64_t n = 0;
   for (;;) {
-    const size_t at = s.find(from, pos);
-    if (at == std::string::npos || (count >= 0 && n == count)) break;
-    out += s.substr(pos, at - pos) + to;
+    if (count >= 0 && n == count) break;
+    const size_t at = WorkMeter::find_text(s, from, pos);
+    if (at == std::string::npos) break;
+    WorkMeter::append_text(out, std::string_view(s).substr(pos, at - pos));
+    WorkMeter::append_text(out, to);
     pos = at + from.size();
     ++n;
   }
-  return out + s.substr(pos);
+  WorkMeter::append_text(out, std::string_view(s).substr(pos));
+  return out;
 }
 
 Value strings(const std::vector<std::string>& parts) {
@@ -191,7 +194,7 @@ std::string py_format(const std::string& f, const Args& a) {
       else if (std::isdigit(static_cast<unsigned char>(field[0]))) v = a.get(size_t(std::atoi(field.c_str())), "");
       else v = a.get(size_t(-1), field);
       if (v == nullptr) fail("format: no argument for field '{" + field + "}'");
-      out += v->to_string();
+      WorkMeter::append_text(out, v->to_string());
       i = close;
     } else {
       out += f[i];
@@ -241,9 +244,17 @@ Value number_of(const Value& v, bool as_float, const Value& def) {
 }  // namespace
 
 
-// What a filter, test, method or loop over `v` may walk: its bytes or its elements, charged to
-// the rendering's meter before the walk.
 namespace {
+
+// A call's first positional argument, undefined when there is none. A reference to an element
+// or to a static, never to a temporary: need_string() returns a reference into its argument.
+const Value& first_arg(const Args& a) {
+  static const Value undefined;
+  return a.pos.empty() ? undefined : a.pos[0];
+}
+
+// What a filter, method or loop over `v` may walk: its bytes or its elements, charged to the
+// rendering's meter before the walk.
 void charge_size(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::String: WorkMeter::charge(int64_t(v.str().size())); return;
@@ -320,7 +331,6 @@ Value lookup_path(const Value& obj, const std::string& path) {
 }
 
 bool apply_test(const std::string& n, const Value& v, const Args& a) {
-  charge_size(v);
   using K = Value::Kind;
   auto arg = [&](size_t i) -> const Value& {
     if (i >= a.pos.size()) fail("test '" + n + "' needs an argument");
@@ -344,7 +354,7 @@ bool apply_test(const std::string& n, const Value& v, const Args& a) {
   if (n == "escaped") return false;
   if (n == "in") {
     const Value& c = arg(0);
-    if (c.is_string()) return v.is_string() && c.str().find(v.str()) != std::string::npos;
+    if (c.is_string()) return v.is_string() && WorkMeter::find_text(c.str(), v.str()) != std::string::npos;
     if (c.kind() == K::Object) return c.object().find(v) != nullptr;
     for (const Value& e : iterate(c))
       if (e.equals(v)) return true;
@@ -367,7 +377,11 @@ bool apply_test(const std::string& n, const Value& v, const Args& a) {
 }
 
 Value apply_filter(const std::string& n, const Value& v, const Args& a) {
-  charge_size(v);
+  // Constant-time filters, and those whose walk charges itself (string, tojson), are free.
+  const bool sized = v.kind() == Value::Kind::Array || v.is_mapping();
+  if (!(((n == "length" || n == "count" || n == "first" || n == "last") && sized) || n == "default" || n == "d" ||
+        n == "string" || n == "tojson" || n == "safe" || n == "attr"))
+    charge_size(v);
   using K = Value::Kind;
   if (n == "tojson") {  // Transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     const Value* indent = a.get(1, "indent");
@@ -402,9 +416,10 @@ Value apply_filter(const std::string& n, const Value& v, const Args& a) {
     const Value* attr = a.get(1, "attribute");
     std::string out;
     bool first = true;
+    const std::string separator = sep ? sep->to_string() : "";
     for (const Value& e : iterate(v)) {
-      if (!first && sep) out += sep->to_string();
-      out += (attr ? lookup_path(e, attr->to_string()) : e).to_string();
+      if (!first) WorkMeter::append_text(out, separator);
+      WorkMeter::append_text(out, (attr ? lookup_path(e, attr->to_string()) : e).to_string());
       first = false;
     }
     return Value(out);
@@ -455,9 +470,15 @@ Value apply_filter(const std::string& n, const Value& v, const Args& a) {
                                                    : std::string(size_t(std::clamp<int64_t>(w->as_int(), 0, kMaxWidth)), ' ');
     const bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
     std::vector<std::string> lines = split_lines(v.to_string() + "\n");
-    std::string out = lines.empty() ? std::string() : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) out += "\n" + (blank || !lines[i].empty() ? pad + lines[i] : lines[i]);
-    return Value(first ? pad + out : out);
+    std::string out;
+    if (first) WorkMeter::append_text(out, pad);
+    if (!lines.empty()) WorkMeter::append_text(out, lines[0]);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      WorkMeter::append_text(out, "\n");
+      if (blank || !lines[i].empty()) WorkMeter::append_text(out, pad);
+      WorkMeter::append_text(out, lines[i]);
+    }
+    return Value(std::move(out));
   }
   if (n == "int") {
     const Value def = a.get(0, "default") ? *a.get(0, "default") : Value(int64_t(0));
@@ -584,7 +605,12 @@ bool has_method(const Value& obj, const std::string& n) {
 }
 
 Value call_method(const Value& obj, const std::string& n, const Args& a) {
-  charge_size(obj);
+  // get() and the prefix tests take no walk over the subject (the prefix's bytes at most).
+  if (n == "startswith" || n == "endswith") {
+    for (const Value& p : a.pos) charge_size(p);
+  } else if (n != "get") {
+    charge_size(obj);
+  }
   if (is_mutator(obj, n))
     fail("access to attribute '" + n + "' of '" + obj.type_name() + "' object is unsafe.");
   if (obj.kind() == Value::Kind::Object) {
@@ -643,7 +669,7 @@ Value call_method(const Value& obj, const std::string& n, const Args& a) {
     return Value(match(need_string(*p, n.c_str())));
   }
   if (n == "removeprefix" || n == "removesuffix") {
-    const std::string& x = need_string(a.pos.empty() ? Value() : a.pos[0], n.c_str());
+    const std::string& x = need_string(first_arg(a), n.c_str());
     if (n == "removeprefix") return Value(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
     return Value(s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0 ? s.substr(0, s.size() - x.size()) : s);
   }
@@ -657,24 +683,24 @@ Value call_method(const Value& obj, const std::string& n, const Args& a) {
   if (n == "capitalize") return Value(capitalize(s));
   if (n == "format") return Value(py_format(s, a));
   if (n == "find" || n == "rfind" || n == "index") {
-    const std::string& x = need_string(a.pos.empty() ? Value() : a.pos[0], n.c_str());
-    const size_t at = n == "rfind" ? s.rfind(x) : s.find(x);
+    const std::string& x = need_string(first_arg(a), n.c_str());
+    const size_t at = n == "rfind" ? s.rfind(x) : WorkMeter::find_text(s, x);
     if (at == std::string::npos && n == "index") fail("substring not found");
     return Value(at == std::string::npos ? int64_t(-1) : int64_t(code_points(s.substr(0, at)).size()));
   }
   if (n == "count") {
-    const std::string& x = need_string(a.pos.empty() ? Value() : a.pos[0], "count");
+    const std::string& x = need_string(first_arg(a), "count");
     if (x.empty()) return Value(int64_t(code_points(s).size() + 1));
     int64_t c = 0;
-    for (size_t at = s.find(x); at != std::string::npos; at = s.find(x, at + x.size())) ++c;
+    for (size_t at = WorkMeter::find_text(s, x); at != std::string::npos; at = WorkMeter::find_text(s, x, at + x.size())) ++c;
     return Value(c);
   }
   if (n == "join") {
     std::string out;
     bool first = true;
-    for (const Value& e : iterate(a.pos.empty() ? Value() : a.pos[0])) {
-      if (!first) out += s;
-      out += need_string(e, "join");
+    for (const Value& e : iterate(first_arg(a))) {
+      if (!first) WorkMeter::append_text(out, s);
+      WorkMeter::append_text(out, need_string(e, "join"));
       first = false;
     }
     return Value(out);

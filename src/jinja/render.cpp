@@ -45,7 +45,10 @@ class Renderer {
  public:
   Renderer(const Object& context, const RenderOptions& options) : options_(options) {
     auto root = std::make_shared<Scope>();
-    for (const auto& [k, v] : context.items) (*root)[k.to_string()] = v;
+    for (const auto& [k, v] : context.items) {
+      (*root)[k.to_string()] = v;
+      input_bytes_ += input_bytes(k, 0) + input_bytes(v, 0);
+    }
     add_globals(*root);
     scopes_.push_back(std::move(root));
   }
@@ -57,7 +60,7 @@ class Renderer {
   }
 
   std::string run(const Body& body) {
-    WorkMeter meter(WorkMeter::kRenderBudget);
+    WorkMeter meter(WorkMeter::budget_for(input_bytes_));
     std::string out;
     exec(body, out);
     return out;
@@ -368,6 +371,7 @@ class Renderer {
   Value slice(const Value& obj, const Expr& e) {
     if (obj.is_undefined()) fail(e.line, undefined_message(obj));
     if (!obj.is_list() && !obj.is_string()) fail(e.line, "'" + obj.type_name() + "' object is not subscriptable");
+    if (obj.is_list()) WorkMeter::charge_elements(int64_t(obj.array().size()));  // copied below
     const Array seq = obj.is_list() ? obj.array() : iterate(obj);
     const int64_t n = int64_t(seq.size());
     auto part = [&](size_t k) -> std::optional<int64_t> {
@@ -447,6 +451,8 @@ class Renderer {
       const Value& count = &seq == &a ? b : a;
       if (count.kind() != K::Int && count.kind() != K::Bool) return bad();
       const int64_t times = std::max<int64_t>(0, count.as_int());
+      const bool empty = seq.is_string() ? seq.str().empty() : seq.array().empty();
+      if (times == 0 || empty) return seq.is_string() ? Value(std::string()) : seq.is_tuple() ? Value::tuple({}) : Value(Array{});
       if (seq.is_string()) {
         if (!seq.str().empty() && size_t(times) > kMaxString / seq.str().size()) fail(line, "a string longer than 64 MiB");
         WorkMeter::charge_copy(times * int64_t(seq.str().size()));
@@ -459,7 +465,7 @@ class Renderer {
       WorkMeter::charge_elements(times * int64_t(seq.array().size()));
       Array out;
       for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
-      return Value(std::move(out));
+      return seq.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
     }
     if (op == "%" && a.is_string()) return Value(percent_format(a.str(), b, line));
     if (!a.is_number() || !b.is_number()) return bad();
@@ -508,6 +514,7 @@ class Renderer {
     const Array vals = args.is_tuple() ? args.array() : Array{args};  // Python: only a tuple is several values
     size_t k = 0;
     std::string out;
+    WorkMeter::make_text(f.size());
     for (size_t i = 0; i < f.size(); ++i) {
       if (f[i] != '%') {
         out += f[i];
@@ -521,8 +528,8 @@ class Renderer {
       if (k >= vals.size()) fail(line, "not enough arguments for format string");
       const Value& v = vals[k++];
       switch (f[i]) {
-        case 's': out += v.to_string(); break;
-        case 'r': out += v.repr(); break;
+        case 's': WorkMeter::append_text(out, v.to_string()); break;
+        case 'r': WorkMeter::append_text(out, v.repr()); break;
         case 'd':
         case 'i': out += std::to_string(v.kind() == Value::Kind::Float ? int64_t(v.as_double()) : v.as_int()); break;
         case 'f': {
@@ -540,7 +547,7 @@ class Renderer {
   bool contains(const Value& hay, const Value& needle, int line) {
     if (hay.is_string()) {
       if (!needle.is_string()) fail(line, "'in <string>' requires string as left operand, not " + needle.type_name());
-      return hay.str().find(needle.str()) != std::string::npos;
+      return WorkMeter::find_text(hay.str(), needle.str()) != std::string::npos;
     }
     if (hay.is_mapping()) return hay.object().find(needle) != nullptr;
     if (hay.kind() == Value::Kind::Array) {
@@ -644,7 +651,29 @@ class Renderer {
     WorkMeter::charge_elements(1);
   }
 
+  // The size of the rendering's variables, which its work budget grows with: string bytes and
+  // WorkMeter::kElement per element. The variables come from JSON (chat_context): no deeper than
+  // Value::kMaxJsonDepth, no namespaces, no cycles.
+  static int64_t input_bytes(const Value& v, int depth) {
+    if (depth > Value::kMaxJsonDepth) return 0;
+    switch (v.kind()) {
+      case Value::Kind::String: return int64_t(v.str().size());
+      case Value::Kind::Array: {
+        int64_t n = WorkMeter::kElement;
+        for (const Value& e : v.array()) n += WorkMeter::kElement + input_bytes(e, depth + 1);
+        return n;
+      }
+      case Value::Kind::Object: {
+        int64_t n = WorkMeter::kElement;
+        for (const auto& [k, e] : v.object().items) n += WorkMeter::kElement + input_bytes(k, depth + 1) + input_bytes(e, depth + 1);
+        return n;
+      }
+      default: return WorkMeter::kElement;
+    }
+  }
+
   const RenderOptions& options_;
+  int64_t input_bytes_ = 0;
   Scopes scopes_;
   std::vector<Value> namespaces_;  // every namespace() of the rendering
   int depth_ = 0;

@@ -6,8 +6,9 @@
 // to it (no file, network or attribute access beyond dict keys and the string/list/dict
 // methods of builtins.h), lists and dicts are immutable, and a rendering's work is bounded:
 // 2M loop iterations and macro calls, macros nested 256 deep, strings and the output 64 MiB,
-// ranges and lists 1M items, integers checked for overflow; the parser refuses nesting deeper
-// than 200.
+// ranges and lists 1M items, values walked no deeper than 512, integers checked for overflow,
+// and a work budget over all walks of values that grows with the variables' size
+// (work_meter.h); the parser refuses nesting deeper than 200.
 //
 // Errors: TemplateError (value.h) for a syntax error (naming the line), a failed operation
 // (an undefined value's attribute, a type error, an unknown filter), or raise_exception's

@@ -380,6 +380,7 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
   std::string out;
   std::function<void(const Value&, int)> emit = [&](const Value& v, int level) {
     WorkMeter::charge_elements(1);
+    check_depth(level);
     auto newline = [&](int l) {
       if (indent >= 0) out.append(1, '\n').append(size_t(indent) * size_t(l), ' ');
     };
@@ -447,8 +448,12 @@ std::string Value::to_json(int indent, const std::string& item_sep, const std::s
   return out;
 }
 
-bool Value::equals(const Value& o) const {
-  WorkMeter::charge_elements(1);
+bool Value::equals(const Value& o) const { return equals_at(o, 0); }
+
+// Walks charge the rendering's meter by what they visit (work_meter.h): comparing scalars is
+// free (Object::find compares keys all the time), strings are charged as copied bytes, lists
+// and dicts per element. Values nested past kMaxJsonDepth are refused rather than recursed into.
+bool Value::equals_at(const Value& o, int depth) const {
   const Kind a = kind(), b = o.kind();
   if (is_number() && o.is_number()) {
     if (a != Kind::Float && b != Kind::Float) return as_int() == o.as_int();
@@ -458,22 +463,28 @@ bool Value::equals(const Value& o) const {
   switch (a) {
     case Kind::Undefined:
     case Kind::None: return true;
-    case Kind::String: return str() == o.str();
+    case Kind::String:
+      WorkMeter::charge_copy(int64_t(std::min(str().size(), o.str().size())));
+      return str() == o.str();
     case Kind::Array: {
       // The same list: equal without a walk (Python's == compares its elements by identity
       // first), which also keeps a list shared many times over cheap to compare.
       if (identity() == o.identity()) return true;
       if (array().size() != o.array().size()) return false;
+      check_depth(depth);
+      WorkMeter::charge_elements(int64_t(array().size()));
       for (size_t i = 0; i < array().size(); ++i)
-        if (!array()[i].equals(o.array()[i])) return false;
+        if (!array()[i].equals_at(o.array()[i], depth + 1)) return false;
       return true;
     }
     case Kind::Object: {
       if (identity() == o.identity()) return true;
       if (object().items.size() != o.object().items.size()) return false;
+      check_depth(depth);
+      WorkMeter::charge_elements(int64_t(object().items.size()));
       for (const auto& [k, v] : object().items) {
         const Value* other = o.object().find(k);
-        if (other == nullptr || !v.equals(*other)) return false;
+        if (other == nullptr || !v.equals_at(*other, depth + 1)) return false;
       }
       return true;
     }
@@ -481,22 +492,33 @@ bool Value::equals(const Value& o) const {
   }
 }
 
-bool Value::less(const Value& o) const {
-  WorkMeter::charge_elements(1);
+bool Value::less(const Value& o) const { return less_at(o, 0); }
+
+bool Value::less_at(const Value& o, int depth) const {
   if (is_number() && o.is_number()) {
     if (kind() != Kind::Float && o.kind() != Kind::Float) return as_int() < o.as_int();
     return as_double() < o.as_double();
   }
-  if (is_string() && o.is_string()) return str() < o.str();
+  if (is_string() && o.is_string()) {
+    WorkMeter::charge_copy(int64_t(std::min(str().size(), o.str().size())));
+    return str() < o.str();
+  }
   if (is_list() && o.is_list()) {
+    // Python's order: the first elements that differ (by ==) decide, else the lengths. One
+    // descent per level, so equal nested lists cost their size, not 2^depth.
+    check_depth(depth);
     const Array &x = array(), &y = o.array();
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (x[i].less(y[i])) return true;
-      if (y[i].less(x[i])) return false;
-    }
+    WorkMeter::charge_elements(int64_t(std::min(x.size(), y.size())));
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+      if (!x[i].equals_at(y[i], depth + 1)) return x[i].less_at(y[i], depth + 1);
     return x.size() < y.size();
   }
   throw TemplateError("'<' not supported between instances of '" + type_name() + "' and '" + o.type_name() + "'");
+}
+
+void Value::check_depth(int depth) {
+  if (depth > kMaxJsonDepth)
+    throw TemplateError("a value nested more than " + std::to_string(kMaxJsonDepth) + " deep (Python's recursion limit)");
 }
 
 }  // namespace fdl::jinja

@@ -114,7 +114,8 @@ class Value {
   /// the BMP).
   std::string to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys,
                       bool ensure_ascii = false) const;
-  /// Python's ==.
+  /// Python's ==. TemplateError for lists or dicts nested past kMaxJsonDepth, or once the
+  /// rendering's work budget is spent (work_meter.h), as for less, repr and to_json.
   bool equals(const Value& o) const;
   /// Python's <, for numbers and strings (and lists, element-wise); TemplateError otherwise.
   bool less(const Value& o) const;
@@ -134,6 +135,10 @@ class Value {
                std::shared_ptr<Object>, NamespaceObj, FunctionObj>
       v_;
   void repr_into(std::string& out, int depth) const;
+  bool equals_at(const Value& o, int depth) const;
+  bool less_at(const Value& o, int depth) const;
+  /// TemplateError once a walk is more than kMaxJsonDepth levels down.
+  static void check_depth(int depth);
 
   std::string name_;  // an undefined value's name, or a function's
   std::string lazy_;  // a lazy sequence's type name
