@@ -104,9 +104,8 @@ ChatMessage parse_message(const nlohmann::json& m, size_t i) {
   return out;
 }
 
-// `tools` (for the template, in the key order of `ordered` where given; null when none or
-// when `tool_choice` is "none") and `tool_choice`; the legacy function-calling fields are
-// refused.
+// `tools` (for the template, in the key order of `ordered` where given; null when none) and
+// `tool_choice`; the legacy function-calling fields are refused.
 nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::ordered_json* ordered,
                                    ToolChoice& choice) {
   for (const char* field : {"functions", "function_call"}) {
@@ -144,7 +143,7 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
     }
   }
   choice = parse_tool_choice(body, tools);
-  if (tools == nullptr || tools->empty() || choice.mode == ToolChoice::Mode::None) return nullptr;
+  if (tools == nullptr || tools->empty()) return nullptr;
   return ordered != nullptr && ordered->is_object() && ordered->contains("tools") ? (*ordered)["tools"]
                                                                                  : nlohmann::ordered_json::parse(tools->dump());
 }

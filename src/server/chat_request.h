@@ -5,9 +5,9 @@
 // an array of {"type":"text","text":...} parts (joined without separator, as OpenAI does for
 // text parts); an assistant turn may carry `tool_calls` (then a null content is allowed), a
 // tool turn `tool_call_id`. `tools`: an array of {"type": "function", "function": {"name",
-// ...}} given to the chat template; `tool_choice` as tool_choice.h reads it ("none": the
-// template gets no tools; the grammar of "required" or a named function is made later, once
-// the template's tool-call syntax is known). Refused with 400: other roles, other part types
+// ...}} given to the chat template (whatever `tool_choice` is); `tool_choice` and
+// `parallel_tool_calls` as tool_choice.h reads them (the grammar of "required" or a named
+// function is made later, once the template's tool-call syntax is known). Refused with 400: other roles, other part types
 // (images, audio), a null content otherwise, fields of the wrong type, tool names that are
 // not is_valid_tool_name (tool_call_format.h) or repeat another's, a `tool_choice` that names
 // no function of `tools`, and the legacy `functions` / `function_call`.

@@ -137,7 +137,7 @@ void respond_whole(ServerContext& ctx, const PreparedRequest& p, Submitted s, ht
   if (failure) throw *failure;
   if (p.tools.format.syntax != ToolCallSyntax::None)
     for (ChoiceResult& c : choices) {
-      ParsedReply reply = parse_tool_calls(p.tools.format, c.text, p.tools.names);
+      ParsedReply reply = parse_tool_calls(p.tools.format, c.text, p.tools.names, {}, p.tools.max_calls);
       c.text = std::move(reply.content);
       c.tool_calls = std::move(reply.calls);
       if (c.finish_reason == "stop" && !c.tool_calls.empty()) c.finish_reason = "tool_calls";
@@ -161,7 +161,8 @@ struct StreamState {
     meta = ResponseMeta{new_response_id(p.endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"),
                         unix_now(), ctx.options.served_model_name};
     if (p.tools.format.syntax != ToolCallSyntax::None)
-      for (size_t i = 0; i < sub.ids.size(); ++i) parsers.emplace_back(p.tools.format, p.tools.names);
+      for (size_t i = 0; i < sub.ids.size(); ++i)
+        parsers.emplace_back(p.tools.format, p.tools.names, std::function<std::string()>(), p.tools.max_calls);
   }
   ~StreamState() { abort_all(ctx.engine, sub.ids); }  // no-op for finished requests
 

@@ -84,11 +84,13 @@ std::string root_body(const ToolCallFormat& f, bool several) {
 
 }  // namespace
 
-std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, std::optional<std::string> only) {
-  return tool_call_gbnf(format, nlohmann::ordered_json::parse(tools.dump()), std::move(only));
+std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, std::optional<std::string> only,
+                           bool parallel) {
+  return tool_call_gbnf(format, nlohmann::ordered_json::parse(tools.dump()), std::move(only), parallel);
 }
 
-std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools, std::optional<std::string> only) {
+std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools, std::optional<std::string> only,
+                           bool parallel) {
   const std::vector<Function> functions = functions_of(tools, only);
   grammar::SchemaConverter converter;
   std::string rules, choice;
@@ -107,17 +109,17 @@ std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& 
     rules += rule + " ::= " + call_body(format, f.name, args) + "\n";
     choice += (k == 0 ? "" : " | ") + rule;
   }
-  std::string text = converter.gbnf(root_body(format, !only));
+  std::string text = converter.gbnf(root_body(format, !only && parallel));
   if (!text.empty() && text.back() != '\n') text += '\n';
   return text + "tool-call ::= " + choice + "\n" + rules + id_rule(format);
 }
 
 std::shared_ptr<const Grammar> compile_tool_call_grammar(ToolCallFormat format, const nlohmann::ordered_json& tools,
-                                                         std::optional<std::string> only,
+                                                         std::optional<std::string> only, bool parallel,
                                                          grammar::GrammarCache* cache) {
   std::string text;
   try {
-    text = tool_call_gbnf(format, tools, only);
+    text = tool_call_gbnf(format, tools, only, parallel);
   } catch (const GrammarError& e) {
     throw ApiError(400, std::string("the tool's parameters cannot be enforced: ") + e.what(), "tools");
   }

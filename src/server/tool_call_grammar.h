@@ -5,7 +5,7 @@
 //
 // Shapes, per syntax (NAME the function, ARGS its arguments; spacing as the templates write):
 //  - Hermes:            <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
-//                       (required: one or more, separated by "\n")
+//                       (required: one or more, separated by "\n", unless not parallel)
 //  - Llama3Json:        <|python_tag|>? {"name": "NAME", "parameters": ARGS}
 //                       (always one call: the Llama 3 templates refuse a turn of several)
 //  - MistralJsonArray:  [TOOL_CALLS][{"name": "NAME", "arguments": ARGS}, ...] where each
@@ -38,18 +38,21 @@ namespace fdl::server {
 
 /// GBNF (root rule `root`) for the tool-call text of `format` over `tools` (the request's
 /// array of {"type": "function", "function": {"name", "parameters"?}}): `only` set, exactly
-/// one call of that function; else one or more calls of any of them. Arguments' properties
+/// one call of that function; else one or more calls of any of them (exactly one when not
+/// `parallel`: OpenAI's parallel_tool_calls false). Arguments' properties
 /// come in the order of each schema's `properties` (alphabetical for nlohmann::json, whose
 /// keys are sorted). Throws GrammarError, and std::invalid_argument for syntax None or an
 /// `only` that is not among the tools.
-std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools, std::optional<std::string> only);
-std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, std::optional<std::string> only);
+std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools, std::optional<std::string> only,
+                           bool parallel = true);
+std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, std::optional<std::string> only,
+                           bool parallel = true);
 
 /// tool_call_gbnf compiled, through `cache` where given (requests with the same tools share
 /// one Grammar and its token-mask caches). Throws ApiError 400 (param "tools") naming the
 /// function whose parameters cannot be enforced.
 std::shared_ptr<const Grammar> compile_tool_call_grammar(ToolCallFormat format, const nlohmann::ordered_json& tools,
-                                                         std::optional<std::string> only,
+                                                         std::optional<std::string> only, bool parallel = true,
                                                          grammar::GrammarCache* cache = nullptr);
 
 }  // namespace fdl::server

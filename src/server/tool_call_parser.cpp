@@ -29,8 +29,8 @@ bool ends_with(std::string_view text, std::string_view suffix) {
 }  // namespace
 
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::vector<std::string> tool_names,
-                               std::function<std::string()> make_id)
-    : format_(format), tool_names_(std::move(tool_names)), make_id_(std::move(make_id)) {
+                               std::function<std::string()> make_id, size_t max_calls)
+    : format_(format), tool_names_(std::move(tool_names)), make_id_(std::move(make_id)), max_calls_(max_calls) {
   if (!make_id_) make_id_ = [f = format_] { return new_tool_call_id(f); };
   switch (format_.syntax) {
     case ToolCallSyntax::Hermes:
@@ -51,7 +51,7 @@ std::vector<ToolCallEvent> ToolCallParser::feed(std::string_view text) {
   input_.assign(text);
   for (pos_ = 0; pos_ < input_.size();) step(input_[pos_++]);
   input_.clear();
-  return std::exchange(events_, {});
+  return take_events();
 }
 
 std::vector<ToolCallEvent> ToolCallParser::finish() {
@@ -76,7 +76,7 @@ std::vector<ToolCallEvent> ToolCallParser::finish() {
       call_failed("");
       break;
   }
-  return std::exchange(events_, {});
+  return take_events();
 }
 
 void ToolCallParser::step(char c) {
@@ -353,6 +353,22 @@ void ToolCallParser::emit_arguments(std::string_view text) {
   events_.push_back(std::move(e));
 }
 
+// A call fails before the next begins, so the calls that stand are known when each call
+// begins: with max_calls_ of them standing, the reply ends there, and the new call and all
+// that follows it are dropped.
+std::vector<ToolCallEvent> ToolCallParser::take_events() {
+  std::vector<ToolCallEvent> out;
+  out.reserve(events_.size());
+  for (ToolCallEvent& e : std::exchange(events_, {})) {
+    if (e.kind == ToolCallEvent::Kind::CallBegin && kept_live_ >= max_calls_) dropping_ = true;
+    if (dropping_) continue;
+    if (e.kind == ToolCallEvent::Kind::CallBegin) ++kept_live_;
+    if (e.kind == ToolCallEvent::Kind::CallFailed) --kept_live_;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 void collect_tool_call_events(ParsedReply& reply, const std::vector<ToolCallEvent>& events) {
   auto find = [&](size_t index) {
     return std::find_if(reply.calls.begin(), reply.calls.end(), [&](const ToolCall& c) { return c.index == index; });
@@ -377,8 +393,8 @@ void collect_tool_call_events(ParsedReply& reply, const std::vector<ToolCallEven
 }
 
 ParsedReply parse_tool_calls(ToolCallFormat format, std::string_view text, std::vector<std::string> tool_names,
-                             std::function<std::string()> make_id) {
-  ToolCallParser parser(format, std::move(tool_names), std::move(make_id));
+                             std::function<std::string()> make_id, size_t max_calls) {
+  ToolCallParser parser(format, std::move(tool_names), std::move(make_id), max_calls);
   ParsedReply reply;
   collect_tool_call_events(reply, parser.feed(text));
   collect_tool_call_events(reply, parser.finish());

@@ -19,6 +19,10 @@
 // marker (</tool_call>, the ']' of Mistral's array) is optional: a complete call object stands
 // without it.
 //
+// `max_calls` (OpenAI's parallel_tool_calls false: 1) keeps the first calls that stand: once that
+// many have begun and not failed, the reply ends where the next call begins (that call and all
+// text after it are dropped).
+//
 // Llama 3's syntax has no opening marker: a reply is read as a call only when it starts
 // (after whitespace and <|python_tag|>) with '{' and names a function of the request's tools,
 // so a JSON answer is not taken for a call.
@@ -26,6 +30,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -57,9 +62,9 @@ class ToolCallParser {
  public:
   /// `tool_names`: the request's functions (Llama 3 takes a reply for a call only when it
   /// names one of them; the other syntaxes have markers and do not look). `make_id`: the id of
-  /// each call begun; default new_tool_call_id(format).
+  /// each call begun; default new_tool_call_id(format). `max_calls`: how many calls to keep.
   explicit ToolCallParser(ToolCallFormat format, std::vector<std::string> tool_names = {},
-                          std::function<std::string()> make_id = {});
+                          std::function<std::string()> make_id = {}, size_t max_calls = SIZE_MAX);
 
   /// The events `text` settles (consecutive content, and fragments of one call, are merged).
   std::vector<ToolCallEvent> feed(std::string_view text);
@@ -98,6 +103,7 @@ class ToolCallParser {
 
   void emit_content(std::string_view text);
   void emit_arguments(std::string_view text);
+  std::vector<ToolCallEvent> take_events();  // events_, less those of dropped calls
 
   ToolCallFormat format_;
   std::vector<std::string> tool_names_;
@@ -124,6 +130,11 @@ class ToolCallParser {
   std::string name_, arguments_;   // MistralNameArgs
 
   std::vector<ToolCallEvent> events_;
+
+  // Calls past max_calls_.
+  size_t max_calls_;
+  size_t kept_live_ = 0;   // calls begun and not failed
+  bool dropping_ = false;  // a call past max_calls_ began: the rest of the reply is dropped
 };
 
 /// One call of a collected reply.
@@ -143,6 +154,6 @@ void collect_tool_call_events(ParsedReply& reply, const std::vector<ToolCallEven
 
 /// A whole reply parsed: feed(text) + finish(), collected.
 ParsedReply parse_tool_calls(ToolCallFormat format, std::string_view text, std::vector<std::string> tool_names = {},
-                             std::function<std::string()> make_id = {});
+                             std::function<std::string()> make_id = {}, size_t max_calls = SIZE_MAX);
 
 }  // namespace fdl::server

@@ -21,6 +21,7 @@ std::string mode_text(const ToolChoice& c) {
 
 ToolChoice parse_tool_choice(const nlohmann::json& body, const nlohmann::json* tools) {
   ToolChoice out;
+  out.parallel = read_bool(body, "parallel_tool_calls").value_or(true);
   const nlohmann::json* choice = find_field(body, "tool_choice");
   if (choice == nullptr) return out;
   if (choice->is_string()) {
@@ -66,9 +67,11 @@ ToolCallPlan plan_tool_calls(const ToolChoice& choice, const nlohmann::ordered_j
   }
   plan.format = format;
   for (const auto& t : tools) plan.names.push_back(t.at("function").at("name").get<std::string>());
+  if (!choice.parallel) plan.max_calls = 1;
   if (enforced) {
     plan.grammar = compile_tool_call_grammar(
-        format, tools, choice.mode == ToolChoice::Mode::Function ? std::optional(choice.function) : std::nullopt, cache);
+        format, tools, choice.mode == ToolChoice::Mode::Function ? std::optional(choice.function) : std::nullopt,
+        choice.parallel, cache);
   }
   return plan;
 }

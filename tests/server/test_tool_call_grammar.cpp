@@ -25,8 +25,8 @@ const ordered_json& tools() {
   return t;
 }
 
-bool accepts(const ToolCallFormat& f, std::optional<std::string> only, const std::string& text) {
-  GrammarMatcher m(Grammar::compile(tool_call_gbnf(f, tools(), std::move(only))));
+bool accepts(const ToolCallFormat& f, std::optional<std::string> only, const std::string& text, bool parallel = true) {
+  GrammarMatcher m(Grammar::compile(tool_call_gbnf(f, tools(), std::move(only), parallel)));
   return m.accept_bytes(text) && m.can_end();
 }
 
@@ -81,6 +81,10 @@ TEST(ToolCallGrammar, AcceptsTheTemplatesCallsAndTheParserReadsThem) {
       const std::string two = s.open + s.weather + s.separator + s.time + s.close;
       EXPECT_TRUE(accepts(s.format, std::nullopt, two)) << name;
       EXPECT_FALSE(accepts(s.format, "get_weather", two)) << name;
+      // parallel_tool_calls false: one call of any tool, never two.
+      EXPECT_FALSE(accepts(s.format, std::nullopt, two, /*parallel=*/false)) << name;
+      EXPECT_TRUE(accepts(s.format, std::nullopt, weather, /*parallel=*/false)) << name;
+      EXPECT_TRUE(accepts(s.format, std::nullopt, time, /*parallel=*/false)) << name;
       EXPECT_EQ(parse_tool_calls(s.format, two, {"get_weather", "get_time"}).calls.size(), 2u) << name;
     }
     // Not calls: text around them, cut short, a function that is not a tool.

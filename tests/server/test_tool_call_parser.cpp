@@ -185,6 +185,44 @@ TEST(ToolCallParser, MalformedCallsComeBackAsContent) {
   EXPECT_EQ(mixed.content, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {x}}</tool_call>");
 }
 
+// parallel_tool_calls false: the first call that stands is kept, and the reply ends where the
+// next call begins, in collected replies and in streams cut anywhere alike.
+TEST(ToolCallParser, MaxCallsKeepsTheFirstCallThatStands) {
+  const std::string weather = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::string time = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  const std::string broken = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {x}}</tool_call>";
+  auto parse_one = [](const std::string& text) { return parse_tool_calls(kHermes, text, kNames, counting_ids(), 1); };
+  const ParsedReply two = parse_one("Checking.\n" + weather + "\n" + time + "\nDone.");
+  ASSERT_EQ(two.calls.size(), 1u);
+  EXPECT_EQ(two.calls[0].name, "get_weather");
+  EXPECT_EQ(two.calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(two.content, "Checking.");
+  // A broken first call is content, and the next good call is the one kept.
+  const ParsedReply after_broken = parse_one(broken + weather + time);
+  ASSERT_EQ(after_broken.calls.size(), 1u);
+  EXPECT_EQ(after_broken.calls[0].name, "get_weather");
+  EXPECT_EQ(after_broken.content, broken);
+  // A broken call after the kept one is dropped too, not given back as content.
+  const ParsedReply then_broken = parse_one(weather + broken);
+  ASSERT_EQ(then_broken.calls.size(), 1u);
+  EXPECT_EQ(then_broken.content, "");
+  // Streams see the same: no event of a dropped call, wherever the text is cut.
+  const std::string text = weather + "\n" + time;
+  std::vector<size_t> every;
+  for (size_t k = 1; k < text.size(); ++k) every.push_back(k);
+  ToolCallParser parser(kHermes, kNames, counting_ids(), 1);
+  std::vector<ToolCallEvent> events;
+  for (size_t from = 0, i = 0; i <= every.size(); ++i) {
+    const size_t to = i < every.size() ? every[i] : text.size();
+    for (ToolCallEvent& e : parser.feed(std::string_view(text).substr(from, to - from))) events.push_back(std::move(e));
+    from = to;
+  }
+  for (ToolCallEvent& e : parser.finish()) events.push_back(std::move(e));
+  for (const ToolCallEvent& e : events) EXPECT_EQ(e.index, 0u) << e.text;
+  // Without a limit both calls stand.
+  EXPECT_EQ(parse(kHermes, text).calls.size(), 2u);
+}
+
 TEST(ToolCallParser, HermesClosingMarkerIsOptional) {
   const ParsedReply r = parse(kHermes, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\nThen text.");
   ASSERT_EQ(r.calls.size(), 1u);

@@ -61,9 +61,19 @@ TEST(ToolChoice, ThroughTheChatRequest) {
   const ChatRequest r = parse_chat_request(body);
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::Function);
   EXPECT_EQ(r.tools.size(), 2u);
+  // "none": the reply is not read for calls, but the template still gets the tools (some
+  // templates refuse tool turns without them).
   json none = body;
   none["tool_choice"] = "none";
-  EXPECT_TRUE(parse_chat_request(none).tools.is_null());
+  EXPECT_EQ(parse_chat_request(none).tools.size(), 2u);
+  EXPECT_EQ(parse_chat_request(none).tool_choice.mode, ToolChoice::Mode::None);
+  // parallel_tool_calls: a boolean, true by default.
+  EXPECT_TRUE(r.tool_choice.parallel);
+  json single = body;
+  single["parallel_tool_calls"] = false;
+  EXPECT_FALSE(parse_chat_request(single).tool_choice.parallel);
+  single["parallel_tool_calls"] = "no";
+  EXPECT_THROW(parse_chat_request(single), ApiError);
   json unknown = body;
   unknown["tool_choice"]["function"]["name"] = "nope";
   EXPECT_THROW(parse_chat_request(unknown), ApiError);
@@ -125,6 +135,18 @@ TEST(ToolChoice, Plans) {
   EXPECT_NE(plan_tool_calls(named, tools, hermes).grammar, nullptr);
   EXPECT_EQ(plan_tool_calls(none, tools, hermes).format.syntax, ToolCallSyntax::None);
   EXPECT_EQ(plan_tool_calls(automatic, nullptr, hermes).format.syntax, ToolCallSyntax::None);
+  // parallel_tool_calls false: one call kept, and "required" enforces one.
+  EXPECT_EQ(a.max_calls, SIZE_MAX);
+  ToolChoice one = automatic, one_required = required;
+  one.parallel = one_required.parallel = false;
+  EXPECT_EQ(plan_tool_calls(one, tools, hermes).max_calls, 1u);
+  const ToolCallPlan r1 = plan_tool_calls(one_required, tools, hermes);
+  EXPECT_EQ(r1.max_calls, 1u);
+  GrammarMatcher m(r1.grammar);
+  const std::string call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_TRUE(m.accept_bytes(call));
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.accept_bytes("\n<"));  // no second call
 
   // A template without a known syntax: "auto" leaves the reply as text; enforcing is a 400.
   EXPECT_EQ(plan_tool_calls(automatic, tools, ToolCallFormat{}).format.syntax, ToolCallSyntax::None);

@@ -141,6 +141,33 @@ class ToolsThroughTemplates(unittest.TestCase):
         self.round_trip("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
                         {"type": "function", "function": {"name": "get_time"}})
 
+    def test_hermes_2_pro_none_gives_the_template_its_tools_and_a_text_reply(self):
+        # This template fails a tool turn without tools: "none" still passes them, as vLLM does.
+        with Server("--chat-template-file", os.path.join(TEMPLATES, "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"),
+                    model=STORIES) as s:
+            r = s.openai().chat.completions.create(model="x", messages=QUESTION, tools=TOOLS, tool_choice="none",
+                                                   temperature=0, max_tokens=8)
+            self.assertIsNone(r.choices[0].message.tool_calls)
+            self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+            self.assertIsNotNone(r.choices[0].message.content)
+
+    def test_qwen_2_5_required_without_parallel_calls_is_one_call(self):
+        with Server("--chat-template-file", os.path.join(TEMPLATES, "Qwen-Qwen2.5-7B-Instruct.jinja"),
+                    model=STORIES) as s:
+            c = s.openai()
+            args = dict(model="x", messages=QUESTION, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                        temperature=0, max_tokens=200)
+            choice = c.chat.completions.create(**args).choices[0]
+            self.assertEqual(len(choice.message.tool_calls), 1, choice)
+            self.assertEqual(choice.finish_reason, "tool_calls")
+            _, streamed, finish = streamed_calls(c.chat.completions.create(stream=True, **args))
+            self.assertEqual([(x["name"], x["arguments"]) for x in streamed],
+                             [(x.function.name, x.function.arguments) for x in choice.message.tool_calls])
+            self.assertEqual(finish, "tool_calls")
+            with self.assertRaises(openai.BadRequestError) as e:
+                c.chat.completions.create(**{**args, "extra_body": {"parallel_tool_calls": "no"}, "parallel_tool_calls": openai.NOT_GIVEN})
+            self.assertEqual(e.exception.body["param"], "parallel_tool_calls")
+
 
 class ToolChoiceRefusals(unittest.TestCase):
     def test_unenforceable_choices_are_400(self):
