@@ -212,12 +212,15 @@ TEST(Matmul, Q8KActivationsAreTheSameBytesOnAvx2) {
     std::fill(x.begin() + 512, x.begin() + 768, 0.f);  // an all-zero block
     x[1000] = std::numeric_limits<float>::quiet_NaN();  // a NaN or an infinity makes its block's scale NaN
     x[1300] = std::numeric_limits<float>::infinity();
+    for (int i = 1536; i < 1792; ++i) x[size_t(i)] = i % 2 ? 1e-38f : -1e-39f;  // too small for 127 / amax
     std::vector<detail::BlockQ8K> a(8), b(8);
     detail::quantize_rows_q8k(x.data(), 4, 512, a.data());
     detail::quantize_rows_q8k_avx2(x.data(), 4, 512, b.data());
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(detail::BlockQ8K)), 0) << "scale " << scale;
     EXPECT_TRUE(std::isnan(a[3].d));
     EXPECT_TRUE(std::isnan(a[5].d));
+    EXPECT_FALSE(std::isnan(a[6].d));  // the tiny block: zeros, not NaN
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(a[6].qs[i], 0) << i;
   }
   // NaN and infinite activations reach the outputs as NaN, as with the float kernels.
   ThreadPool pool(1);

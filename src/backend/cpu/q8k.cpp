@@ -36,7 +36,9 @@ void quantize_rows_q8k(const float* x, int64_t n_tokens, int64_t cols, BlockQ8K*
       continue;
     }
     q.d = amax / 127.f;
-    const float id = amax > 0.f ? 127.f / amax : 0.f;
+    // A block so small that 127 / amax overflows (below about 4e-37) rounds to zeros, as a block
+    // of zeros does; an infinite factor would make 0 * inf = NaN.
+    const float id = amax > 0.f && std::isfinite(127.f / amax) ? 127.f / amax : 0.f;
     // Ties to even (the rounding mode's default), as the AVX2 conversion rounds.
     for (int i = 0; i < 256; ++i) q.qs[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * id), -127.f, 127.f));
     for (int j = 0; j < 16; ++j) {

@@ -1,5 +1,6 @@
 // The K-quant integer kernels of q8k.h on AVX2: the activations' Q8_K rounding, and the row
 // driver of q8k_kernels_avx2.h with token groups of up to 8.
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -30,7 +31,7 @@ void quantize_rows_q8k_avx2(const float* x, int64_t n_tokens, int64_t cols, Bloc
     float amax = 0.f;
     for (float m : m8) amax = amax < m ? m : amax;
     q.d = amax / 127.f;
-    const __m256 id = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    const __m256 id = _mm256_set1_ps(amax > 0.f && std::isfinite(127.f / amax) ? 127.f / amax : 0.f);  // as q8k.cpp
     for (int i = 0; i < 256; i += 32) {
       __m256i w[4];
       for (int k = 0; k < 4; ++k)  // round to nearest even (MXCSR's default), clamped
