@@ -5,6 +5,7 @@
 
 #include "server/json_fields.h"
 #include "server/openai_error.h"
+#include "server/ordered_json_parser.h"
 #include "server/tool_call_format.h"
 
 namespace fdl::server {
@@ -52,12 +53,12 @@ nlohmann::ordered_json parse_tool_calls(const J& calls, const std::string& at) {
     const bool named = c.is_object() && c.contains("function") && c["function"].is_object() &&
                        c["function"].contains("name") && c["function"]["name"].is_string();
     if (!named) throw invalid_param(here + ".function.name", "'" + here + ".function.name' must be a string");
-    nlohmann::ordered_json call = nlohmann::ordered_json::parse(c.dump());
+    nlohmann::ordered_json call = parse_ordered_json(c.dump());
     const auto& fn = c["function"];
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
       check_json_nesting(fn["arguments"].template get_ref<const std::string&>(), here + ".function.arguments",
                          "'" + here + ".function.arguments'");
-      const auto parsed = nlohmann::ordered_json::parse(fn["arguments"].template get<std::string>(), nullptr, false);
+      const auto parsed = parse_ordered_json(fn["arguments"].template get_ref<const std::string&>());
       if (parsed.is_object()) call["function"]["arguments"] = parsed;
     } else if (fn.contains("arguments") && !fn["arguments"].is_object()) {
       throw invalid_param(here + ".function.arguments", "'" + here + ".function.arguments' must be a JSON string");
@@ -145,7 +146,7 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
   choice = parse_tool_choice(body, tools);
   if (tools == nullptr || tools->empty()) return nullptr;
   return ordered != nullptr && ordered->is_object() && ordered->contains("tools") ? (*ordered)["tools"]
-                                                                                 : nlohmann::ordered_json::parse(tools->dump());
+                                                                                 : parse_ordered_json(tools->dump());
 }
 
 }  // namespace

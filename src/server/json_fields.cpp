@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "server/openai_error.h"
+#include "server/ordered_json_parser.h"
 
 namespace fdl::server {
 namespace {
@@ -66,7 +67,7 @@ nlohmann::json parse_request_body(std::string_view text) {
 }
 
 nlohmann::ordered_json parse_request_body_ordered(std::string_view text) {
-  return nlohmann::ordered_json::parse(text, nullptr, false);
+  return parse_ordered_json(text);
 }
 
 const nlohmann::json* find_field(const nlohmann::json& body, const char* name) {

@@ -8,6 +8,7 @@
 #include "grammar/gbnf_text.h"
 #include "grammar/json_schema.h"
 #include "server/openai_error.h"
+#include "server/ordered_json_parser.h"
 
 namespace fdl::server {
 namespace {
@@ -86,7 +87,7 @@ std::string root_body(const ToolCallFormat& f, bool several) {
 
 std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, std::optional<std::string> only,
                            bool parallel) {
-  return tool_call_gbnf(format, nlohmann::ordered_json::parse(tools.dump()), std::move(only), parallel);
+  return tool_call_gbnf(format, parse_ordered_json(tools.dump()), std::move(only), parallel);
 }
 
 std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools, std::optional<std::string> only,
