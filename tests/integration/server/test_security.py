@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from server_harness import CODELM, Server, run_serve
+from server_harness import CODELM, STORIES, Server, model_path, run_serve
 
 SYSTEM = ("You are a storyteller. Tell short, happy stories about children, animals and "
           "their friends. Use simple words. ") * 4
@@ -158,6 +158,31 @@ class MaxQueue(unittest.TestCase):
             self.assertEqual(m["flashdllm_requests_waiting"], 0)
             status, answer = s.post("/v1/completions", {"prompt": "def g():", "max_tokens": 4})
             self.assertEqual(status, 200, answer)
+
+
+class LargeBodies(unittest.TestCase):
+    def test_objects_of_many_keys_take_linear_time(self):
+        # 60,000 keys in one object (a 1.5 MB body): nlohmann's ordered parse alone would search
+        # every key among those before it, tens of seconds; the answer comes in about one.
+        n = 60000
+        args = json.dumps({f"a{i}": i for i in range(n)})
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)}}}}]
+        template = os.path.join(os.path.dirname(model_path(STORIES)), "..", "chat-templates", "templates",
+                                "Qwen-Qwen2.5-7B-Instruct.jinja")
+        with Server("--max-body-bytes", str(8 << 20), "--chat-template-file", template, model=STORIES) as s:
+            for body in (
+                    {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tools": tools},
+                    {"messages": [{"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": None, "tool_calls": [
+                                      {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}]},
+                                  {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+                     "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f"}}]}):
+                start = time.monotonic()
+                status, answer = s.post("/v1/chat/completions", body)
+                self.assertLess(time.monotonic() - start, 10.0)
+                self.assertEqual(status, 400, answer)  # far longer than the model's context
+                self.assertEqual(answer["error"]["code"], "context_length_exceeded")
 
 
 if __name__ == "__main__":
