@@ -76,6 +76,10 @@ struct TierConfig {
   std::filesystem::path disk_path;     ///< --kv-disk-path; empty = no tier 2
   unsigned disk_files = 1;             ///< files the disk tier stripes over
   unsigned disk_queue_depth = 32;      ///< io_uring depth = max tier-2 transfers in flight
+  /// Seconds after an I/O error disables tier 2 before it is tried again (the next transfer is
+  /// the test; blocks stored before the error stay lost). Doubles, up to 32 times, when the
+  /// tier fails again within twice its last wait; 0 keeps it off for good.
+  double disk_retry_s = 30.0;
   OffloadBreakerConfig breaker;
   /// Page-locking hook for tier 1 (CUDA: cudaHostRegister/Unregister). Empty on CPU.
   std::function<void(void*, size_t)> host_pin, host_unpin;
@@ -91,9 +95,9 @@ enum class TransferStatus : uint8_t {
   NoSpace,       ///< the destination tier (or tier 0 for a promotion) is full
   TierDisabled,  ///< destination/source tier is off (never configured, or disabled by an error)
   Paused,        ///< the offload breaker is open: disk offload paused
-  IoError,       ///< the transfer failed (tier 2 is now disabled); recompute the block
+  IoError,       ///< the transfer failed (tier 2 is now off until TierConfig::disk_retry_s); recompute the block
   Corrupt,       ///< checksum mismatch on the way back; block discarded; recompute it
-  Lost,          ///< the copy was in a tier that was disabled; recompute the block
+  Lost,          ///< the copy was in a tier disabled since it was stored; recompute the block
 };
 const char* to_string(TransferStatus s);
 
@@ -226,7 +230,8 @@ class TierManager {
   const BlockMeta& meta(OffloadId id) const;
   bool contains(OffloadId id) const;
   bool tier_enabled(BlockTier t) const;
-  /// Disable tier 2 (as an I/O error would); blocks stored there become Lost.
+  /// Disable tier 2 as an I/O error would: blocks stored there become Lost, and the tier comes
+  /// back after TierConfig::disk_retry_s. tier_enabled(Disk) brings it back once that is due.
   void disable_disk(const std::string& reason);
   void trip_breaker(const std::string& reason);  ///< manual; latched until reset_breaker()
   void reset_breaker();

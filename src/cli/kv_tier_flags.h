@@ -1,6 +1,6 @@
 // kv_tier_flags.h — the KV tier flags shared by `generate`, `multiturn` and `serve`:
 // --kv-tier0-bytes, --kv-host-bytes, --kv-disk-bytes,
-// --kv-disk-path, --kv-placement, --kv-profile-cache. docs/KV_TIERS.md describes the tiers.
+// --kv-disk-path, --kv-disk-retry, --kv-placement, --kv-profile-cache. docs/KV_TIERS.md describes the tiers.
 //
 // Sizes: bytes with optional suffix (536870912, 512MiB, 4GiB, 2GB); host and disk also take
 // a fraction ("25%", "0.25") of RAM / of the free space under --kv-disk-path. Tier 0 takes
@@ -29,6 +29,7 @@ struct KvTierFlags {
   std::string host_bytes;   // "" = no tier 1
   std::string disk_bytes;   // "" = no tier 2
   std::string disk_path;
+  double disk_retry_s = TierConfig{}.disk_retry_s;
   std::string placement = "auto";
   std::string profile_cache;  // "" = $XDG_CACHE_HOME/flashdllm
 };
@@ -40,6 +41,11 @@ inline void add_kv_tier_flags(CLI::App* cmd, KvTierFlags& f) {
   cmd->add_option("--kv-disk-bytes", f.disk_bytes,
                   "KV tier 2 (disk) size: bytes or % of the free space under --kv-disk-path");
   cmd->add_option("--kv-disk-path", f.disk_path, "Directory for the KV tier-2 files (O_DIRECT)");
+  cmd->add_option("--kv-disk-retry", f.disk_retry_s,
+                  "Seconds tier 2 stays off after an I/O error before it is tried again, doubling while it "
+                  "keeps failing (0: off for good)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--kv-placement", f.placement,
                   "Where evicted KV blocks go: auto (cost rule), recompute, host, disk")
       ->capture_default_str()
@@ -82,6 +88,7 @@ inline KvTierOptions kv_tier_options(const KvTierFlags& f) {
     o.tiers.disk = parse_capacity("--kv-disk-bytes", f.disk_bytes);
     o.tiers.disk_path = f.disk_path;
   }
+  o.tiers.disk_retry_s = f.disk_retry_s;
   o.profile_cache_dir = f.profile_cache;
   // An explicit demotion target whose tier is absent (or sized 0) would silently run as
   // recompute: `host` needs tier 1; `disk` needs tier 2 (it ages blocks through tier 1 when

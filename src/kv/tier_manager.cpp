@@ -63,6 +63,7 @@ struct TierManager::Impl {
     bool prefetched = false;
     BlockMirror::CopyHandle copy;           // the device copy in flight (is_copy(op))
     std::optional<TransferStatus> outcome;  // set when a promotion (or failed demotion) ended
+    uint32_t disk_epoch = 0;                // tier 2's epoch when the block was stored there
   };
 
   BlockPool& pool;
@@ -79,6 +80,12 @@ struct TierManager::Impl {
   std::unique_ptr<kv::HostStore> host;
   std::unique_ptr<kv::DiskStore> disk;
   bool disk_enabled = false;
+  // Tier 2 after an I/O error: off until disk_retry_at, then tried again. Each disabling starts
+  // a new epoch; blocks stored in an earlier one are not trusted (Lost).
+  uint32_t disk_epoch = 0;
+  bool disk_off_for_error = false;
+  double disk_retry_s = 0, disk_wait_s = 0;
+  Clock::time_point disk_retry_at{}, disk_back_at{};
   kv::OffloadBreaker breaker;
   std::unordered_map<OffloadId, Record> records;
   OffloadId next_id = 1;
@@ -90,7 +97,7 @@ struct TierManager::Impl {
   TierStats st;
 
   Impl(BlockPool& p, const TierConfig& cfg)
-      : pool(p), block_bytes(p.shape().block_bytes()), breaker(cfg.breaker) {
+      : pool(p), block_bytes(p.shape().block_bytes()), disk_retry_s(cfg.disk_retry_s), breaker(cfg.breaker) {
     st.tier[kDevice].enabled = true;
     const auto mirror = pool.mirror();
     dma = mirror && mirror->copies_async();
@@ -224,9 +231,32 @@ struct TierManager::Impl {
   void disable_disk(const std::string& reason) {
     if (!disk_enabled) return;
     disk_enabled = false;
+    ++disk_epoch;
     st.tier[kDisk].enabled = false;
     st.tier[kDisk].disabled_reason = reason;
-    spdlog::error("kv tier 2 disabled: {}; blocks stored there will be recomputed", reason);
+    if (disk_retry_s <= 0) {
+      spdlog::error("kv tier 2 disabled: {}; blocks stored there will be recomputed", reason);
+      return;
+    }
+    // A tier that fails again soon after coming back waits twice as long the next time.
+    const auto now = Clock::now();
+    const bool again_soon = disk_wait_s > 0 && now - disk_back_at < std::chrono::duration<double>(2 * disk_wait_s);
+    disk_wait_s = again_soon ? std::min(2 * disk_wait_s, 32 * disk_retry_s) : disk_retry_s;
+    disk_retry_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(disk_wait_s));
+    disk_off_for_error = true;
+    spdlog::error("kv tier 2 disabled: {}; blocks stored there will be recomputed; trying it again in {:.0f} s",
+                  reason, disk_wait_s);
+  }
+
+  // Tier 2 back on once its wait after an I/O error is over; its next transfer tests it.
+  void retry_disk_if_due() {
+    if (!disk_off_for_error || Clock::now() < disk_retry_at) return;
+    disk_off_for_error = false;
+    disk_enabled = true;
+    disk_back_at = Clock::now();
+    st.tier[kDisk].enabled = true;
+    st.tier[kDisk].disabled_reason.clear();
+    spdlog::warn("kv tier 2 enabled again after {:.0f} s off", disk_wait_s);
   }
 
   void count_move(size_t from, size_t to) {
@@ -446,6 +476,7 @@ struct TierManager::Impl {
       r.meta.tier = BlockTier::Disk;
       r.meta.state = BlockState::Inactive;
       r.slot = r.disk_slot;
+      r.disk_epoch = disk_epoch;
       count_move(kDevice, kDisk);
       st.tier[kDisk].write_latency.record(lat_us);
     };
@@ -488,6 +519,7 @@ struct TierManager::Impl {
         if (c.ok()) {
           host->release(r.slot);
           r.slot = r.disk_slot;
+          r.disk_epoch = disk_epoch;
           r.meta.tier = BlockTier::Disk;
           count_move(kHost, kDisk);
           st.tier[kDisk].write_latency.record(lat_us);
@@ -609,6 +641,7 @@ struct TierManager::Impl {
   }
 
   TransferStatus disk_gate() {
+    retry_disk_if_due();
     if (!disk_enabled) return TransferStatus::TierDisabled;
     if (!breaker.allows_offload(Clock::now())) return TransferStatus::Paused;
     return TransferStatus::Ok;
@@ -695,7 +728,8 @@ struct TierManager::Impl {
     const BlockTier from = r.meta.tier;
     TierEvent ev{TierEvent::Kind::Promote, id, TransferStatus::Ok, from, BlockTier::Device, -1,
                  0.0};
-    if (from == BlockTier::Disk && !disk_enabled) {
+    retry_disk_if_due();
+    if (from == BlockTier::Disk && (!disk_enabled || r.disk_epoch != disk_epoch)) {
       disk->release(r.slot);
       r.outcome = ev.status = TransferStatus::Lost;
       return ev;
@@ -731,7 +765,7 @@ struct TierManager::Impl {
     }
     // Disk: asynchronous read into a staging buffer; verified in on_completion.
     const int sb = take_staging();
-    if (!disk_enabled) {  // reaping for a staging buffer found a failure
+    if (!disk_enabled || r.disk_epoch != disk_epoch) {  // reaping for a staging buffer found a failure
       give_staging(sb);
       disk->release(r.slot);
       r.outcome = ev.status = TransferStatus::Lost;
@@ -915,7 +949,9 @@ bool TierManager::tier_enabled(BlockTier t) const {
   switch (t) {
     case BlockTier::Device: return true;
     case BlockTier::Host: return impl_->host != nullptr;
-    case BlockTier::Disk: return impl_->disk_enabled;
+    case BlockTier::Disk:
+      impl_->retry_disk_if_due();
+      return impl_->disk_enabled;
   }
   return false;
 }

@@ -247,6 +247,75 @@ TEST(TierManager, DiskReadErrorMeansRecomputeAndOthersOnDiskAreLost) {
   }
 }
 
+// After an I/O error tier 2 waits disk_retry_s, then comes back: its next transfer is the
+// test. Blocks stored before the error stay lost; a new failure soon after doubles the wait.
+TEST(TierManager, DiskComesBackAfterItsWaitAndOlderBlocksStayLost) {
+  BlockPool pool(test::tier_shape(), 4);
+  TierConfig cfg = config(0, 4, "retry");
+  cfg.disk_retry_s = 0.2;
+  TierManager tm(pool, cfg);
+  auto demote = [&](uint32_t seed) {
+    const BlockId b = pool.allocate();
+    fill_block(pool, b, seed);
+    const TierEvent ev = tm.demote(b, BlockTier::Disk);
+    if (ev.status == TransferStatus::TierDisabled) pool.release(b);
+    tm.drain();
+    tm.poll();
+    return std::pair{ev, b};
+  };
+  const OffloadId before = demote(1).first.id;
+  tm.inject_disk_fault_for_test(true, "eio");
+  const auto [failed, kept] = demote(2);
+  ASSERT_EQ(tm.wait_resident(failed.id).status, TransferStatus::Ok);  // the block never left tier 0
+  pool.release(kept);
+  const auto off_at = std::chrono::steady_clock::now();
+  EXPECT_FALSE(tm.tier_enabled(BlockTier::Disk));
+  EXPECT_EQ(demote(3).first.status, TransferStatus::TierDisabled);
+  while (!tm.tier_enabled(BlockTier::Disk)) {
+    ASSERT_LT(std::chrono::steady_clock::now() - off_at, std::chrono::seconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - off_at, std::chrono::milliseconds(190));
+  EXPECT_TRUE(tm.stats().tier[2].enabled);
+  EXPECT_TRUE(tm.stats().tier[2].disabled_reason.empty());
+  // Stored after the tier came back: it round-trips. Stored before the error: lost.
+  const OffloadId after = demote(4).first.id;
+  const TierEvent back = tm.wait_resident(after);
+  ASSERT_EQ(back.status, TransferStatus::Ok);
+  pool.release(back.block);
+  EXPECT_EQ(tm.wait_resident(before).status, TransferStatus::Lost);
+  EXPECT_EQ(tm.stats().tier[2].used_blocks, 0u);
+  // Failing again at once: twice the wait.
+  tm.inject_disk_fault_for_test(true, "eio");
+  const auto [failed_again, kept_again] = demote(5);
+  ASSERT_EQ(tm.wait_resident(failed_again.id).status, TransferStatus::Ok);
+  pool.release(kept_again);
+  const auto off_again = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_FALSE(tm.tier_enabled(BlockTier::Disk));
+  while (!tm.tier_enabled(BlockTier::Disk)) {
+    ASSERT_LT(std::chrono::steady_clock::now() - off_again, std::chrono::seconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - off_again, std::chrono::milliseconds(390));
+  EXPECT_EQ(pool.n_free(), 4u);
+}
+
+// disk_retry_s 0: an I/O error turns tier 2 off for good.
+TEST(TierManager, DiskRetryZeroKeepsTier2Off) {
+  BlockPool pool(test::tier_shape(), 2);
+  TierConfig cfg = config(0, 2, "noretry");
+  cfg.disk_retry_s = 0;
+  TierManager tm(pool, cfg);
+  const BlockId b = pool.allocate();
+  fill_block(pool, b, 1);
+  tm.inject_disk_fault_for_test(true, "eio");
+  const TierEvent ev = tm.demote(b, BlockTier::Disk);
+  ASSERT_EQ(tm.wait_resident(ev.id).status, TransferStatus::Ok);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(tm.tier_enabled(BlockTier::Disk));
+}
+
 TEST(TierManager, PrefetchCountsHitsLateAndMisses) {
   BlockPool pool(test::tier_shape(), 6);
   TierManager tm(pool, config(2, 4, "prefetch"));
