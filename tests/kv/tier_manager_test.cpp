@@ -252,7 +252,7 @@ TEST(TierManager, DiskReadErrorMeansRecomputeAndOthersOnDiskAreLost) {
 TEST(TierManager, DiskComesBackAfterItsWaitAndOlderBlocksStayLost) {
   BlockPool pool(test::tier_shape(), 4);
   TierConfig cfg = config(0, 4, "retry");
-  cfg.disk_retry_s = 0.2;
+  cfg.disk_retry_s = 0.5;
   TierManager tm(pool, cfg);
   auto demote = [&](uint32_t seed) {
     const BlockId b = pool.allocate();
@@ -275,7 +275,7 @@ TEST(TierManager, DiskComesBackAfterItsWaitAndOlderBlocksStayLost) {
     ASSERT_LT(std::chrono::steady_clock::now() - off_at, std::chrono::seconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_GE(std::chrono::steady_clock::now() - off_at, std::chrono::milliseconds(190));
+  EXPECT_GE(std::chrono::steady_clock::now() - off_at, std::chrono::milliseconds(490));
   EXPECT_TRUE(tm.stats().tier[2].enabled);
   EXPECT_TRUE(tm.stats().tier[2].disabled_reason.empty());
   // Stored after the tier came back: it round-trips. Stored before the error: lost.
@@ -291,13 +291,13 @@ TEST(TierManager, DiskComesBackAfterItsWaitAndOlderBlocksStayLost) {
   ASSERT_EQ(tm.wait_resident(failed_again.id).status, TransferStatus::Ok);
   pool.release(kept_again);
   const auto off_again = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   EXPECT_FALSE(tm.tier_enabled(BlockTier::Disk));
   while (!tm.tier_enabled(BlockTier::Disk)) {
     ASSERT_LT(std::chrono::steady_clock::now() - off_again, std::chrono::seconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_GE(std::chrono::steady_clock::now() - off_again, std::chrono::milliseconds(390));
+  EXPECT_GE(std::chrono::steady_clock::now() - off_again, std::chrono::milliseconds(990));
   EXPECT_EQ(pool.n_free(), 4u);
 }
 
