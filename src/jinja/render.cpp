@@ -22,7 +22,7 @@ namespace fdl::jinja {
 namespace {
 
 constexpr int64_t kMaxRange = 1 << 20;       // elements one range() may make
-constexpr size_t kMaxString = size_t(64) << 20;  // bytes of one string or of the output
+constexpr size_t kMaxString = WorkMeter::kMaxText;  // bytes of one string or of the output
 constexpr int kMaxDepth = 256;               // nested macro calls
 constexpr int64_t kMaxSteps = int64_t(1) << 21;  // loop iterations and macro calls of one rendering
 

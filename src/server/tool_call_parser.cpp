@@ -357,16 +357,18 @@ void ToolCallParser::emit_arguments(std::string_view text) {
 // begins: with max_calls_ of them standing, the reply ends there, and the new call and all
 // that follows it are dropped.
 std::vector<ToolCallEvent> ToolCallParser::take_events() {
-  std::vector<ToolCallEvent> out;
-  out.reserve(events_.size());
-  for (ToolCallEvent& e : std::exchange(events_, {})) {
-    if (e.kind == ToolCallEvent::Kind::CallBegin && kept_live_ >= max_calls_) dropping_ = true;
-    if (dropping_) continue;
-    if (e.kind == ToolCallEvent::Kind::CallBegin) ++kept_live_;
-    if (e.kind == ToolCallEvent::Kind::CallFailed) --kept_live_;
-    out.push_back(std::move(e));
+  if (max_calls_ != SIZE_MAX) {  // filtered in place: no allocation per delivery
+    size_t kept = 0;  // events before the first dropped one are all kept, in place
+    for (const ToolCallEvent& e : events_) {
+      if (e.kind == ToolCallEvent::Kind::CallBegin && kept_live_ >= max_calls_) dropping_ = true;
+      if (dropping_) break;
+      if (e.kind == ToolCallEvent::Kind::CallBegin) ++kept_live_;
+      if (e.kind == ToolCallEvent::Kind::CallFailed) --kept_live_;
+      ++kept;
+    }
+    events_.resize(kept);
   }
-  return out;
+  return std::exchange(events_, {});
 }
 
 void collect_tool_call_events(ParsedReply& reply, const std::vector<ToolCallEvent>& events) {
