@@ -59,7 +59,9 @@ tools::MakeModelOptions to_options(const MakeModelArgs& a) {
   tools::MakeModelOptions o;
   o.output = a.output;
   o.preset = a.preset;
-  o.dtype = tools::parse_weight_dtype(a.dtype);
+  const tools::WeightSpec spec = tools::parse_weight_spec(a.dtype);
+  o.dtype = spec.type;
+  o.medium_mix = spec.medium_mix;
   o.seed = *parse_seed("--seed", a.seed, /*allow_random=*/false);
   if (a.vocab_from_opt->count() > 0) o.vocab_from = a.vocab_from;
   if (a.arch_opt->count() > 0) o.arch = a.arch;
@@ -137,7 +139,8 @@ void add_make_model_command(CLI::App& tools_app) {
   a->arch_opt = cmd->add_option("--arch", a->arch, "Model family: llama|qwen2|qwen3|gemma2 (default: the preset's)");
   cmd->add_option("--dtype", a->dtype,
                   "Matrix weight type: " + tools::writable_dtype_names() +
-                      " (block-quantized types: rows must hold whole blocks, 256 for the K-quants)")
+                      ", or llama.cpp's mixes q4_k_m, q5_k_m (block-quantized types: rows must hold whole blocks, 256 "
+                      "for the K-quants)")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the random weights (0..2^64-1)")->capture_default_str();
   a->vocab_from_opt = cmd->add_option("--vocab-from", a->vocab_from,

@@ -33,13 +33,14 @@ std::vector<TensorPlan> llama_tensor_list(const ModelShape& s, const MakeModelOp
   std::vector<TensorPlan> list;
   list.push_back({"token_embd.weight", w, {s.dim, s.vocab}, 0.f, wstd});
   list.push_back({"output_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
-  if (!opt.tied_embeddings) list.push_back({"output.weight", w, {s.dim, s.vocab}, 0.f, wstd});
+  if (!opt.tied_embeddings)
+    list.push_back({"output.weight", matrix_type(opt, "output", 0, s.n_layers), {s.dim, s.vocab}, 0.f, wstd});
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     list.push_back({p + "attn_norm.weight", GgmlType::F32, {s.dim}, 1.f, kNormStd});
     list.push_back({p + "attn_q.weight", w, {s.dim, s.q_dim()}, 0.f, wstd});
     list.push_back({p + "attn_k.weight", w, {s.dim, s.kv_dim()}, 0.f, wstd});
-    list.push_back({p + "attn_v.weight", w, {s.dim, s.kv_dim()}, 0.f, wstd});
+    list.push_back({p + "attn_v.weight", matrix_type(opt, "attn_v", l, s.n_layers), {s.dim, s.kv_dim()}, 0.f, wstd});
     if (s.arch == "qwen2")
       for (const auto& [name, len] : {std::pair{"attn_q.bias", s.q_dim()}, {"attn_k.bias", s.kv_dim()}, {"attn_v.bias", s.kv_dim()}})
         list.push_back({p + name, GgmlType::F32, {len}, 0.f, kNormStd});
@@ -62,7 +63,7 @@ std::vector<TensorPlan> llama_tensor_list(const ModelShape& s, const MakeModelOp
     }
     list.push_back({p + "ffn_gate.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
     list.push_back({p + "ffn_up.weight", w, {s.dim, s.ffn_dim}, 0.f, wstd});
-    list.push_back({p + "ffn_down.weight", w, {s.ffn_dim, s.dim}, 0.f, wstd});
+    list.push_back({p + "ffn_down.weight", matrix_type(opt, "ffn_down", l, s.n_layers), {s.ffn_dim, s.dim}, 0.f, wstd});
   }
   return list;
 }
@@ -78,7 +79,7 @@ void make_model(const MakeModelOptions& opt) {
   const std::string& a = s.arch;
   w.set_string("general.architecture", a);
   w.set_string("general.name", opt.name.empty() ? "flashdllm-random-" + opt.preset : opt.name);
-  w.set_uint32("general.file_type", llama_file_type(opt.dtype));
+  w.set_uint32("general.file_type", llama_file_type(opt));
   if (has_quantizer(opt.dtype)) w.set_uint32("general.quantization_version", 2);
   w.set_uint32(a + ".context_length", s.context);
   w.set_uint32(a + ".embedding_length", s.dim);

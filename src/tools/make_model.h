@@ -53,6 +53,11 @@ struct MakeModelOptions {
   /// block-quantized type (writable_dtype_names()); those need dim, ffn_dim and
   /// n_heads x head_dim to be multiples of the type's block (32; 256 for the K-quants).
   GgmlType dtype = GgmlType::F16;
+  /// llama.cpp's "_M" mix of dtype Q4_K or Q5_K (Q4_K_M, Q5_K_M; dense models only), as its
+  /// llama-quantize chooses per tensor: output Q6_K; attn_v and ffn_down Q6_K in the layers
+  /// where it spends more bits (the first and last eighth, and every third between), and for
+  /// Q4_K_M with 80 layers (its 70B class) attn_v Q5_K in the others; the rest dtype.
+  bool medium_mix = false;
   uint64_t seed = 42;  ///< PRNG seed; same seed + options = identical file
   /// Copy the tokenizer (all tokenizer.ggml.* keys) from this GGUF file, e.g. a llama.cpp
   /// vocab file; n_vocab is then that vocab's size (setting `vocab` to another value is an
@@ -97,8 +102,8 @@ struct ModelShape {
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
-/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b",
-/// "gemma2-9b", "mixtral-8x7b".
+/// Names of the built-in presets: "tiny", "110m", "llama-7b", "llama3-8b", "llama3-70b", "qwen2-7b",
+/// "qwen3-8b", "gemma2-9b", "mixtral-8x7b".
 std::vector<std::string> model_presets();
 
 /// The shape `make_model(opt)` would write, validated (throws std::invalid_argument naming the
@@ -121,9 +126,24 @@ std::string writable_dtype_names();
 /// case-insensitive). Throws std::invalid_argument listing the accepted names.
 GgmlType parse_weight_dtype(std::string_view name);
 
+/// A --dtype value: one type for every matrix, or a mix (q4_k_m, q5_k_m: MakeModelOptions::
+/// medium_mix of Q4_K / Q5_K). Case-insensitive; throws std::invalid_argument listing the
+/// accepted names.
+struct WeightSpec {
+  GgmlType type = GgmlType::F16;
+  bool medium_mix = false;
+};
+WeightSpec parse_weight_spec(std::string_view name);
+
+/// The type make_model writes for a matrix of layer `layer` (of n_layers) given opt.dtype and
+/// opt.medium_mix: `role` is "output", "attn_v", "ffn_down" or any other tensor's name.
+GgmlType matrix_type(const MakeModelOptions& opt, std::string_view role, uint32_t layer, uint32_t n_layers);
+
 /// llama.cpp's general.file_type (LLAMA_FTYPE) for a file whose matrices are all of one type:
 /// F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, and the K-quants' "_S"
 /// numbers Q3_K 11, Q4_K 14, Q5_K 16, Q6_K 18; BF16 32.
 uint32_t llama_file_type(GgmlType dtype);
+/// ... and for the file make_model(opt) writes: with medium_mix, Q4_K_M 15 or Q5_K_M 17.
+uint32_t llama_file_type(const MakeModelOptions& opt);
 
 }  // namespace fdl::tools

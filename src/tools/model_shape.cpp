@@ -19,13 +19,14 @@ struct Preset {
 };
 
 // Shapes of the published models each preset imitates (Llama-2-7B's context and epsilon for
-// llama-7b; Meta-Llama-3-8B for llama3-8b; Qwen2.5-7B for qwen2-7b; Qwen3-8B for qwen3-8b; Gemma-2-9B
+// llama-7b; Meta-Llama-3-8B for llama3-8b; Meta-Llama-3-70B for llama3-70b; Qwen2.5-7B for qwen2-7b; Qwen3-8B for qwen3-8b; Gemma-2-9B
 // for gemma2-9b; Mixtral-8x7B for mixtral-8x7b).
-const std::array<Preset, 8> kPresets{{
+const std::array<Preset, 9> kPresets{{
     {"tiny", {64, 2, 4, 2, 128, 512, 512, 10000.f, 1e-5f}},
     {"110m", {768, 12, 12, 12, 2048, 32000, 2048, 10000.f, 1e-5f}},
     {"llama-7b", {4096, 32, 32, 32, 11008, 32000, 4096, 10000.f, 1e-5f}},
     {"llama3-8b", {4096, 32, 32, 8, 14336, 128256, 8192, 500000.f, 1e-5f}},
+    {"llama3-70b", {8192, 80, 64, 8, 28672, 128256, 8192, 500000.f, 1e-5f}},
     {"qwen2-7b", {3584, 28, 28, 4, 18944, 152064, 32768, 1000000.f, 1e-6f, "qwen2"}},
     {"qwen3-8b", {4096, 36, 32, 8, 12288, 151936, 40960, 1000000.f, 1e-6f, "qwen3"}},
     {"gemma2-9b", {3584, 42, 16, 8, 14336, 256000, 8192, 10000.f, 1e-6f, "gemma2", 256}},
@@ -61,6 +62,8 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
   const GgmlType d = opt.dtype;
   if (d != GgmlType::F32 && d != GgmlType::F16 && d != GgmlType::BF16 && !has_quantizer(d))
     bad("dtype " + ggml_type_name(static_cast<uint32_t>(d)) + " is not supported (use " + writable_dtype_names() + ")");
+  if (opt.medium_mix && d != GgmlType::Q4_K && d != GgmlType::Q5_K)
+    bad("the _M mix is written for Q4_K and Q5_K only, not " + ggml_type_name(static_cast<uint32_t>(d)));
   ModelShape s = it->shape;
   s.dim = opt.dim.value_or(s.dim);
   s.n_layers = opt.n_layers.value_or(s.n_layers);
@@ -81,6 +84,7 @@ ModelShape resolve_shape(const MakeModelOptions& opt, std::optional<uint32_t> fi
     bad("n_expert_used (--n-experts-used) needs n_expert (--n-experts): a mixture of experts");
   if (s.n_expert > kMaxExperts)
     bad("n_expert (--n-experts) must be at most " + std::to_string(kMaxExperts) + ", got " + std::to_string(s.n_expert));
+  if (s.n_expert > 0 && opt.medium_mix) bad("the _M mixes (q4_k_m, q5_k_m) are written for dense models, not experts");
   if (s.n_expert > 0 && (s.n_expert_used == 0 || s.n_expert_used > s.n_expert))
     bad("n_expert_used (--n-experts-used) must be 1.." + std::to_string(s.n_expert) + " (n_expert), got " +
         std::to_string(s.n_expert_used));
@@ -172,6 +176,40 @@ GgmlType parse_weight_dtype(std::string_view name) {
     if (lower == w.name) return w.type;
   throw std::invalid_argument("unknown weight type '" + std::string(name) + "' (accepted: " + writable_dtype_names() +
                               ")");
+}
+
+WeightSpec parse_weight_spec(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "q4_k_m") return {GgmlType::Q4_K, true};
+  if (lower == "q5_k_m") return {GgmlType::Q5_K, true};
+  try {
+    return {parse_weight_dtype(name), false};
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("unknown weight type '" + std::string(name) + "' (accepted: " + writable_dtype_names() +
+                                ", q4_k_m, q5_k_m)");
+  }
+}
+
+GgmlType matrix_type(const MakeModelOptions& opt, std::string_view role, uint32_t layer, uint32_t n_layers) {
+  if (!opt.medium_mix) return opt.dtype;
+  if (role == "output") return GgmlType::Q6_K;
+  // llama-quantize's choice of the layers that get more bits.
+  const int i = int(layer), n = int(n_layers);
+  const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  if (role == "ffn_down") return more_bits ? GgmlType::Q6_K : opt.dtype;
+  if (role == "attn_v") {
+    if (more_bits) return GgmlType::Q6_K;
+    // Its 70B class shares each V among 8 query heads: a small tensor worth more bits.
+    return opt.dtype == GgmlType::Q4_K && n_layers == 80 ? GgmlType::Q5_K : opt.dtype;
+  }
+  return opt.dtype;
+}
+
+uint32_t llama_file_type(const MakeModelOptions& opt) {
+  if (opt.medium_mix) return opt.dtype == GgmlType::Q4_K ? 15 : 17;
+  return llama_file_type(opt.dtype);
 }
 
 uint32_t llama_file_type(GgmlType dtype) {

@@ -48,8 +48,8 @@ std::string invalid_message(const MakeModelOptions& opt) {
 
 TEST(MakeModel, PresetsAreListedAndResolve) {
   EXPECT_EQ(model_presets(),
-            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "qwen2-7b", "qwen3-8b", "gemma2-9b",
-                                      "mixtral-8x7b"}));
+            (std::vector<std::string>{"tiny", "110m", "llama-7b", "llama3-8b", "llama3-70b", "qwen2-7b", "qwen3-8b",
+                                      "gemma2-9b", "mixtral-8x7b"}));
   MakeModelOptions opt;
   opt.preset = "llama3-8b";
   const ModelShape s = resolve_model_shape(opt);
@@ -394,8 +394,8 @@ TEST(MakeModel, InvalidOptionsNameTheOption) {
   MakeModelOptions opt;
   opt.preset = "gpt-5";
   EXPECT_NE(invalid_message(opt).find(
-                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, qwen2-7b, qwen3-8b, gemma2-9b, "
-                "mixtral-8x7b)"),
+                "unknown preset 'gpt-5' (available: tiny, 110m, llama-7b, llama3-8b, llama3-70b, qwen2-7b, qwen3-8b, "
+                "gemma2-9b, mixtral-8x7b)"),
             std::string::npos);
   opt = {};
   opt.arch = "gemma4";
@@ -446,6 +446,64 @@ TEST(MakeModel, InvalidOptionsNameTheOption) {
   EXPECT_NE(invalid_message(opt).find("weight_std must be a finite number"), std::string::npos);
   opt = {};
   EXPECT_THROW(make_model(opt), std::invalid_argument);  // no output path
+}
+
+// q4_k_m / q5_k_m: llama-quantize's per-tensor choices for its "_M" mixes.
+TEST(MakeModel, MediumMixFollowsLlamaQuantizesChoices) {
+  MakeModelOptions opt;
+  opt.output = scratch("mix.gguf");
+  opt.dtype = GgmlType::Q4_K;
+  opt.medium_mix = true;
+  opt.dim = 256, opt.ffn_dim = 512, opt.n_layers = 16;
+  make_model(opt);
+  GgufFile f = GgufFile::open(opt.output);
+  EXPECT_EQ(f.get_uint("general.file_type"), 15u);
+  EXPECT_EQ(f.tensor("output.weight").type(), GgmlType::Q6_K);
+  EXPECT_EQ(f.tensor("token_embd.weight").type(), GgmlType::Q4_K);
+  // More bits in layers i < n/8, i >= 7n/8 and (i - n/8) % 3 == 2: 0, 1, 4, 7, 10, 13, 14, 15 of 16.
+  const std::set<uint32_t> more = {0, 1, 4, 7, 10, 13, 14, 15};
+  for (uint32_t l = 0; l < 16; ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const GgmlType want = more.count(l) ? GgmlType::Q6_K : GgmlType::Q4_K;
+    EXPECT_EQ(f.tensor(p + "attn_v.weight").type(), want);
+    EXPECT_EQ(f.tensor(p + "ffn_down.weight").type(), want);
+    for (const char* other : {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight"})
+      EXPECT_EQ(f.tensor(p + other).type(), GgmlType::Q4_K) << other;
+  }
+  // 80 layers (llama.cpp's 70B class): Q4_K_M's other attn_v are Q5_K; Q5_K_M's stay Q5_K.
+  EXPECT_EQ(matrix_type(opt, "attn_v", 11, 80), GgmlType::Q5_K);
+  EXPECT_EQ(matrix_type(opt, "attn_v", 12, 80), GgmlType::Q6_K);
+  EXPECT_EQ(matrix_type(opt, "ffn_down", 11, 80), GgmlType::Q4_K);
+  opt.dtype = GgmlType::Q5_K;
+  EXPECT_EQ(matrix_type(opt, "attn_v", 11, 80), GgmlType::Q5_K);
+  EXPECT_EQ(matrix_type(opt, "ffn_gate", 0, 80), GgmlType::Q5_K);
+  EXPECT_EQ(llama_file_type(opt), 17u);
+  opt.medium_mix = false;
+  EXPECT_EQ(matrix_type(opt, "output", 0, 80), GgmlType::Q5_K);
+  // Only for K-quants, and only dense.
+  opt.medium_mix = true;
+  opt.dtype = GgmlType::Q8_0;
+  EXPECT_NE(invalid_message(opt).find("the _M mix is written for Q4_K and Q5_K only"), std::string::npos);
+  opt.dtype = GgmlType::Q4_K;
+  opt.preset = "mixtral-8x7b";
+  EXPECT_NE(invalid_message(opt).find("written for dense models"), std::string::npos);
+}
+
+TEST(MakeModel, ParseWeightSpec) {
+  EXPECT_EQ(parse_weight_spec("Q4_K_M").type, GgmlType::Q4_K);
+  EXPECT_TRUE(parse_weight_spec("q4_k_m").medium_mix);
+  EXPECT_EQ(parse_weight_spec("q5_k_m").type, GgmlType::Q5_K);
+  EXPECT_FALSE(parse_weight_spec("q4_k").medium_mix);
+  try {
+    parse_weight_spec("q3_k_m");
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown weight type 'q3_k_m' (accepted: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                                         "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MakeModel, ParseWeightDtype) {
