@@ -25,6 +25,7 @@
 #include "cli/model_path.h"
 #include "cli/option_checks.h"
 #include "cli/spec_flags.h"
+#include "server/ordered_json_parser.h"
 #include "cli/stdout_io.h"
 #include "engine/resolved_options.h"
 #include "flashdllm/generator.h"
@@ -137,12 +138,9 @@ std::shared_ptr<const Grammar> grammar_from(const GenerateOptions& opt) {
     flag = !opt.json_schema.empty() ? "--json-schema" : "--json-schema-file";
     const std::string schema =
         !opt.json_schema.empty() ? opt.json_schema : read_text_file("--json-schema-file", opt.json_schema_file);
-    nlohmann::ordered_json parsed;  // properties come out in the schema's order
-    try {
-      parsed = nlohmann::ordered_json::parse(schema);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw CliError(flag + ": not JSON: " + e.what());
-    }
+    std::string error;
+    const nlohmann::ordered_json parsed = server::parse_ordered_json(schema, &error);  // properties in the schema's order
+    if (parsed.is_discarded()) throw CliError(flag + ": not JSON: " + error);
     return Grammar::compile(grammar::json_schema_to_gbnf(parsed));
   } catch (const GrammarError& e) {
     throw CliError(flag + ": " + e.what());

@@ -16,6 +16,7 @@
 #include "cli/stdout_io.h"
 #include "flashdllm/grammar.h"
 #include "grammar/json_schema.h"
+#include "server/ordered_json_parser.h"
 
 namespace fdl::cli {
 namespace {
@@ -24,12 +25,9 @@ void run_json_schema_to_grammar(const std::string& file) {
   const std::string text = file.empty() ? std::string((std::istreambuf_iterator<char>(std::cin)),
                                                       std::istreambuf_iterator<char>())
                                         : read_text_file("FILE", file);
-  nlohmann::ordered_json schema;  // properties keep the schema's order
-  try {
-    schema = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw CliError(std::string("the schema is not JSON: ") + e.what());
-  }
+  std::string error;
+  const nlohmann::ordered_json schema = server::parse_ordered_json(text, &error);  // properties keep the schema's order
+  if (schema.is_discarded()) throw CliError("the schema is not JSON: " + error);
   try {
     const std::string gbnf = grammar::json_schema_to_gbnf(schema);
     (void)Grammar::compile(gbnf);  // what the engine would refuse is refused here too

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/model_path.h"
 #include "jinja/template.h"
+#include "server/ordered_json_parser.h"
 
 namespace fdl::cli {
 namespace {
@@ -29,12 +30,9 @@ void run_render_template(const RenderTemplateOptions& opt) {
   const std::string input = opt.request_file.empty()
                                 ? std::string((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>())
                                 : read_text_file("--request", opt.request_file);
-  nlohmann::ordered_json request;
-  try {
-    request = nlohmann::ordered_json::parse(input);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw CliError(std::string("render-template: the request is not JSON: ") + e.what());
-  }
+  std::string error;
+  const nlohmann::ordered_json request = server::parse_ordered_json(input, &error);
+  if (request.is_discarded()) throw CliError("render-template: the request is not JSON: " + error);
   try {
     const jinja::Template t(source);
     const std::string text = t.render(jinja::chat_context(request));

@@ -31,7 +31,11 @@ class OrderedBuilder final : public nlohmann::json_sax<OJ> {
   bool end_object() override { return close(); }
   bool start_array(std::size_t) override { return open(OJ::array()); }
   bool end_array() override { return close(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+  std::string error;  // nlohmann's message for the first error
 
  private:
   struct Container {
@@ -80,9 +84,12 @@ class OrderedBuilder final : public nlohmann::json_sax<OJ> {
 
 }  // namespace
 
-nlohmann::ordered_json parse_ordered_json(std::string_view text) {
+nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string* error) {
   OrderedBuilder builder;
-  if (!OJ::sax_parse(text, &builder)) return OJ(OJ::value_t::discarded);
+  if (!OJ::sax_parse(text, &builder)) {
+    if (error != nullptr) *error = builder.error;
+    return OJ(OJ::value_t::discarded);
+  }
   return std::move(builder.result);
 }
 

@@ -7,13 +7,15 @@
 // Thread-safety: a pure function.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace fdl::server {
 
-/// `text` as ordered JSON, or a discarded value (is_discarded()) when it is not valid JSON.
-nlohmann::ordered_json parse_ordered_json(std::string_view text);
+/// `text` as ordered JSON, or a discarded value (is_discarded()) when it is not valid JSON;
+/// then `error`, when given, receives nlohmann's message, which names the byte position.
+nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string* error = nullptr);
 
 }  // namespace fdl::server

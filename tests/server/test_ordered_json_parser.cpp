@@ -32,6 +32,24 @@ TEST(OrderedJsonParser, InvalidTextIsDiscarded) {
     EXPECT_TRUE(parse_ordered_json(text).is_discarded()) << text;
 }
 
+// The error names what nlohmann's parse would: the position and what was expected there.
+TEST(OrderedJsonParser, InvalidTextGivesNlohmannsMessage) {
+  for (const std::string text : {"{", R"({"a": })", "[1,]", R"({"a": 1} x)"}) {
+    std::string error, theirs;
+    EXPECT_TRUE(parse_ordered_json(text, &error).is_discarded());
+    try {
+      theirs = "parsed: " + ordered_json::parse(text).dump();
+    } catch (const nlohmann::json::parse_error& e) {
+      theirs = e.what();
+    }
+    EXPECT_FALSE(error.empty()) << text;
+    EXPECT_EQ(error, theirs) << text;
+  }
+  std::string untouched = "kept";
+  EXPECT_FALSE(parse_ordered_json("[1]", &untouched).is_discarded());
+  EXPECT_EQ(untouched, "kept");
+}
+
 // nlohmann's parse of this object takes seconds (each key searched among those before it).
 TEST(OrderedJsonParser, ManyKeysTakeLinearTime) {
   std::string text = "{";
