@@ -27,7 +27,16 @@ constexpr int kMaxDepth = 256;               // nested macro calls
 constexpr int64_t kMaxSteps = int64_t(1) << 21;  // loop iterations and macro calls of one rendering
 
 [[noreturn]] void fail(int line, const std::string& what) {
-  throw TemplateError(what + (line > 0 ? " (template line " + std::to_string(line) + ")" : ""));
+  TemplateError e(what + (line > 0 ? " (template line " + std::to_string(line) + ")" : ""));
+  e.located = line > 0;
+  throw e;
+}
+
+// An error raised where no line is known (a builtin, the work budget) gets the line of the
+// expression or statement it came from.
+[[noreturn]] void locate(int line, const TemplateError& err) {
+  if (err.located) throw err;
+  fail(line, err.what());
 }
 
 std::string undefined_message(const Value& v) {
@@ -124,7 +133,11 @@ class Renderer {
         },
         "dict");
     g["raise_exception"] = Value::function(
-        [](const Args& a) -> Value { throw TemplateError(a.pos.empty() ? "raise_exception" : a.pos[0].to_string()); },
+        [](const Args& a) -> Value {
+          TemplateError e(a.pos.empty() ? "raise_exception" : a.pos[0].to_string());
+          e.located = true;  // the template's own message, as it wrote it
+          throw e;
+        },
         "raise_exception");
     const RenderOptions* opt = &options_;
     g["strftime_now"] = Value::function(
@@ -147,7 +160,12 @@ class Renderer {
 
   Flow exec(const Body& body, std::string& out) {
     for (const NodePtr& n : body) {
-      const Flow f = exec(*n, out);
+      Flow f = Flow::Normal;
+      try {
+        f = exec(*n, out);
+      } catch (const TemplateError& err) {
+        locate(n->line, err);
+      }
       if (f != Flow::Normal) return f;
       if (out.size() > kMaxString) fail(n->line, "the rendered text exceeds 64 MiB");
     }
@@ -572,7 +590,7 @@ class Renderer {
         try {
           return apply_filter(e.name, subject, arguments(e));
         } catch (const TemplateError& err) {
-          fail(e.line, err.what());
+          locate(e.line, err);
         }
       }
       case Expr::Kind::Test: {
@@ -580,7 +598,7 @@ class Renderer {
         try {
           return Value(apply_test(e.name, subject, arguments(e)) != e.negate);
         } catch (const TemplateError& err) {
-          fail(e.line, err.what());
+          locate(e.line, err);
         }
       }
       case Expr::Kind::Not: return Value(!eval(*e.kids[0]).truthy());
@@ -635,7 +653,7 @@ class Renderer {
             if (op == "<=") return Value(!b.less(a));
             return Value(!a.less(b));
           } catch (const TemplateError& err) {
-            fail(e.line, err.what());
+            locate(e.line, err);
           }
         }
         return arithmetic(op, a, b, e.line);

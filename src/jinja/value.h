@@ -24,6 +24,9 @@ namespace fdl::jinja {
 class TemplateError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  /// what() already says where (a template line), or is the template's own text
+  /// (raise_exception): the renderer adds no line to it.
+  bool located = false;
 };
 
 class Value;

@@ -194,6 +194,11 @@ TEST(Jinja, ExponentialWalksOverSharedValuesAreBounded) {
                           "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}";
   EXPECT_NE(error_of(two + "{{ ns.a == ns.b }}").find("too much work with its values"), std::string::npos);
   EXPECT_NE(error_of(two + "{{ ns.a < ns.b }}").find("too much work with its values"), std::string::npos);
+  // The error names the line of the statement that did the work, and raise_exception's text stays as written.
+  EXPECT_NE(error_of(doubled + "\n\n{{ ns.l }}").find("too much work with its values: printing, serializing, comparing"),
+            std::string::npos);
+  EXPECT_NE(error_of(doubled + "\n\n{{ ns.l }}").find("(template line 3)"), std::string::npos);
+  EXPECT_EQ(error_of("\n{{ raise_exception('roles must alternate') }}"), "roles must alternate");
   // The same list compares equal to itself without a walk, as in Python.
   EXPECT_EQ(render(doubled + "{{ ns.l == ns.l }}{{ ns.l in [ns.l] }}"), "TrueTrue");
   // A namespace holding itself twice prints as deep as the depth bound allows: 2^64 paths.
