@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "grammar/gbnf_text.h"
+#include "tokenizer/utf8.h"
 
 namespace fdl::grammar {
 namespace {
@@ -157,37 +158,20 @@ std::string json_chars_gbnf(const CodePointSet& set) {
 
 std::string utf8(uint32_t c) {
   std::string s;
-  if (c < 0x80) {
-    s += char(c);
-  } else if (c < 0x800) {
-    s += char(0xC0 | (c >> 6));
-    s += char(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += char(0xE0 | (c >> 12));
-    s += char(0x80 | ((c >> 6) & 0x3F));
-    s += char(0x80 | (c & 0x3F));
-  } else {
-    s += char(0xF0 | (c >> 18));
-    s += char(0x80 | ((c >> 12) & 0x3F));
-    s += char(0x80 | ((c >> 6) & 0x3F));
-    s += char(0x80 | (c & 0x3F));
-  }
+  tok::append_utf8(s, c);
   return s;
 }
 
-bool decode_utf8(const std::string& text, size_t& pos, uint32_t& c) {
+bool decode_utf8(std::string_view text, size_t& pos, uint32_t& c) {
+  if (pos >= text.size()) return false;
+  const tok::Utf8Step step = tok::utf8_step(text, pos);
+  if (!step.well_formed) return false;
+  // Well-formed (shortest form, a scalar value): the lead byte's payload, then 6 bits a byte.
   const auto b0 = static_cast<unsigned char>(text[pos]);
-  const int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 0;
-  if (len == 0 || pos + size_t(len) > text.size()) return false;
-  c = len == 1 ? b0 : len == 2 ? (b0 & 0x1Fu) : len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
-  for (int i = 1; i < len; ++i) {
-    const auto b = static_cast<unsigned char>(text[pos + size_t(i)]);
-    if ((b & 0xC0) != 0x80) return false;
-    c = (c << 6) | (b & 0x3Fu);
-  }
-  static constexpr uint32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (c < kMinForLength[len] || c > kMaxCodePoint || (c >= kSurrogateLo && c <= kSurrogateHi)) return false;
-  pos += size_t(len);
+  static constexpr unsigned kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  c = b0 & kLeadMask[step.length];
+  for (size_t i = 1; i < step.length; ++i) c = (c << 6) | (static_cast<unsigned char>(text[pos + i]) & 0x3Fu);
+  pos += step.length;
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -50,7 +51,8 @@ std::string json_chars_gbnf(const CodePointSet& set);
 /// `c` as UTF-8 (c must be a scalar value).
 std::string utf8(uint32_t c);
 
-/// Decodes the UTF-8 character at text[pos], advancing pos; false on invalid UTF-8.
-bool decode_utf8(const std::string& text, size_t& pos, uint32_t& c);
+/// Decodes the well-formed UTF-8 character at text[pos], advancing pos; false on ill-formed
+/// UTF-8 (overlong forms, surrogates, values above U+10FFFF, a cut sequence) or at the end.
+bool decode_utf8(std::string_view text, size_t& pos, uint32_t& c);
 
 }  // namespace fdl::grammar

@@ -5,10 +5,15 @@
 #include <unordered_map>
 
 #include "flashdllm/grammar.h"
+#include "grammar/code_point_set.h"
 #include "grammar/utf8_ranges.h"
 
 namespace fdl {
 namespace {
+
+using grammar::decode_utf8;
+using grammar::kMaxCodePoint;
+using grammar::utf8;
 
 constexpr size_t kMaxSourceBytes = size_t(1) << 20;
 constexpr size_t kMaxRules = 65536;
@@ -17,7 +22,6 @@ constexpr size_t kMaxRepetitionItems = 10000;
 // elements after repetitions are expanded (what the grammar occupies in memory).
 constexpr int kMaxNesting = 256;
 constexpr size_t kMaxElements = size_t(1) << 20;
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -302,21 +306,9 @@ class GrammarBuilder {
         default: fail(start, std::string("unknown escape '\\") + e + "'");
       }
     }
-    // UTF-8 text: decode one code point.
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || pos_ + size_t(len) > src_.size()) fail(start, "invalid UTF-8 in the grammar");
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; ++i) {
-      const auto b = static_cast<unsigned char>(src_[pos_ + size_t(i)]);
-      if ((b & 0xC0) != 0x80) fail(start, "invalid UTF-8 in the grammar");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    // Only well-formed UTF-8: shortest form, a Unicode scalar value (the grammar must not
-    // accept text that is not UTF-8).
-    static constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMinOfLength[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
-      fail(start, "invalid UTF-8 in the grammar");
-    pos_ += size_t(len);
+    // UTF-8 text: one well-formed code point (the grammar must not accept text that is not UTF-8).
+    uint32_t cp = 0;
+    if (!decode_utf8(src_, pos_, cp)) fail(start, "invalid UTF-8 in the grammar");
     return cp;
   }
 
@@ -334,24 +326,7 @@ class GrammarBuilder {
   }
 
   void append_utf8(uint32_t cp, Seq& out) {
-    uint8_t b[4];
-    int n = 0;
-    if (cp < 0x80) {
-      b[n++] = uint8_t(cp);
-    } else if (cp < 0x800) {
-      b[n++] = uint8_t(0xC0 | (cp >> 6));
-      b[n++] = uint8_t(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      b[n++] = uint8_t(0xE0 | (cp >> 12));
-      b[n++] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-      b[n++] = uint8_t(0x80 | (cp & 0x3F));
-    } else {
-      b[n++] = uint8_t(0xF0 | (cp >> 18));
-      b[n++] = uint8_t(0x80 | ((cp >> 12) & 0x3F));
-      b[n++] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-      b[n++] = uint8_t(0x80 | (cp & 0x3F));
-    }
-    for (int i = 0; i < n; ++i) out.push_back(single_byte(b[i]));
+    for (const char b : utf8(cp)) out.push_back(single_byte(uint8_t(b)));
   }
 
   Seq parse_literal() {

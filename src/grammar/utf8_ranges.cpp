@@ -1,6 +1,9 @@
 #include "grammar/utf8_ranges.h"
 
 #include <algorithm>
+#include <string>
+
+#include "tokenizer/utf8.h"
 
 namespace fdl::grammar {
 namespace {
@@ -9,18 +12,6 @@ constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 int encoded_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
-void encode(uint32_t cp, uint8_t* b) {
-  switch (encoded_length(cp)) {
-    case 1: b[0] = uint8_t(cp); break;
-    case 2: b[0] = uint8_t(0xC0 | (cp >> 6)); b[1] = uint8_t(0x80 | (cp & 0x3F)); break;
-    case 3:
-      b[0] = uint8_t(0xE0 | (cp >> 12)); b[1] = uint8_t(0x80 | ((cp >> 6) & 0x3F)); b[2] = uint8_t(0x80 | (cp & 0x3F));
-      break;
-    default:
-      b[0] = uint8_t(0xF0 | (cp >> 18)); b[1] = uint8_t(0x80 | ((cp >> 12) & 0x3F));
-      b[2] = uint8_t(0x80 | ((cp >> 6) & 0x3F)); b[3] = uint8_t(0x80 | (cp & 0x3F));
-  }
-}
 
 // [lo, hi] share one encoded length. Byte i of the encodings can vary independently of the
 // others only when, for every trailing group of 6-bit continuation bytes, the range either
@@ -41,11 +32,11 @@ void same_length(uint32_t lo, uint32_t hi, int len, std::vector<ByteRangeSeq>& o
       return;
     }
   }
-  uint8_t a[4], b[4];
-  encode(lo, a);
-  encode(hi, b);
+  std::string a, b;  // both len bytes: lo and hi share one encoded length
+  tok::append_utf8(a, lo);
+  tok::append_utf8(b, hi);
   ByteRangeSeq seq(static_cast<size_t>(len));
-  for (int i = 0; i < len; ++i) seq[size_t(i)] = {a[i], b[i]};
+  for (size_t i = 0; i < seq.size(); ++i) seq[i] = {uint8_t(a[i]), uint8_t(b[i])};
   out.push_back(std::move(seq));
 }
 
