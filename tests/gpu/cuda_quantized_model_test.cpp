@@ -2,9 +2,12 @@
 // block-quantized in device memory (gemv_quant; dequantized F16 tiles for prompts), against
 // llama.cpp's greedy text (quant_reference_check.h) and its KL divergence from the F16 file
 // (quant_kl_check.h).
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_model.h"
 #include "engine/quant_kl_check.h"
@@ -54,20 +57,12 @@ TEST(CudaQuantizedResidency, KeptTypesStayQuantizedAndWidenedModelsStayInvariant
   EXPECT_TRUE(q4->batch_invariant());
 }
 
-// Steps above 16 tokens dequantize in tiles (FLASHDLLM_DEQUANT_TILE_MB): many small tiles give
-// the logits of one large tile up to the GEMMs' summation order.
-TEST(CudaQuantizedResidency, DequantizedTilesOfAnySizeGiveTheSameLogits) {
-  FDL_SKIP_WITHOUT_GPU();
-  const ModelOptions opt{.device = Device::Cuda, .batch_invariant = false};
-  const auto whole = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
-  ::setenv("FLASHDLLM_DEQUANT_TILE_MB", "1", 1);
-  const auto tiled = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
-  ::unsetenv("FLASHDLLM_DEQUANT_TILE_MB");
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 40; ++i) ids.push_back(100 + 37 * i);
-  const std::vector<float> a = test::every_position_logits(*whole, ids), b = test::every_position_logits(*tiled, ids);
+// The largest difference between two models' logits at every position of `ids`, as a share
+// of the largest logit of that position (their GEMMs sum in different orders).
+void expect_same_logits(Model& a_model, Model& b_model, const std::vector<int32_t>& ids) {
+  const std::vector<float> a = test::every_position_logits(a_model, ids), b = test::every_position_logits(b_model, ids);
   ASSERT_EQ(a.size(), b.size());
-  const int n_vocab = whole->config().n_vocab;
+  const int n_vocab = a_model.config().n_vocab;
   for (size_t t = 0; t < ids.size(); ++t) {
     const float* ra = a.data() + t * size_t(n_vocab);
     const float* rb = b.data() + t * size_t(n_vocab);
@@ -77,6 +72,41 @@ TEST(CudaQuantizedResidency, DequantizedTilesOfAnySizeGiveTheSameLogits) {
       diff = std::max(diff, std::fabs(ra[i] - rb[i]));
     }
     EXPECT_LE(diff, 1e-3f * scale) << "position " << t;
+  }
+}
+
+std::vector<int32_t> prompt_ids(int n) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(100 + 37 * (i % 40) + i / 40);
+  return ids;
+}
+
+// Steps above kGemmQuantMaxTokens dequantize in tiles (FLASHDLLM_DEQUANT_TILE_MB): many small
+// tiles give the logits of one large tile up to the GEMMs' summation order.
+TEST(CudaQuantizedResidency, DequantizedTilesOfAnySizeGiveTheSameLogits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const ModelOptions opt{.device = Device::Cuda, .batch_invariant = false};
+  const auto whole = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
+  ::setenv("FLASHDLLM_DEQUANT_TILE_MB", "1", 1);
+  const auto tiled = Model::load(test::model_path("codelm-16m-Q8_0.gguf"), opt);
+  ::unsetenv("FLASHDLLM_DEQUANT_TILE_MB");
+  expect_same_logits(*whole, *tiled, prompt_ids(160));
+}
+
+// Steps of 17-128 tokens that multiply the blocks directly (gemm_quant, FLASHDLLM_GEMM_QUANT=1)
+// give the logits of the tiles up to the summation order, for a K-quant mix and for Q8_0.
+TEST(CudaQuantizedResidency, BatchedStepsGiveTheLogitsOfTheTiles) {
+  FDL_SKIP_WITHOUT_GPU();
+  const ModelOptions opt{.device = Device::Cuda, .batch_invariant = false};
+  for (const char* file : {"codelm-16m-Q4_K_M.gguf", "codelm-16m-Q8_0.gguf"}) {
+    SCOPED_TRACE(file);
+    ::setenv("FLASHDLLM_GEMM_QUANT", "1", 1);
+    const auto direct = Model::load(test::model_path(file), opt);
+    ::setenv("FLASHDLLM_GEMM_QUANT", "0", 1);
+    const auto tiles = Model::load(test::model_path(file), opt);
+    ::unsetenv("FLASHDLLM_GEMM_QUANT");
+    expect_same_logits(*direct, *tiles, prompt_ids(40));
+    expect_same_logits(*direct, *tiles, prompt_ids(128));
   }
 }
 

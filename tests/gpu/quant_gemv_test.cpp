@@ -13,6 +13,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/gemm_quant.h"
 #include "backend/cuda/gemv_quant_staged.h"
 #include "flashdllm/dtype.h"
 #include "gpu/gpu_test_util.h"
@@ -326,6 +327,85 @@ TEST(GemvQuant, RefusesWhatItCannotRun) {
   EXPECT_THROW(cuda::gemv(W.view, x.get(), 1, y.get(), nullptr), cuda::CudaError);
   const cuda::CudaMatrix F = cuda::upload_matrix({&h.m}, false);
   EXPECT_THROW(cuda::gemv_quant(F.view, x.get(), 1, y.get(), small.view(), nullptr), cuda::CudaError);
+}
+
+// gemm_quant multiplies the F16-rounded CPU values by F16 activations (dequantize_to_f16's
+// values, as the tiles it replaces): each row against a double reference, for every type, row
+// counts that leave a partial tile, token counts around its 64-token tiles, and rows long
+// enough that K is split.
+TEST(GemmQuant, EveryTypeMatchesTheF16ValuesForBatchedSteps) {
+  FDL_SKIP_WITHOUT_GPU();
+  for (GgmlType t : kTypes) {
+    for (int64_t cols : {int64_t(512), int64_t(4096)}) {
+      SCOPED_TRACE(name_of(t) + " cols " + std::to_string(cols));
+      const int64_t rows = cols == 512 ? 300 : 136;
+      const HostQuantMatrix h = random_quant(t, rows, cols);
+      const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
+      ASSERT_TRUE(W.view.quantized());
+      for (int n : {17, 40, 64, 65, 128}) {
+        ASSERT_TRUE(cuda::gemm_quant_fits(W.view, n));
+        const std::vector<float> x = test::random_floats(size_t(n * cols), -2.f, 2.f);
+        std::vector<uint16_t> xh(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xh[i] = fp32_to_fp16(x[i]);
+        auto dx = to_device(xh);
+        DeviceBuffer<float> dy(size_t(n * rows));
+        test::poison(dy);
+        DeviceBuffer<float> ws(std::max<size_t>(1, cuda::gemm_quant_workspace_floats(W.view, n)));
+        cuda::gemm_quant(W.view, dx.get(), n, dy.get(), ws.get(), nullptr);
+        const std::vector<float> y = to_host(dy, size_t(n * rows));
+        for (int tok = 0; tok < n; ++tok)
+          for (int64_t r = 0; r < rows; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < cols; ++k) {
+              const double p = double(fp16_to_fp32(fp32_to_fp16(h.values[size_t(r * cols + k)]))) *
+                               double(fp16_to_fp32(xh[size_t(tok * cols + k)]));
+              ref += p;
+              mag += std::fabs(p);
+            }
+            ASSERT_NEAR(y[size_t(tok * rows + r)], ref, 1e-5 * mag + 1e-6) << "n " << n << " token " << tok << " row " << r;
+          }
+      }
+    }
+  }
+}
+
+TEST(GemmQuant, RunsOfDifferentTypesAndRepeatableBits) {
+  FDL_SKIP_WITHOUT_GPU();
+  const int64_t cols = 2048;
+  const HostQuantMatrix q = random_quant(GgmlType::Q4_K, 192, cols), v = random_quant(GgmlType::Q6_K, 64, cols);
+  const cuda::CudaMatrix W = cuda::upload_matrix({&q.m, &v.m}, true);
+  ASSERT_EQ(W.view.quant.n, 2);
+  const int n = 33;
+  const std::vector<float> x = test::random_floats(size_t(n * cols));
+  std::vector<uint16_t> xh(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xh[i] = fp32_to_fp16(x[i]);
+  auto dx = to_device(xh);
+  DeviceBuffer<float> ws(std::max<size_t>(1, cuda::gemm_quant_workspace_floats(W.view, n)));
+  DeviceBuffer<float> dy(size_t(n) * 256), dy2(size_t(n) * 256);
+  cuda::gemm_quant(W.view, dx.get(), n, dy.get(), ws.get(), nullptr);
+  cuda::gemm_quant(W.view, dx.get(), n, dy2.get(), ws.get(), nullptr);
+  const std::vector<float> y = to_host(dy, size_t(n) * 256), y2 = to_host(dy2, size_t(n) * 256);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(std::memcmp(&y[i], &y2[i], sizeof(float)), 0) << "element " << i;
+  for (int tok = 0; tok < n; ++tok) {
+    int64_t row = 0;
+    for (const HostQuantMatrix* part : {&q, &v})
+      for (int64_t r = 0; r < part->m.rows; ++r, ++row) {
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double p = double(fp16_to_fp32(fp32_to_fp16(part->values[size_t(r * cols + c)]))) *
+                           double(fp16_to_fp32(xh[size_t(tok * cols + c)]));
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(y[size_t(tok) * 256 + size_t(row)], ref, 1e-5 * mag + 1e-6) << "token " << tok << " row " << row;
+      }
+  }
+  // What it cannot run: one token's step, too many tokens, rows not a whole number of stages.
+  EXPECT_FALSE(cuda::gemm_quant_fits(W.view, 16));
+  EXPECT_FALSE(cuda::gemm_quant_fits(W.view, cuda::kGemmQuantMaxTokens + 1));
+  const HostQuantMatrix odd = random_quant(GgmlType::Q8_0, 8, 96);
+  EXPECT_FALSE(cuda::gemm_quant_fits(cuda::upload_matrix({&odd.m}, true).view, 32));
+  EXPECT_THROW(cuda::gemm_quant(W.view, dx.get(), 16, dy.get(), ws.get(), nullptr), cuda::CudaError);
 }
 
 TEST(DequantizeToF16, EveryValueIsTheCpuValueRounded) {

@@ -26,6 +26,7 @@ CudaKnobs CudaKnobs::from_environment() {
   k.ffn_block = !env_is("FLASHDLLM_FFN_BLOCK", "0");
   k.output_block = !env_is("FLASHDLLM_OUTPUT_BLOCK", "0");
   k.quant = !env_is("FLASHDLLM_CUDA_QUANT", "0");
+  k.gemm_quant = env_is("FLASHDLLM_GEMM_QUANT", "1");
   if (const char* t = std::getenv("FLASHDLLM_DEQUANT_TILE_MB"); t) {
     const int mb = std::atoi(t);
     if (mb >= 1 && mb <= 4096) k.dequant_tile_mb = mb;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_k16.h"
+#include "backend/cuda/gemm_quant.h"
 #include "backend/cuda/gemv_quant_staged.h"
 
 namespace fdl::cuda {
@@ -63,6 +64,17 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
     // Longer steps dequantize in tiles of knobs.dequant_tile_mb: fewer, larger GEMMs beat
     // tiles small enough to stay in L2 (docs/GPU.md).
     dq_.grow(size_t(std::min<int64_t>(largest, int64_t(knobs.dequant_tile_mb) << 20)) / 2);
+    // Steps of up to kGemmQuantMaxTokens tokens multiply the blocks directly (gemm_quant);
+    // its K splits need the most of any matrix and token count.
+    gemm_quant_ = knobs.gemm_quant;
+    size_t ws = 0;
+    auto need = [&](const DeviceMatrix& m) {
+      for (int n = kGemvMaxTokens + 1; n <= kGemmQuantMaxTokens; ++n) ws = std::max(ws, gemm_quant_workspace_floats(m, n));
+    };
+    for (const CudaLayer& L : weights_.layers)
+      for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view, &L.router.view}) need(*m);
+    need(weights_.output.view);
+    gemm_quant_ws_.grow(ws);
   }
   // Quantized layers run the fused one-token chain through gemv_quant_norm* where every layer's
   // quantized matrices fit them (a gate/up of one type); otherwise the unfused chain.
@@ -244,13 +256,15 @@ void LayerRunner::matmul(const DeviceMatrix& W, const void* Xv, int n, float* Y)
 }
 
 // A block-quantized W: gemv_quant up to kGemvMaxTokens tokens (X fp32); longer steps (X F16,
-// gemm_input_type) dequantize W in tiles of rows (dq_) and multiply each tile on tensor cores
-// into its rows of Y.
+// gemm_input_type) gemm_quant up to kGemmQuantMaxTokens where the knob turns it on, and
+// otherwise (prompts, where the multiplication outweighs the weights' bytes) W dequantized in
+// tiles of rows (dq_), each tile multiplied on tensor cores by cuBLAS into its rows of Y.
 void LayerRunner::matmul_quant(const DeviceMatrix& W, const void* Xv, int n, float* Y) {
   if (n <= kGemvMaxTokens) {
     const Q8Activations xq{q8_q_.get(), q8_d_.get(), q8_s_.get(), q8_q_.size()};
     return gemv_quant(W, static_cast<const float*>(Xv), n, Y, xq, stream_);
   }
+  if (gemm_quant_ && gemm_quant_fits(W, n)) return gemm_quant(W, Xv, n, Y, gemm_quant_ws_.get(), stream_);
   const int64_t cols = W.cols;
   // Whole multiples of 256 rows where the tile holds them, so the GEMM tiles evenly.
   const int64_t fit = int64_t(dq_.size()) / cols;

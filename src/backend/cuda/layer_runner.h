@@ -202,6 +202,8 @@ class LayerRunner {
   DeviceBuffer<float> q8_d_;
   DeviceBuffer<int32_t> q8_s_;
   DeviceBuffer<uint16_t> dq_;
+  DeviceBuffer<float> gemm_quant_ws_;  // gemm_quant's K-split partial sums
+  bool gemm_quant_ = false;            // CudaKnobs::gemm_quant
   DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
   // Mixture of experts (moe.h): router logits, the pairs' experts and weights, the grouped
   // path's order (perm, slot, offsets) and gathered rows, each pair's expert output.
