@@ -335,14 +335,26 @@ TEST(GemvQuant, RefusesWhatItCannotRun) {
 // enough that K is split.
 TEST(GemmQuant, EveryTypeMatchesTheF16ValuesForBatchedSteps) {
   FDL_SKIP_WITHOUT_GPU();
+  {
+    const HostQuantMatrix probe = random_quant(GgmlType::Q8_0, 8, 256);
+    if (!cuda::gemm_quant_fits(cuda::upload_matrix({&probe.m}, true).view, 32))
+      GTEST_SKIP() << "this GPU gives a block less shared memory than gemm_quant's two stages";
+  }
+  // (cols, rows, token counts): K split over up to 8 ranges; rows enough for more tiles than
+  // two per SM, so K is not split and the blocks write Y directly.
+  struct Case {
+    int64_t cols, rows;
+    std::vector<int> ns;
+  };
+  const Case cases[] = {{512, 300, {17, 40, 64, 65, 128}}, {4096, 136, {17, 64, 65, 128}}, {256, 40000, {17, 100}}};
   for (GgmlType t : kTypes) {
-    for (int64_t cols : {int64_t(512), int64_t(4096)}) {
-      SCOPED_TRACE(name_of(t) + " cols " + std::to_string(cols));
-      const int64_t rows = cols == 512 ? 300 : 136;
+    for (const Case& c : cases) {
+      const int64_t cols = c.cols, rows = c.rows;
+      SCOPED_TRACE(name_of(t) + " cols " + std::to_string(cols) + " rows " + std::to_string(rows));
       const HostQuantMatrix h = random_quant(t, rows, cols);
       const cuda::CudaMatrix W = cuda::upload_matrix({&h.m}, true);
       ASSERT_TRUE(W.view.quantized());
-      for (int n : {17, 40, 64, 65, 128}) {
+      for (int n : c.ns) {
         ASSERT_TRUE(cuda::gemm_quant_fits(W.view, n));
         const std::vector<float> x = test::random_floats(size_t(n * cols), -2.f, 2.f);
         std::vector<uint16_t> xh(x.size());
@@ -405,6 +417,7 @@ TEST(GemmQuant, RunsOfDifferentTypesAndRepeatableBits) {
   EXPECT_FALSE(cuda::gemm_quant_fits(W.view, cuda::kGemmQuantMaxTokens + 1));
   const HostQuantMatrix odd = random_quant(GgmlType::Q8_0, 8, 96);
   EXPECT_FALSE(cuda::gemm_quant_fits(cuda::upload_matrix({&odd.m}, true).view, 32));
+  if (cuda::gemm_quant_workspace_floats(W.view, n) == 0) ADD_FAILURE() << "this small matrix should split K";
   EXPECT_THROW(cuda::gemm_quant(W.view, dx.get(), 16, dy.get(), ws.get(), nullptr), cuda::CudaError);
 }
 

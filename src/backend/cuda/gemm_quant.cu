@@ -68,10 +68,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_quant_kernel(Args a) {
   __half* smem = reinterpret_cast<__half*>(smem_raw);
   launch_dependents();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t row0 = int64_t(blockIdx.x) * kRows;
-  const int t0 = int(blockIdx.z) * kTokens;
+  // Token tiles are the fastest grid index: the blocks that read the same weights run together,
+  // so the second reads them from L2.
+  const int t0 = int(blockIdx.x) * kTokens;
+  const int64_t row0 = int64_t(blockIdx.y) * kRows;
+  const int split = int(blockIdx.z);
   const int stages = a.cols / kK;
-  const int s_begin = int(blockIdx.y) * a.per_split, s_end = min(stages, s_begin + a.per_split);
+  const int s_begin = split * a.per_split, s_end = min(stages, s_begin + a.per_split);
   const int64_t row_bytes = F::row_bytes(a.cols);
 
   // This thread's units: unit uu of every stage in rows ur + 32 j.
@@ -91,9 +94,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_quant_kernel(Args a) {
       if (row0 + ur + 32 * j >= a.rows) continue;
       quant::Unit w;
       F::unit(raw[j], 4 * s + uu, w);
-      __half* row = w_tile + (ur + 32 * j) * kLd - kK * s;
-      store_half16(row + 32 * w.ga + w.oa, w.qa, w.da, w.ma, w.bias, w.is_signed);
-      store_half16(row + 32 * w.gb + w.ob, w.qb, w.db, w.mb, w.bias, w.is_signed);
+      __half* row = w_tile + (ur + 32 * j) * kLd;
+      store_half16(row + (32 * w.ga + w.oa - kK * s), w.qa, w.da, w.ma, w.bias, w.is_signed);
+      store_half16(row + (32 * w.gb + w.ob - kK * s), w.qb, w.db, w.mb, w.bias, w.is_signed);
     }
   };
   // The tokens' k range of stage s into x_tile: 64 rows of 256 bytes, 16-byte copies.
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_quant_kernel(Args a) {
   }
 
   // acc[m][t]: rows warp * 32 + 16 m + lane / 4 (+ 8 for e >= 2), tokens 8 t + 2 (lane % 4) + e % 2.
-  float* out = a.out + int64_t(blockIdx.y) * a.n * a.ldy;
+  float* out = a.out + int64_t(split) * a.n * a.ldy;
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -216,7 +219,7 @@ void launch_run(const Args& a, int splits, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
-  const dim3 grid(unsigned((a.rows + kRows - 1) / kRows), unsigned(splits), unsigned((a.n + kTokens - 1) / kTokens));
+  const dim3 grid(unsigned((a.n + kTokens - 1) / kTokens), unsigned((a.rows + kRows - 1) / kRows), unsigned(splits));
   launch_pdl(kernel, grid, dim3(kThreads), kSmemBytes, stream, a);
 }
 
@@ -224,7 +227,7 @@ void launch_run(const Args& a, int splits, cudaStream_t stream) {
 
 bool gemm_quant_fits(const DeviceMatrix& W, int n) {
   if (!W.quantized() || n <= kGemvMaxTokens || n > kGemmQuantMaxTokens) return false;
-  if (W.cols % kK != 0 || W.cols > (1 << 24) || W.rows > (int64_t(1) << 31)) return false;
+  if (W.cols < kK || W.cols % kK != 0 || W.cols > (1 << 24) || W.rows > int64_t(65535) * kRows) return false;
   if (size_t(device_attribute_once(cudaDevAttrMaxSharedMemoryPerBlockOptin)) < kSmemBytes) return false;
   for (int k = 0; k < W.quant.n; ++k)
     if (!type_ok(W.quant.run[k].type)) return false;

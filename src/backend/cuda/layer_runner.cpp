@@ -71,9 +71,11 @@ LayerRunner::LayerRunner(const ModelConfig& config, const CudaWeights& weights, 
     auto need = [&](const DeviceMatrix& m) {
       for (int n = kGemvMaxTokens + 1; n <= kGemmQuantMaxTokens; ++n) ws = std::max(ws, gemm_quant_workspace_floats(m, n));
     };
-    for (const CudaLayer& L : weights_.layers)
-      for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view, &L.router.view}) need(*m);
-    need(weights_.output.view);
+    if (gemm_quant_) {
+      for (const CudaLayer& L : weights_.layers)
+        for (const DeviceMatrix* m : {&L.qkv.view, &L.wo.view, &L.gate_up.view, &L.down.view, &L.router.view}) need(*m);
+      need(weights_.output.view);
+    }
     gemm_quant_ws_.grow(ws);
   }
   // Quantized layers run the fused one-token chain through gemv_quant_norm* where every layer's
