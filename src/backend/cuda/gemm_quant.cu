@@ -53,13 +53,30 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
                : "r"(smem_addr(p)));
 }
 
-// 16 values of a unit's half, as the CPU computes them, rounded to F16, into dst (16-byte aligned).
-__device__ __forceinline__ void store_half16(__half* dst, const uint4& q, float d, float m, int bias, bool is_signed) {
-  __align__(16) __half h[16];
+// Byte i of w as a float, less `offset`: the byte under 0x4B0000 is the float 2^23 + byte
+// exactly, so one byte permute and one add give it without a conversion instruction (those
+// issue at a fraction of the FP32 rate, and a step converts every weight).
+__device__ __forceinline__ float byte_minus(unsigned w, int i, float offset) {
+  return __int_as_float(int(__byte_perm(w, 0x4B000000u, 0x7440u + unsigned(i)))) - (8388608.f + offset);
+}
+
+// 16 values of a unit's half, as the CPU computes them (quant::value_at: d * float(q - bias) - m,
+// every float here exact until the product), rounded to F16, into dst (16-byte aligned).
+// Signed bytes (Q8_0) are moved to 0..255 first and 128 taken off with the bias.
+__device__ __forceinline__ void store_half16(__half* dst, uint4 q, float d, float m, int bias, bool is_signed) {
+  if (is_signed) q = make_uint4(q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u, q.w ^ 0x80808080u);
+  const float offset = float(bias + (is_signed ? 128 : 0));
+  const unsigned words[4] = {q.x, q.y, q.z, q.w};
+  uint32_t packed[8];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) h[i] = __float2half_rn(quant::value_at(q, i, d, m, bias, is_signed));
-  reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(h)[0];
-  reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(h)[1];
+  for (int i = 0; i < 16; i += 2) {
+    const float a = __fsub_rn(__fmul_rn(d, byte_minus(words[i / 4], i % 4, offset)), m);
+    const float b = __fsub_rn(__fmul_rn(d, byte_minus(words[i / 4], i % 4 + 1, offset)), m);
+    const __half2 h = __floats2half2_rn(a, b);
+    packed[i / 2] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
 template <typename F>
