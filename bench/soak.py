@@ -35,7 +35,6 @@ import http.client
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -47,6 +46,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import prometheus_text
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("FLASHDLLM_SHARED", REPO.parent / "shared"))
@@ -196,13 +197,7 @@ def post(port: int, path: str, body: dict) -> tuple[int, dict]:
 
 def metrics(port: int) -> dict[str, float]:
     _, text = get(port, "/metrics")
-    out: dict[str, float] = {}
-    for line in text.decode().splitlines():
-        m = re.match(r"^([a-z_]+)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$", line)
-        if m:
-            key = m.group(1) + (m.group(2) or "")
-            out[key] = float(m.group(3))
-    return out
+    return prometheus_text.parse(text.decode())
 
 
 class Redis:

@@ -25,6 +25,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import prometheus_text  # noqa: E402 - bench/, beside this folder
+
 # A record with long fixed keys and enums (much of it forced by the schema) and free fields.
 SCHEMA = {
     "type": "object",
@@ -42,13 +45,7 @@ SCHEMA = {
 
 
 def metrics(base: str) -> dict[str, float]:
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-z_]+)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$", line)
-        if m and m.group(2) is None:
-            out[m.group(1)] = float(m.group(3))
-    return out
+    return prometheus_text.parse(urllib.request.urlopen(base + "/metrics", timeout=30).read().decode())
 
 
 def post(base: str, body: dict) -> dict:
