@@ -135,15 +135,25 @@ class MaxQueue(unittest.TestCase):
         with Server("--ctx-size", "1024", "--max-num-seqs", "1", "--max-num-batched-tokens", "64",
                     "--max-queue", "2", model=CODELM) as s:
             body = {"prompt": "def f(x):", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
-            socks = [s.open_stream(body)]
-            deadline = time.monotonic() + 30
-            while s.metrics()["flashdllm_requests_running"] < 1:
-                self.assertLess(time.monotonic(), deadline)
-                time.sleep(0.02)
-            socks += [s.open_stream(body), s.open_stream(body)]
-            while s.metrics()["flashdllm_requests_waiting"] < 2:
-                self.assertLess(time.monotonic(), deadline)
-                time.sleep(0.02)
+            # The first request may finish before the other two are queued behind it (a fast
+            # machine generates the 1000 tokens in under a second): then the scene is set again.
+            for _ in range(5):
+                socks = [s.open_stream(body)]
+                deadline = time.monotonic() + 30
+                while s.metrics()["flashdllm_requests_running"] < 1:
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.02)
+                socks += [s.open_stream(body), s.open_stream(body)]
+                queued_by = time.monotonic() + 3
+                while s.metrics()["flashdllm_requests_waiting"] < 2 and time.monotonic() < queued_by:
+                    time.sleep(0.02)
+                if s.metrics()["flashdllm_requests_waiting"] >= 2:
+                    break
+                for sock in socks:
+                    sock.close()
+                s.wait_idle(timeout=30.0)
+            else:
+                self.fail("two requests never waited behind the running one")
             for stream in (False, True):
                 status, headers, data = s.request("POST", "/v1/completions", dict(body, stream=stream))
                 self.assertEqual(status, 429, data)
