@@ -329,6 +329,20 @@ TEST(GemvQuant, RefusesWhatItCannotRun) {
   EXPECT_THROW(cuda::gemv_quant(F.view, x.get(), 1, y.get(), small.view(), nullptr), cuda::CudaError);
 }
 
+// Row r of the F16-rounded `values` ([.][cols]) times token tok of the F16 activations xh, in
+// double, and the sum of the products' magnitudes (the tolerance's scale).
+std::pair<double, double> f16_dot(const std::vector<float>& values, int64_t r, const std::vector<uint16_t>& xh, int tok,
+                                  int64_t cols) {
+  double ref = 0, mag = 0;
+  for (int64_t k = 0; k < cols; ++k) {
+    const double p = double(fp16_to_fp32(fp32_to_fp16(values[size_t(r * cols + k)]))) *
+                     double(fp16_to_fp32(xh[size_t(tok * cols + k)]));
+    ref += p;
+    mag += std::fabs(p);
+  }
+  return {ref, mag};
+}
+
 // gemm_quant multiplies the F16-rounded CPU values by F16 activations (dequantize_to_f16's
 // values, as the tiles it replaces): each row against a double reference, for every type, row
 // counts that leave a partial tile, token counts around its 64-token tiles, and rows long
@@ -367,13 +381,7 @@ TEST(GemmQuant, EveryTypeMatchesTheF16ValuesForBatchedSteps) {
         const std::vector<float> y = to_host(dy, size_t(n * rows));
         for (int tok = 0; tok < n; ++tok)
           for (int64_t r = 0; r < rows; ++r) {
-            double ref = 0, mag = 0;
-            for (int64_t k = 0; k < cols; ++k) {
-              const double p = double(fp16_to_fp32(fp32_to_fp16(h.values[size_t(r * cols + k)]))) *
-                               double(fp16_to_fp32(xh[size_t(tok * cols + k)]));
-              ref += p;
-              mag += std::fabs(p);
-            }
+            const auto [ref, mag] = f16_dot(h.values, r, xh, tok, cols);
             ASSERT_NEAR(y[size_t(tok * rows + r)], ref, 1e-5 * mag + 1e-6) << "n " << n << " token " << tok << " row " << r;
           }
       }
@@ -402,13 +410,7 @@ TEST(GemmQuant, RunsOfDifferentTypesAndRepeatableBits) {
     int64_t row = 0;
     for (const HostQuantMatrix* part : {&q, &v})
       for (int64_t r = 0; r < part->m.rows; ++r, ++row) {
-        double ref = 0, mag = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          const double p = double(fp16_to_fp32(fp32_to_fp16(part->values[size_t(r * cols + c)]))) *
-                           double(fp16_to_fp32(xh[size_t(tok * cols + c)]));
-          ref += p;
-          mag += std::fabs(p);
-        }
+        const auto [ref, mag] = f16_dot(part->values, r, xh, tok, cols);
         ASSERT_NEAR(y[size_t(tok) * 256 + size_t(row)], ref, 1e-5 * mag + 1e-6) << "token " << tok << " row " << row;
       }
   }
