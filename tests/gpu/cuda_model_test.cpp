@@ -47,7 +47,7 @@ TEST_P(CudaGreedy, MatchesReferenceIds) {
 
 std::vector<GreedyCase> cases(const std::string& reference, const std::string& model, bool batch_invariant = false) {
   std::vector<GreedyCase> out;
-  const size_t n = load_reference(reference).size();
+  const size_t n = reference_case_count(reference);
   for (size_t i = 0; i < n; ++i) out.push_back({reference, model, i, batch_invariant});
   return out;
 }

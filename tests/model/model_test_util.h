@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <tuple>
@@ -46,6 +47,17 @@ inline nlohmann::json load_reference(const std::string& file) {
   std::ifstream in(reference_path(file));
   if (!in) throw std::runtime_error("cannot open reference " + reference_path(file).string());
   return nlohmann::json::parse(in);
+}
+
+/// How many cases a reference holds, for registering parameterized tests. A missing or broken
+/// file counts as one case, whose load_reference then fails that test: throwing while tests
+/// are registered would abort the whole binary, every other suite with it.
+inline size_t reference_case_count(const std::string& file) {
+  try {
+    return std::max<size_t>(1, load_reference(file).size());
+  } catch (const std::exception&) {
+    return 1;
+  }
 }
 
 /// Greedy choice: the largest logit, the lowest id on ties (as the references do).
