@@ -107,6 +107,8 @@ TEST(CudaQuantizedResidency, BatchedStepsGiveTheLogitsOfTheTiles) {
     ::unsetenv("FLASHDLLM_GEMM_QUANT");
     expect_same_logits(*direct, *tiles, prompt_ids(40));
     expect_same_logits(*direct, *tiles, prompt_ids(128));
+    EXPECT_GT(as_cuda(*direct).gemm_quant_matmuls(), 0u) << "the steps went through the F16 tiles";
+    EXPECT_EQ(as_cuda(*tiles).gemm_quant_matmuls(), 0u);
   }
 }
 

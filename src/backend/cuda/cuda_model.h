@@ -123,6 +123,9 @@ class CudaModel final : public Model {
   std::vector<std::pair<std::string, double>> profile() const;
   void reset_profile();
   uint64_t weight_bytes_per_step() const { return weights_.bytes_per_step; }
+  /// Block-quantized matrices multiplied by gemm_quant since load (LayerRunner::gemm_quant_matmuls;
+  /// test hook).
+  uint64_t gemm_quant_matmuls() const { return runner_->gemm_quant_matmuls(); }
   int n_sm() const { return n_sm_; }
 
   /// With FLASHDLLM_DECODE_TRACE=1 (profiling): the phase stamps of the persistent batch-1

@@ -266,7 +266,10 @@ void LayerRunner::matmul_quant(const DeviceMatrix& W, const void* Xv, int n, flo
     const Q8Activations xq{q8_q_.get(), q8_d_.get(), q8_s_.get(), q8_q_.size()};
     return gemv_quant(W, static_cast<const float*>(Xv), n, Y, xq, stream_);
   }
-  if (gemm_quant_ && gemm_quant_fits(W, n)) return gemm_quant(W, Xv, n, Y, gemm_quant_ws_.get(), stream_);
+  if (gemm_quant_ && gemm_quant_fits(W, n)) {
+    ++gemm_quant_matmuls_;
+    return gemm_quant(W, Xv, n, Y, gemm_quant_ws_.get(), stream_);
+  }
   const int64_t cols = W.cols;
   // Whole multiples of 256 rows where the tile holds them, so the GEMM tiles evenly.
   const int64_t fit = int64_t(dq_.size()) / cols;

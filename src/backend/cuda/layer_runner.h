@@ -121,6 +121,11 @@ class LayerRunner {
   /// step's previous_step_id tokens are read from here).
   int32_t* ids() const { return ids_.get(); }
 
+  /// Block-quantized matrices multiplied by gemm_quant so far (counted as they are enqueued:
+  /// a step replayed from a CUDA graph counts once, at its capture). Lets a test tell that
+  /// the kernel it means to check ran, not the F16 tiles.
+  uint64_t gemm_quant_matmuls() const { return gemm_quant_matmuls_; }
+
   /// See DecodeTrace; synchronizes the stream.
   DecodeTrace decode_trace() const;
   /// Zeroes the stamps (queued on the stream); no-op without the variable.
@@ -204,6 +209,7 @@ class LayerRunner {
   DeviceBuffer<uint16_t> dq_;
   DeviceBuffer<float> gemm_quant_ws_;  // gemm_quant's K-split partial sums
   bool gemm_quant_ = false;            // CudaKnobs::gemm_quant
+  uint64_t gemm_quant_matmuls_ = 0;    // see gemm_quant_matmuls()
   DeviceBuffer<int32_t> ids_;  // the last step's drawn ids (kept across growth: previous_step_id reads them)
   // Mixture of experts (moe.h): router logits, the pairs' experts and weights, the grouped
   // path's order (perm, slot, offsets) and gathered rows, each pair's expert output.
