@@ -99,9 +99,7 @@ uint32_t TokenMasker::set_of(const GrammarMatcher& m) {
   return intern_set(frames);
 }
 
-uint32_t TokenMasker::step(uint32_t set, uint8_t byte) {
-  uint32_t& t = transitions_[size_t(set) * 256 + byte];
-  if (t != kUnknown) return t;
+uint32_t TokenMasker::step_uncached(uint32_t set, uint8_t byte) {
   const Grammar& g = *grammar_;
   std::vector<uint32_t> out;
   for (const uint32_t f : sets_[set]) {
@@ -132,8 +130,8 @@ void TokenMasker::compute_mask(uint32_t set, std::vector<uint64_t>& bits) {
     }
     walk_sets_[node.depth] = next;
     for (uint32_t k = 0; k < node.n_tokens; ++k) {
-      const int32_t id = ids[node.first_token + k];
-      bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+      const auto id = uint32_t(ids[node.first_token + k]);
+      bits[id / 64] |= uint64_t(1) << (id % 64);
     }
     ++i;
   }

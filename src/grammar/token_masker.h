@@ -86,7 +86,14 @@ class TokenMasker {
   void expand(uint32_t f, std::vector<uint32_t>& out);
   uint32_t intern_set(std::vector<uint32_t>& frames);  ///< sorts and dedups `frames`
   uint32_t set_of(const GrammarMatcher& m);
-  uint32_t step(uint32_t set, uint8_t byte);
+  /// The set after `byte` from `set` (kDead when no stack takes it). Inline: a mask's walk
+  /// asks this once per trie node, and after a grammar's first masks nearly every answer is
+  /// already in the table.
+  uint32_t step(uint32_t set, uint8_t byte) {
+    const uint32_t t = transitions_[size_t(set) * 256 + byte];
+    return t != kUnknown ? t : step_uncached(set, byte);
+  }
+  uint32_t step_uncached(uint32_t set, uint8_t byte);  ///< computes and stores the entry
   void compute_mask(uint32_t set, std::vector<uint64_t>& bits);
   void reset_if_large();
 
