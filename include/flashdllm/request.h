@@ -102,6 +102,10 @@ struct RequestOutput {
   std::string finish_reason;
   std::string matched_stop;      ///< the stop string that ended it, else empty
   std::string error;             ///< message when finish_reason == "error"
+  /// With finish_reason "error": the request's own grammar could not be followed (it allows no
+  /// token of the model's vocabulary at some point, or its masks cost more host time than a
+  /// request may take): the client's doing, not the engine's.
+  bool grammar_error = false;
   // Set on the final delivery only:
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;      ///< == total generated ids delivered

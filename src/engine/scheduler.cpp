@@ -275,10 +275,15 @@ int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
   const auto t0 = Clock::now();
   int32_t tok = -1;
   std::string error = "the grammar allows no token of the model's vocabulary after the text generated so far";
+  bool engine_fault = false;
   try {
     if (runner_.ids_step()) {
       tok = s.grammar->take(runner_.ids()[row], step_masks_.state_of(row));
-      if (tok < 0) error = "the token drawn under the grammar's mask does not continue the grammar";
+      if (tok < 0) {
+        // The mask and the matcher disagree: the engine's fault, not the grammar's.
+        error = "the token drawn under the grammar's mask does not continue the grammar";
+        engine_fault = true;
+      }
     } else {
       tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {
         return s.sampler.sample(masked);
@@ -296,7 +301,10 @@ int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
     error = "the grammar is too costly to follow: its masks took " + std::to_string(int64_t(s.grammar->host_ms)) +
             " ms of host time for " + std::to_string(s.n_sampled) + " tokens";
   }
-  if (tok < 0) output_.finish(s, "error", error);
+  if (tok < 0) {
+    s.pending.grammar_error = !engine_fault;
+    output_.finish(s, "error", error);
+  }
   return tok;
 }
 

@@ -102,6 +102,10 @@ Submitted submit_within_queue(ServerContext& ctx, const PreparedRequest& p, Cloc
 // The error a choice that ended without "stop"/"length" turns into.
 ApiError choice_failure(const RequestOutput& out) {
   if (out.finish_reason == "error") {
+    // A grammar (schema, GBNF, tool call) that cannot be followed is the request's fault.
+    if (out.grammar_error)
+      return ApiError(400, "the output's grammar could not be followed: " + out.error, "", "invalid_request_error",
+                      "grammar_not_followable");
     return internal_error("generation failed: " + out.error);
   }
   return ApiError(503, "the request was aborted (the server is shutting down)", "", "server_error");

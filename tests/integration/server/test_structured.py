@@ -277,6 +277,24 @@ class StructuredOutputs(unittest.TestCase):
             self.assertEqual(status, 200, payload)
             self.assertTrue(message_text(payload).startswith("{"), payload)
 
+    def test_a_grammar_that_cannot_be_followed_is_the_clients_error(self):
+        # Rules nested deeper than the matcher follows: the grammar compiles, but no token of
+        # the vocabulary continues it. A 400 naming the cause, whole or streamed; the
+        # server goes on serving.
+        rules = ["root ::= r0"] + [f'r{i} ::= r{i + 1} "]"' for i in range(5000)] + ['r5000 ::= "x"']
+        body = {"prompt": "x", "grammar": "\n".join(rules), "max_tokens": 8}
+        with Server(model=STORIES) as server:
+            status, payload = server.post("/v1/completions", body)
+            self.assertEqual(status, 400, payload)
+            self.assertEqual(payload["error"]["code"], "grammar_not_followable")
+            self.assertIn("allows no token", payload["error"]["message"])
+            events = server.stream_events("/v1/completions", {**body, "stream": True})
+            errors = [e["error"] for e in events if isinstance(e, dict) and "error" in e]
+            self.assertEqual([e["code"] for e in errors], ["grammar_not_followable"], events)
+            status, payload = server.post("/v1/completions", {"prompt": "x", "grammar": 'root ::= "ab"'})
+            self.assertEqual(status, 200, payload)
+            self.assertEqual(payload["choices"][0]["text"], "ab")
+
     def test_streamed_equals_whole(self):
         # Streamed deltas concatenate to the whole response's text, for a schema and for any
         # JSON object (unbounded: a "length" finish leaves a prefix of one, "stop" a whole one).
