@@ -99,8 +99,12 @@ std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& 
     const Function& f = functions[k];
     std::string args = gbnf_quote("{}");
     if (f.parameters != nullptr) {
+      // Arguments are an object even where the schema leaves the type open ({}, a bare
+      // anyOf): any other value would make the model write a call no parser reads as one.
+      nlohmann::ordered_json params = *f.parameters;
+      if (params.is_object() && !params.contains("type")) params["type"] = "object";
       try {
-        args = converter.add(*f.parameters, "tool-args-" + std::to_string(k));
+        args = converter.add(params, "tool-args-" + std::to_string(k));
       } catch (const GrammarError& e) {
         throw GrammarError("tools[" + std::to_string(f.index) + "].function.parameters" + e.where(),
                            "function '" + f.name + "': " + e.reason());

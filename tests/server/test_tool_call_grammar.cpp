@@ -112,6 +112,27 @@ TEST(ToolCallGrammar, ArgumentsFollowTheSchema) {
   EXPECT_FALSE(accepts(hermes, std::nullopt, call("get_time", R"({"tz": "UTC"})")));
 }
 
+// A schema that leaves the type open still gives arguments that are an object, so what the
+// grammar enforces is always read back as a call.
+TEST(ToolCallGrammar, ArgumentsAreAnObjectWhereTheSchemaLeavesTheTypeOpen) {
+  const ToolCallFormat hermes{ToolCallSyntax::Hermes};
+  const auto call = [](const std::string& args) {
+    return "<tool_call>\n{\"name\": \"f\", \"arguments\": " + args + "}\n</tool_call>";
+  };
+  for (const std::string params :
+       {R"({})", R"({"description": "anything"})",
+        R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "array"}]})"}) {
+    SCOPED_TRACE(params);
+    const ordered_json tools =
+        ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": )" + params + "}}]");
+    const GrammarMatcher start(Grammar::compile(tool_call_gbnf(hermes, tools, std::string("f"))));
+    for (const std::string args : {R"("text")", "10.0", "[1]", "null", "{}"}) {
+      GrammarMatcher m = start;
+      EXPECT_EQ(m.accept_bytes(call(args)) && m.can_end(), args == "{}") << args;
+    }
+  }
+}
+
 TEST(ToolCallGrammar, SchemasThatCannotBeEnforcedAre400NamingTheFunction) {
   const ordered_json bad = ordered_json::parse(R"([{"type": "function", "function": {"name": "ok"}},
       {"type": "function", "function": {"name": "broken", "parameters": {"type": "nonsense"}}}])");
