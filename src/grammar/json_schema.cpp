@@ -27,7 +27,7 @@ namespace fdl::grammar {
 namespace {
 
 constexpr int kMaxDepth = 64;
-// prefixItems are written as nested optional groups; the compiler parses groups recursively.
+// prefixItems a tuple may list (one rule per optional tail).
 constexpr size_t kMaxPrefixItems = 256;
 // An enum is one rule with an alternative per value, and a matcher follows every alternative
 // at once until the text tells them apart (GrammarMatcher::kMaxStacks = 16,384 at most).
@@ -555,7 +555,9 @@ class Visitor {
     const std::string lead = i > 0 ? kSep : "";
     if (i < prefix.size()) {
       const std::string e = seq({lead, prefix[i], elements(i + 1, prefix, item, min_items, max_items, hint, where)});
-      return i < min_items ? e : "(" + e + ")?";
+      // An optional tail is a rule of its own, not a group: nested groups would nest as deep
+      // as the tuple is long, past what the compiler parses.
+      return i < min_items ? e : rule(hint + "-from-" + std::to_string(i), e, where) + "?";
     }
     // The rest are all `item`: a repetition.
     const uint64_t lo = min_items > i ? min_items - i : 0;

@@ -436,6 +436,17 @@ TEST(JsonSchema, ArrayCountsAndTuples) {
       compile(R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": false})");
   for (const char* ok : {"[]", R"(["a"])", R"(["a",true])"}) EXPECT_TRUE(accepts(tuple, ok)) << ok;
   for (const char* bad : {"[true]", R"(["a",true,1])", R"(["a","b"])"}) EXPECT_FALSE(accepts(tuple, bad)) << bad;
+  // The longest tuple the converter takes (each optional tail a rule, not a nested group).
+  Json longest = {{"type", "array"}, {"prefixItems", Json::array()}, {"items", false}};
+  for (int i = 0; i < 256; ++i) longest["prefixItems"].push_back({{"const", i}});
+  const auto tuple256 = compile(longest.dump());
+  std::string all = "[";
+  for (int i = 0; i < 256; ++i) all += (i ? "," : "") + std::to_string(i);
+  EXPECT_TRUE(accepts(tuple256, all + "]"));
+  EXPECT_TRUE(accepts(tuple256, "[0,1,2]"));
+  EXPECT_FALSE(accepts(tuple256, "[0,2]"));
+  longest["prefixItems"].push_back({{"const", 256}});
+  EXPECT_THROW(compile(longest.dump()), GrammarError);
   const auto mixed =
       compile(R"({"prefixItems": [{"const": 1}], "items": {"type": "null"}, "minItems": 2, "maxItems": 3})");
   EXPECT_FALSE(accepts(mixed, "[1]"));
