@@ -1,5 +1,6 @@
 #include "server/generation_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -99,8 +100,9 @@ void parse_sampling(const nlohmann::json& body, GenerationParams& p, const Sampl
   }
 }
 
-// OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}; ids beyond the vocabulary are
-// refused by the engine (the Sampler knows n_vocab).
+// OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}, each id written as a plain
+// decimal number (so no two keys name one token); ids beyond the vocabulary are refused by
+// prepare_generation, which knows it.
 void parse_logit_bias(const nlohmann::json& body, GenerationParams& p) {
   constexpr size_t kMaxBiases = 1024;
   const nlohmann::json* v = find_field(body, "logit_bias");
@@ -110,10 +112,12 @@ void parse_logit_bias(const nlohmann::json& body, GenerationParams& p) {
   }
   if (v->size() > kMaxBiases) throw invalid_param("logit_bias", "'logit_bias' holds more than 1024 tokens");
   for (const auto& [key, bias] : v->items()) {
-    char* end = nullptr;
-    const long long id = std::strtoll(key.c_str(), &end, 10);
-    if (key.empty() || end != key.c_str() + key.size() || id < 0 || id > kInt32Max)
-      throw invalid_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id");
+    const bool plain = !key.empty() && key.size() <= 10 && (key.size() == 1 || key[0] != '0') &&
+                       std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long long id = plain ? std::stoll(key) : -1;
+    if (id < 0 || id > kInt32Max)
+      throw invalid_param("logit_bias", "'logit_bias' key '" + key +
+                                            "' is not a token id (a decimal number without sign, spaces or leading zeros)");
     if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0))
       throw invalid_param("logit_bias", "'logit_bias' value for token " + key + " must be a number in [-100, 100]");
     p.sampling.logit_bias.emplace_back(int32_t(id), bias.get<float>());

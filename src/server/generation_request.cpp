@@ -37,6 +37,10 @@ PreparedRequest prepare_generation(const RequestEnv& env, const json& body, Endp
     p.params.grammar = p.tools.grammar;  // required / named: the reply is calls
     prompt_param = "messages";
   }
+  for (const auto& [token, bias] : p.params.sampling.logit_bias)
+    if (token >= tok.n_vocab())
+      throw invalid_param("logit_bias", "'logit_bias' token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                                            std::to_string(tok.n_vocab()) + ")");
   // The output constraint; a tool choice that already set one (required / named) excludes it.
   if (auto g = parse_output_grammar(body, ordered, env.grammars)) {
     if (p.params.grammar)

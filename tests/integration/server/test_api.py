@@ -320,7 +320,7 @@ class LogitBias(unittest.TestCase):
     vocabulary are refused."""
 
     def test_ban_force_and_refuse(self):
-        with Server() as s:
+        with Server("--chat-template", "chatml") as s:
             c = s.openai()
             plain = c.completions.create(model="x", prompt="Once upon a", max_tokens=1, temperature=0)
             prefix = s.post("/tokenize", {"content": "Once upon a"})[1]["tokens"]
@@ -334,9 +334,12 @@ class LogitBias(unittest.TestCase):
                                               logit_bias={"100": 100}, logprobs=0)
                 pieces.update(forced.choices[0].logprobs.tokens)
             self.assertEqual(len(pieces), 1, pieces)
-            status, body = s.post("/v1/completions", {"prompt": "x", "logit_bias": {"100000": 1}})
-            self.assertEqual(status, 400, body)
-            self.assertIn("logit_bias", body["error"]["message"])
+            for path, body in (("/v1/completions", {"prompt": "x"}),
+                               ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
+                status, answer = s.post(path, {**body, "logit_bias": {"100000": 1}})
+                self.assertEqual(status, 400, answer)
+                self.assertEqual(answer["error"]["param"], "logit_bias")
+                self.assertIn("outside the vocabulary", answer["error"]["message"])
 
 
 class TokenEndpoints(unittest.TestCase):
