@@ -120,6 +120,13 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
   std::map<std::string, size_t> seen;  // name -> index of the tool that has it
   for (size_t i = 0; tools != nullptr && i < tools->size(); ++i) {
     const nlohmann::json& t = (*tools)[i];
+    const std::string tool_at = "'tools[" + std::to_string(i) + "]";
+    // Chat completions take function tools only (OpenAI's rule): another kind would reach the
+    // template as if it were one.
+    const nlohmann::json* type = t.is_object() ? find_field(t, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || *type != "function")
+      throw invalid_param("tools", tool_at + ".type' must be \"function\"" +
+                                       (type != nullptr ? ", got " + type->dump() : std::string()));
     const nlohmann::json* fn = t.is_object() ? find_field(t, "function") : nullptr;
     const nlohmann::json* name = fn != nullptr && fn->is_object() ? find_field(*fn, "name") : nullptr;
     const std::string at = "'tools[" + std::to_string(i) + "].function.name'";
@@ -127,6 +134,8 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
     // A name the parser cannot read back would turn an enforced call into content; two tools
     // of one name would make a call ambiguous.
     const std::string& text = name->get_ref<const std::string&>();
+    if (const nlohmann::json* d = find_field(*fn, "description"); d != nullptr && !d->is_null() && !d->is_string())
+      throw invalid_param("tools", tool_at + ".function.description' must be a string");
     if (!is_valid_tool_name(text))
       throw invalid_param("tools", at + " must be 1 to " + std::to_string(kMaxToolNameBytes) +
                                        " characters from a-z, A-Z, 0-9, '_', '-', '.' and ':'");
