@@ -7,6 +7,7 @@
 #include "flashdllm/grammar.h"
 #include "grammar/code_point_set.h"
 #include "grammar/utf8_ranges.h"
+#include "tokenizer/utf8.h"
 
 namespace fdl {
 namespace {
@@ -62,7 +63,7 @@ class GrammarBuilder {
 
   [[noreturn]] void fail(size_t offset, const std::string& reason) const {
     size_t line = 1, col = 1;
-    for (size_t i = 0; i < offset && i < src_.size(); ++i) {
+    for (size_t i = begin_; i < offset && i < src_.size(); ++i) {
       if (src_[i] == '\n') {
         ++line;
         col = 1;
@@ -134,6 +135,8 @@ class GrammarBuilder {
   }
 
   void parse_rules() {
+    // A byte order mark (editors on Windows write one) is not part of the grammar.
+    if (src_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = begin_ = 3;
     skip_space();
     if (eof()) fail(0, "the grammar is empty");
     while (!eof()) {
@@ -218,7 +221,21 @@ class GrammarBuilder {
       const std::string name = parse_name();
       return {Item{true, rule_id(name, start)}};
     }
-    fail(pos_, std::string("unexpected character '") + c + "'");
+    fail(pos_, "unexpected character " + shown_char(pos_));
+  }
+
+  // The character at `offset` for an error message: a whole UTF-8 character in quotes, else
+  // the byte in hex (an ill-formed sequence, a control character).
+  std::string shown_char(size_t offset) const {
+    if (offset >= src_.size()) return "(the end of the text)";
+    const auto b = uint8_t(src_[offset]);
+    if (b >= 0x20 && b < 0x7F) return std::string("'") + char(b) + "'";
+    if (b >= 0x80) {
+      const tok::Utf8Step step = tok::utf8_step(src_, offset);
+      if (step.well_formed) return "'" + std::string(src_.substr(offset, step.length)) + "'";
+    }
+    static const char* const kHex = "0123456789ABCDEF";
+    return std::string("byte 0x") + kHex[b >> 4] + kHex[b & 15];
   }
 
   void apply_quantifier(size_t start, Seq unit, Seq& out) {
@@ -502,6 +519,7 @@ class GrammarBuilder {
 
   std::string_view src_;
   size_t pos_ = 0;
+  size_t begin_ = 0;  // where the grammar starts (after a byte order mark)
   std::string current_;  // the rule being parsed (helper rules are named after it)
   int nesting_ = 0;       // groups open around the parse position
   size_t expanded_ = 0;   // elements the repetitions have added

@@ -121,6 +121,12 @@ TEST(Gbnf, ErrorsNameLineAndColumn) {
   EXPECT_NE(error_of("").find("empty"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"\\uD800\"").find("scalar"), std::string::npos);
   EXPECT_NE(error_of("root ::= @").find("unexpected character '@'"), std::string::npos);
+  EXPECT_EQ(error_of("root ::= \xC3\xA9"), "line 1, column 10: unexpected character '\xC3\xA9'");  // é whole
+  EXPECT_EQ(error_of("root ::= \xC3"), "line 1, column 10: unexpected character byte 0xC3");
+  EXPECT_EQ(error_of("root ::= \x01"), "line 1, column 10: unexpected character byte 0x01");
+  // A byte order mark is skipped, and columns count from after it.
+  EXPECT_TRUE(matches("\xEF\xBB\xBFroot ::= \"a\"", "a"));
+  EXPECT_EQ(error_of("\xEF\xBB\xBFroot ::= @"), "line 1, column 10: unexpected character '@'");
 }
 
 TEST(Gbnf, DeepNestingIsBoundedNotACrash) {
