@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_error_text.h"
+
 namespace fdl::hf {
 
 namespace {
@@ -66,14 +68,6 @@ std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b) {
   uint64_t r;
   if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
   return r;
-}
-
-/// nlohmann's what() starts with "[json.exception.parse_error.101] "; the id helps nobody.
-std::string json_error_text(const std::exception& e) {
-  std::string_view s = e.what();
-  if (!s.empty() && s.front() == '[')
-    if (auto close = s.find("] "); close != std::string_view::npos) s.remove_prefix(close + 2);
-  return std::string(s);
 }
 
 std::string shape_text(const std::vector<uint64_t>& shape) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/json_error_text.h"
 #include "server/openai_error.h"
 #include "server/ordered_json_parser.h"
 
@@ -62,7 +63,7 @@ nlohmann::json parse_request_body(std::string_view text) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers beyond a double (1e999)
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    throw ApiError(400, "the request body is not valid JSON: " + json_error_text(e));
   }
 }
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/json_error_text.h"
+
 namespace fdl::server {
 namespace {
 
@@ -32,7 +34,7 @@ class OrderedBuilder final : public nlohmann::json_sax<OJ> {
   bool start_array(std::size_t) override { return open(OJ::array()); }
   bool end_array() override { return close(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    error = e.what();
+    error = json_error_text(e);
     return false;
   }
   std::string error;  // nlohmann's message for the first error

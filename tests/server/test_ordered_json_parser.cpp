@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_error_text.h"
 #include "server/ordered_json_parser.h"
 #include "test_support.h"
 
@@ -33,6 +34,7 @@ TEST(OrderedJsonParser, InvalidTextIsDiscarded) {
 }
 
 // The error names what nlohmann's parse would: the position and what was expected there.
+// nlohmann's message, without its exception id.
 TEST(OrderedJsonParser, InvalidTextGivesNlohmannsMessage) {
   for (const std::string text : {"{", R"({"a": })", "[1,]", R"({"a": 1} x)"}) {
     std::string error, theirs;
@@ -40,9 +42,10 @@ TEST(OrderedJsonParser, InvalidTextGivesNlohmannsMessage) {
     try {
       theirs = "parsed: " + ordered_json::parse(text).dump();
     } catch (const nlohmann::json::parse_error& e) {
-      theirs = e.what();
+      theirs = json_error_text(e);
     }
     EXPECT_FALSE(error.empty()) << text;
+    EXPECT_EQ(error.find("[json.exception"), std::string::npos) << error;
     EXPECT_EQ(error, theirs) << text;
   }
   std::string untouched = "kept";

@@ -143,6 +143,7 @@ class BadRequests(unittest.TestCase):
                 err = json.loads(data.decode("utf-8"))["error"]
                 self.assertIsInstance(err["message"], str)
                 self.assertTrue(err["message"])
+                self.assertNotIn("json.exception", err["message"])  # the JSON library's internal id
                 self.assertEqual(err["type"], "invalid_request_error")
                 self.assertIn("code", err)
                 self.assertEqual(err["param"], param, err["message"])
