@@ -278,11 +278,15 @@ int32_t Scheduler::sample_row(LiveSequence& s, size_t row) {
   bool engine_fault = false;
   try {
     if (runner_.ids_step()) {
-      tok = s.grammar->take(runner_.ids()[row], step_masks_.state_of(row));
+      const int32_t drawn = runner_.ids()[row];
+      tok = s.grammar->take(drawn, step_masks_.state_of(row));
       if (tok < 0) {
-        // The mask and the matcher disagree: the engine's fault, not the grammar's.
-        error = "the token drawn under the grammar's mask does not continue the grammar";
-        engine_fault = true;
+        // A token the mask allowed but the matcher refuses: the grammar's parses go past one of
+        // the matcher's bounds here (the host path redraws, having the row; an ids step has
+        // only the id). A token the mask did not allow: the engine's fault.
+        engine_fault = !s.grammar->masker->allows(s.grammar->matcher, drawn);
+        error = engine_fault ? "the token drawn under the grammar's mask does not continue the grammar"
+                             : "the grammar's parses go past the matcher's bounds after the text generated so far";
       }
     } else {
       tok = s.grammar->sample(runner_.logits_row(row), [&](std::span<const float> masked) {

@@ -67,7 +67,7 @@ class GrammarBuilder {
       if (src_[i] == '\n') {
         ++line;
         col = 1;
-      } else {
+      } else if ((uint8_t(src_[i]) & 0xC0) != 0x80) {  // columns count characters, not UTF-8 bytes
         ++col;
       }
     }
@@ -320,7 +320,7 @@ class GrammarBuilder {
         case 'x': return parse_hex(2, start);
         case 'u': return parse_hex(4, start);
         case 'U': return parse_hex(8, start);
-        default: fail(start, std::string("unknown escape '\\") + e + "'");
+        default: fail(start, "unknown escape: '\\' followed by " + shown_char(start + 1));
       }
     }
     // UTF-8 text: one well-formed code point (the grammar must not accept text that is not UTF-8).

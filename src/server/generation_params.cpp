@@ -112,15 +112,16 @@ void parse_logit_bias(const nlohmann::json& body, GenerationParams& p) {
   }
   if (v->size() > kMaxBiases) throw invalid_param("logit_bias", "'logit_bias' holds more than 1024 tokens");
   for (const auto& [key, bias] : v->items()) {
-    const bool plain = !key.empty() && key.size() <= 10 && (key.size() == 1 || key[0] != '0') &&
+    const bool plain = !key.empty() && key.size() <= 18 && (key.size() == 1 || key[0] != '0') &&
                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
-    const long long id = plain ? std::stoll(key) : -1;
-    if (id < 0 || id > kInt32Max)
+    if (!plain)
       throw invalid_param("logit_bias", "'logit_bias' key '" + key +
                                             "' is not a token id (a decimal number without sign, spaces or leading zeros)");
+    // Ids past int32 are past every vocabulary: prepare_generation refuses them as such.
+    const auto id = int32_t(std::min<long long>(std::stoll(key), kInt32Max));
     if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0))
       throw invalid_param("logit_bias", "'logit_bias' value for token " + key + " must be a number in [-100, 100]");
-    p.sampling.logit_bias.emplace_back(int32_t(id), bias.get<float>());
+    p.sampling.logit_bias.emplace_back(id, bias.get<float>());
   }
 }
 

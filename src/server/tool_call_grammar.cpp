@@ -102,7 +102,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& 
       // Arguments are an object even where the schema leaves the type open ({}, a bare
       // anyOf): any other value would make the model write a call no parser reads as one.
       nlohmann::ordered_json params = *f.parameters;
-      if (params.is_object() && !params.contains("type")) params["type"] = "object";
+      if (params.is_object() && (!params.contains("type") || params["type"].is_null())) params["type"] = "object";
       try {
         args = converter.add(params, "tool-args-" + std::to_string(k));
       } catch (const GrammarError& e) {

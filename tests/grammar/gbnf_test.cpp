@@ -124,6 +124,9 @@ TEST(Gbnf, ErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of("root ::= \xC3\xA9"), "line 1, column 10: unexpected character '\xC3\xA9'");  // é whole
   EXPECT_EQ(error_of("root ::= \xC3"), "line 1, column 10: unexpected character byte 0xC3");
   EXPECT_EQ(error_of("root ::= \x01"), "line 1, column 10: unexpected character byte 0x01");
+  EXPECT_EQ(error_of("root ::= \"\\\xC3\xA9\""), "line 1, column 11: unknown escape: '\\' followed by '\xC3\xA9'");
+  EXPECT_EQ(error_of("root ::= \"\\\n\""), "line 1, column 11: unknown escape: '\\' followed by byte 0x0A");
+  EXPECT_EQ(error_of("root ::= \"\xC3\xA9\" @"), "line 1, column 14: unexpected character '@'");  // characters, not bytes
   // A byte order mark is skipped, and columns count from after it.
   EXPECT_TRUE(matches("\xEF\xBB\xBFroot ::= \"a\"", "a"));
   EXPECT_EQ(error_of("\xEF\xBB\xBFroot ::= @"), "line 1, column 10: unexpected character '@'");

@@ -158,7 +158,7 @@ TEST(CompletionRequest, SamplingRanges) {
                                                  {"logit_bias", {{"-1", 1}}}, {"logit_bias", {{"1", "a"}}},
                                                  {"logit_bias", {{"05", 1}}}, {"logit_bias", {{"+5", 1}}},
                                                  {"logit_bias", {{" 5", 1}}}, {"logit_bias", {{"5 ", 1}}},
-                                                 {"logit_bias", {{"99999999999", 1}}},
+                                                 {"logit_bias", {{"1234567890123456789", 1}}},
                                                  {"logit_bias", 3},        {"model", 3},
                                                  {"ignore_eos", "no"}}) {
     const ApiError e = completion_error(with(kCompletion, {{field, value}}));

@@ -120,7 +120,7 @@ TEST(ToolCallGrammar, ArgumentsAreAnObjectWhereTheSchemaLeavesTheTypeOpen) {
     return "<tool_call>\n{\"name\": \"f\", \"arguments\": " + args + "}\n</tool_call>";
   };
   for (const std::string params :
-       {R"({})", R"({"description": "anything"})",
+       {R"({})", R"({"description": "anything"})", R"({"type": null})",
         R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "array"}]})"}) {
     SCOPED_TRACE(params);
     const ordered_json tools =

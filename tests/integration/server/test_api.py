@@ -336,10 +336,11 @@ class LogitBias(unittest.TestCase):
             self.assertEqual(len(pieces), 1, pieces)
             for path, body in (("/v1/completions", {"prompt": "x"}),
                                ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
-                status, answer = s.post(path, {**body, "logit_bias": {"100000": 1}})
-                self.assertEqual(status, 400, answer)
-                self.assertEqual(answer["error"]["param"], "logit_bias")
-                self.assertIn("outside the vocabulary", answer["error"]["message"])
+                for token in ("100000", "99999999999"):
+                    status, answer = s.post(path, {**body, "logit_bias": {token: 1}})
+                    self.assertEqual(status, 400, answer)
+                    self.assertEqual(answer["error"]["param"], "logit_bias")
+                    self.assertIn("outside the vocabulary", answer["error"]["message"])
 
 
 class TokenEndpoints(unittest.TestCase):
