@@ -1,11 +1,13 @@
 // GBNF text → Grammar (flashdllm/grammar.h; syntax in docs/GRAMMARS.md): a recursive-descent
 // parser into rules of byte-set and rule-reference items, then one flat element array.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <unordered_map>
 
 #include "flashdllm/grammar.h"
 #include "grammar/code_point_set.h"
+#include "grammar/gbnf_text.h"
 #include "grammar/utf8_ranges.h"
 #include "tokenizer/utf8.h"
 
@@ -224,18 +226,15 @@ class GrammarBuilder {
     fail(pos_, "unexpected character " + shown_char(pos_));
   }
 
-  // The character at `offset` for an error message: a whole UTF-8 character in quotes, else
-  // the byte in hex (an ill-formed sequence, a control character).
+  // The character at `offset` for an error message: a whole UTF-8 character as a GBNF literal
+  // (control characters escaped), else the byte in hex (an ill-formed sequence).
   std::string shown_char(size_t offset) const {
     if (offset >= src_.size()) return "(the end of the text)";
-    const auto b = uint8_t(src_[offset]);
-    if (b >= 0x20 && b < 0x7F) return std::string("'") + char(b) + "'";
-    if (b >= 0x80) {
-      const tok::Utf8Step step = tok::utf8_step(src_, offset);
-      if (step.well_formed) return "'" + std::string(src_.substr(offset, step.length)) + "'";
-    }
-    static const char* const kHex = "0123456789ABCDEF";
-    return std::string("byte 0x") + kHex[b >> 4] + kHex[b & 15];
+    const tok::Utf8Step step = tok::utf8_step(src_, offset);
+    if (step.well_formed) return grammar::gbnf_quote(src_.substr(offset, step.length));
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "byte 0x%02X", unsigned(uint8_t(src_[offset])));
+    return hex;
   }
 
   void apply_quantifier(size_t start, Seq unit, Seq& out) {
@@ -320,7 +319,7 @@ class GrammarBuilder {
         case 'x': return parse_hex(2, start);
         case 'u': return parse_hex(4, start);
         case 'U': return parse_hex(8, start);
-        default: fail(start, "unknown escape: '\\' followed by " + shown_char(start + 1));
+        default: fail(start, "unknown escape: \\ followed by " + shown_char(start + 1));
       }
     }
     // UTF-8 text: one well-formed code point (the grammar must not accept text that is not UTF-8).

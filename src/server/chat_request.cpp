@@ -129,7 +129,7 @@ nlohmann::ordered_json parse_tools(const nlohmann::json& body, const nlohmann::o
                                        (type != nullptr ? ", got " + type->dump() : std::string()));
     const nlohmann::json* fn = t.is_object() ? find_field(t, "function") : nullptr;
     const nlohmann::json* name = fn != nullptr && fn->is_object() ? find_field(*fn, "name") : nullptr;
-    const std::string at = "'tools[" + std::to_string(i) + "].function.name'";
+    const std::string at = tool_at + ".function.name'";
     if (name == nullptr || !name->is_string()) throw invalid_param("tools", at + " must be a string");
     // A name the parser cannot read back would turn an enforced call into content; two tools
     // of one name would make a call ambiguous.

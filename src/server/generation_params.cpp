@@ -117,11 +117,11 @@ void parse_logit_bias(const nlohmann::json& body, GenerationParams& p) {
     if (!plain)
       throw invalid_param("logit_bias", "'logit_bias' key '" + key +
                                             "' is not a token id (a decimal number without sign, spaces or leading zeros)");
-    // Ids past int32 are past every vocabulary: prepare_generation refuses them as such.
-    const auto id = int32_t(std::min<long long>(std::stoll(key), kInt32Max));
+    const long long id = std::stoll(key);  // at most 18 digits: no overflow
+    if (id > kInt32Max) throw invalid_param("logit_bias", "'logit_bias' token " + key + " is outside the vocabulary");
     if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0))
       throw invalid_param("logit_bias", "'logit_bias' value for token " + key + " must be a number in [-100, 100]");
-    p.sampling.logit_bias.emplace_back(id, bias.get<float>());
+    p.sampling.logit_bias.emplace_back(int32_t(id), bias.get<float>());
   }
 }
 

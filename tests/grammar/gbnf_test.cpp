@@ -120,16 +120,16 @@ TEST(Gbnf, ErrorsNameLineAndColumn) {
   EXPECT_NE(error_of("root ::= \"a\"{20000}").find("10000"), std::string::npos);
   EXPECT_NE(error_of("").find("empty"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"\\uD800\"").find("scalar"), std::string::npos);
-  EXPECT_NE(error_of("root ::= @").find("unexpected character '@'"), std::string::npos);
-  EXPECT_EQ(error_of("root ::= \xC3\xA9"), "line 1, column 10: unexpected character '\xC3\xA9'");  // é whole
+  EXPECT_NE(error_of("root ::= @").find("unexpected character \"@\""), std::string::npos);
+  EXPECT_EQ(error_of("root ::= \xC3\xA9"), "line 1, column 10: unexpected character \"\xC3\xA9\"");  // é whole
   EXPECT_EQ(error_of("root ::= \xC3"), "line 1, column 10: unexpected character byte 0xC3");
-  EXPECT_EQ(error_of("root ::= \x01"), "line 1, column 10: unexpected character byte 0x01");
-  EXPECT_EQ(error_of("root ::= \"\\\xC3\xA9\""), "line 1, column 11: unknown escape: '\\' followed by '\xC3\xA9'");
-  EXPECT_EQ(error_of("root ::= \"\\\n\""), "line 1, column 11: unknown escape: '\\' followed by byte 0x0A");
-  EXPECT_EQ(error_of("root ::= \"\xC3\xA9\" @"), "line 1, column 14: unexpected character '@'");  // characters, not bytes
+  EXPECT_EQ(error_of("root ::= \x01"), "line 1, column 10: unexpected character \"\\x01\"");  // a control character, escaped
+  EXPECT_EQ(error_of("root ::= \"\\\xC3\xA9\""), "line 1, column 11: unknown escape: \\ followed by \"\xC3\xA9\"");
+  EXPECT_EQ(error_of("root ::= \"\\\n\""), "line 1, column 11: unknown escape: \\ followed by \"\\n\"");
+  EXPECT_EQ(error_of("root ::= \"\xC3\xA9\" @"), "line 1, column 14: unexpected character \"@\"");  // characters, not bytes
   // A byte order mark is skipped, and columns count from after it.
   EXPECT_TRUE(matches("\xEF\xBB\xBFroot ::= \"a\"", "a"));
-  EXPECT_EQ(error_of("\xEF\xBB\xBFroot ::= @"), "line 1, column 10: unexpected character '@'");
+  EXPECT_EQ(error_of("\xEF\xBB\xBFroot ::= @"), "line 1, column 10: unexpected character \"@\"");
 }
 
 TEST(Gbnf, DeepNestingIsBoundedNotACrash) {

@@ -66,8 +66,9 @@ struct CudaKnobs {
   /// block-quantized in device memory (gemv_quant); off, they are widened to F16 at load.
   bool quant = true;
   /// FLASHDLLM_DEQUANT_TILE_MB (default 512, 1..4096): steps above kGemvMaxTokens tokens
-  /// (above kGemmQuantMaxTokens with gemm_quant on) dequantize a block-quantized matrix to F16 in tiles of at most this many MiB before each
-  /// GEMM (docs/GPU.md: larger tiles measured faster than ones that stay in L2).
+  /// (above kGemmQuantMaxTokens with gemm_quant on) dequantize a block-quantized matrix to F16
+  /// in tiles of at most this many MiB before each GEMM (docs/GPU.md: larger tiles measured
+  /// faster than ones that stay in L2).
   int dequant_tile_mb = 512;
   /// FLASHDLLM_GEMM_QUANT (default off; "1": on): steps of 17-128 tokens multiply
   /// block-quantized matrices with gemm_quant instead of through the dequantized F16 tiles.
